@@ -1,0 +1,95 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// ConnectConfig says how to reach NATS.
+type ConnectConfig struct {
+	// URL is one nats:// URL or several, comma-separated. Required.
+	URL string
+	// Name is the client connection name shown by the server.
+	Name string
+	// CredsFile is a .creds file (user JWT and nkey seed).
+	CredsFile string
+	// NkeySeedFile is a file holding a user nkey seed.
+	NkeySeedFile string
+	// User and Password authenticate by name; Token by token.
+	User, Password, Token string
+	// CAFile verifies the server's certificate; CertFile and KeyFile are the
+	// client certificate for mutual TLS.
+	CAFile, CertFile, KeyFile string
+}
+
+// Connect opens a connection that reconnects forever (every 250 ms to
+// 2 s) and logs its disconnects and reconnects. It fails when the first
+// connection cannot be made before ctx ends or within 10 s.
+func Connect(ctx context.Context, cfg ConnectConfig, logger *slog.Logger) (*nats.Conn, error) {
+	opts := []nats.Option{
+		nats.Name(cfg.Name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectJitter(250*time.Millisecond, time.Second),
+		nats.Timeout(5 * time.Second),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				logger.Warn("NATS disconnected", slog.Any("error", err))
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			logger.Info("NATS reconnected", slog.String("server", nc.ConnectedUrlRedacted()))
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			logger.Error("NATS asynchronous error", slog.Any("error", err))
+		}),
+	}
+	switch {
+	case cfg.CredsFile != "":
+		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+	case cfg.NkeySeedFile != "":
+		opt, err := nats.NkeyOptionFromSeed(cfg.NkeySeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("nats.nkey_seed_file %s: %w", cfg.NkeySeedFile, err)
+		}
+		opts = append(opts, opt)
+	case cfg.User != "":
+		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password))
+	case cfg.Token != "":
+		opts = append(opts, nats.Token(cfg.Token))
+	}
+	if cfg.CAFile != "" {
+		opts = append(opts, nats.RootCAs(cfg.CAFile))
+	}
+	if cfg.CertFile != "" || cfg.KeyFile != "" {
+		opts = append(opts, nats.ClientCert(cfg.CertFile, cfg.KeyFile))
+	}
+
+	type result struct {
+		nc  *nats.Conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		nc, err := nats.Connect(cfg.URL, opts...)
+		ch <- result{nc, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return nil, fmt.Errorf("connect to NATS at %s: %w", redactNATSURL(cfg.URL), r.err)
+		}
+		return r.nc, nil
+	case <-ctx.Done():
+		go func() {
+			if r := <-ch; r.nc != nil {
+				r.nc.Close()
+			}
+		}()
+		return nil, fmt.Errorf("connect to NATS at %s: %w", redactNATSURL(cfg.URL), ctx.Err())
+	}
+}

@@ -1,0 +1,84 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// ErrAddrInUse is returned (wrapped) by StartEmbedded when its client
+// address is taken, usually by another NATS server.
+var ErrAddrInUse = errors.New("address already in use")
+
+// Embedded is an in-process NATS server with JetStream.
+type Embedded struct {
+	srv *server.Server
+}
+
+// StartEmbedded starts a NATS server with JetStream in this process,
+// listening for clients on listen (host:port) and storing streams in
+// storeDir. It returns once the server accepts connections (at most 10 s).
+//
+// Errors: ErrAddrInUse (wrapped, naming the address and the flags that
+// change it) when listen is taken; otherwise the server's own error.
+func StartEmbedded(listen, storeDir string, logger *slog.Logger) (*Embedded, error) {
+	host, portText, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil, fmt.Errorf("embedded NATS server: listen address %q: %w; expected host:port such as 127.0.0.1:4222", listen, err)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil || port < 0 || port > 65535 {
+		return nil, fmt.Errorf("embedded NATS server: listen address %q: port must be a number from 0 to 65535", listen)
+	}
+	// The server would only log a taken port and exit the process; probe
+	// first to fail with an error that says what to do.
+	if port != 0 {
+		probe, err := net.Listen("tcp", listen)
+		if err != nil {
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return nil, fmt.Errorf("embedded NATS server: cannot listen on %s: %w (is another NATS server running there?); "+
+					"choose a free address with --nats-listen (BRIDGE_NATS_LISTEN), or use that server with --nats-url nats://%s",
+					listen, ErrAddrInUse, listen)
+			}
+			return nil, fmt.Errorf("embedded NATS server: cannot listen on %s: %w", listen, err)
+		}
+		probe.Close()
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	srv, err := server.NewServer(&server.Options{
+		ServerName: "bridge-embedded",
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   storeDir,
+		NoSigs:     true,
+		NoLog:      true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedded NATS server: %w", err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		return nil, fmt.Errorf("embedded NATS server on %s with store %s did not become ready within 10s", listen, storeDir)
+	}
+	logger.Info("embedded NATS server started", slog.String("client_url", srv.ClientURL()), slog.String("store_dir", storeDir))
+	return &Embedded{srv: srv}, nil
+}
+
+// ClientURL is the nats:// URL clients connect to.
+func (e *Embedded) ClientURL() string { return e.srv.ClientURL() }
+
+// Shutdown stops the server and waits until it has stopped. Idempotent.
+func (e *Embedded) Shutdown() {
+	e.srv.Shutdown()
+	e.srv.WaitForShutdown()
+}

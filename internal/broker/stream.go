@@ -1,0 +1,81 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// StreamSpec is a stream the relay creates when it is missing.
+type StreamSpec struct {
+	Name     string
+	Subjects []string
+	// Duplicates is the duplicate window; 0 means the server default (2 min).
+	Duplicates time.Duration
+	// Replicas defaults to 1.
+	Replicas int
+	// Storage is "file" (default) or "memory".
+	Storage string
+	// MaxAge is how long messages are kept; 0 means forever.
+	MaxAge time.Duration
+}
+
+// EnsureStreams creates each stream that does not exist, with limits
+// retention. An existing stream is left as it is (its settings may have
+// been tuned by an operator) and logged with its subjects.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, specs []StreamSpec, logger *slog.Logger) error {
+	for _, spec := range specs {
+		info, err := js.Stream(ctx, spec.Name)
+		if err == nil {
+			cfg := info.CachedInfo().Config
+			logger.Info("stream present", slog.String("stream", spec.Name), slog.Any("subjects", cfg.Subjects),
+				slog.Duration("duplicate_window", cfg.Duplicates))
+			continue
+		}
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("look up stream %s: %w", spec.Name, err)
+		}
+		storage := jetstream.FileStorage
+		if spec.Storage == "memory" {
+			storage = jetstream.MemoryStorage
+		}
+		_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:       spec.Name,
+			Subjects:   spec.Subjects,
+			Retention:  jetstream.LimitsPolicy,
+			Duplicates: spec.Duplicates,
+			Replicas:   max(spec.Replicas, 1),
+			Storage:    storage,
+			MaxAge:     spec.MaxAge,
+		})
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return fmt.Errorf("create stream %s on %s: %w", spec.Name, strings.Join(spec.Subjects, ","), err)
+		}
+		logger.Info("stream created", slog.String("stream", spec.Name), slog.Any("subjects", spec.Subjects))
+	}
+	return nil
+}
+
+// redactNATSURL hides passwords and tokens in nats:// URLs.
+func redactNATSURL(raw string) string {
+	parts := strings.Split(raw, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		if err != nil || u.User == nil {
+			continue
+		}
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "REDACTED")
+		} else {
+			u.User = url.User("REDACTED")
+		}
+		parts[i] = u.String()
+	}
+	return strings.Join(parts, ",")
+}

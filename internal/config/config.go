@@ -1,0 +1,374 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+// Defaults of the configuration, one per key of the DESIGN.md configuration table.
+const (
+	DataDirDefault              = "./bridge-data"
+	TableDefault                = "outbox"
+	NATSURLDefault              = NATSURLEmbedded
+	NATSListenDefault           = "127.0.0.1:4222"
+	BatchSizeDefault            = 500
+	MaxInFlightDefault          = 2000
+	PollIntervalDefault         = 250 * time.Millisecond
+	InflightTimeoutDefault      = 30 * time.Second
+	AckDeadlineDefault          = 20 * time.Second
+	PublishTimeoutDefault       = 5 * time.Second
+	MaxAttemptsDefault          = 20
+	BackoffInitialDefault       = time.Second
+	BackoffMaxDefault           = 5 * time.Minute
+	RetentionDefault            = 24 * time.Hour
+	GuardDefault                = GuardRefuse
+	ReconcileMaxMessagesDefault = 100000
+	ReconcileTimeoutDefault     = 30 * time.Second
+	SourceDefault               = SourceTable
+	ForwarderTopicDefault       = "forwarder_topic"
+	HTTPListenDefault           = ":8080"
+	LogLevelDefault             = "info"
+	LogFormatDefault            = LogFormatAuto
+	ShutdownTimeoutDefault      = 25 * time.Second
+
+	// StreamDuplicatesDefault, StreamReplicasDefault and StreamStorageDefault fill the
+	// keys a stream (from the file or from --ensure-stream) leaves out.
+	StreamDuplicatesDefault = 2 * time.Minute
+	StreamReplicasDefault   = 1
+	StreamStorageDefault    = StorageFile
+
+	// EmbeddedStreamName and EmbeddedStreamSubject describe the stream created for the
+	// embedded NATS server when no stream is configured (see Config.EffectiveStreams).
+	EmbeddedStreamName    = "EVENTS"
+	EmbeddedStreamSubject = "events.>"
+)
+
+// Allowed values of the enumerated keys.
+const (
+	// NATSURLEmbedded as nats.url runs an in-process NATS server with JetStream.
+	NATSURLEmbedded = "embedded"
+
+	SourceTable              = "table"               // source: the bridge table
+	SourceWatermillForwarder = "watermill-forwarder" // source: watermill-sql forwarder tables
+
+	GuardRefuse = "refuse" // dedup.guard: refuse to start when the duplicate window is too short
+	GuardWarn   = "warn"   // dedup.guard: log a warning and start
+	GuardOff    = "off"    // dedup.guard: no check
+
+	StorageFile   = "file"   // streams[].storage: file storage
+	StorageMemory = "memory" // streams[].storage: memory storage
+
+	LogFormatAuto = "auto" // log.format: text on a terminal, JSON otherwise
+	LogFormatJSON = "json" // log.format: JSON lines
+	LogFormatText = "text" // log.format: slog text
+)
+
+// Config is the whole configuration of the bridge. The koanf tags are the YAML keys; the
+// environment variable of a key is BRIDGE_ followed by its path in upper snake case.
+type Config struct {
+	// DataDir is the directory of the embedded defaults: the SQLite outbox and the
+	// JetStream store of the embedded NATS server. Defaults to ./bridge-data.
+	DataDir string `koanf:"data_dir"`
+
+	// Database is the outbox database. Defaults to SQLite in DataDir.
+	Database Database `koanf:"database"`
+
+	// NATS is the NATS connection, or the embedded server. Defaults to embedded.
+	NATS NATS `koanf:"nats"`
+
+	// Streams are the JetStream streams created when missing; see EffectiveStreams.
+	// Defaults to none (EVENTS on events.> with the embedded server).
+	Streams []Stream `koanf:"streams"`
+
+	// Relay tunes claiming, publishing and row bookkeeping. Defaults to the Relay defaults.
+	Relay Relay `koanf:"relay"`
+
+	// Dedup configures Nats-Msg-Id derivation and the duplicate-window guard.
+	// Defaults to the Dedup defaults.
+	Dedup Dedup `koanf:"dedup"`
+
+	// Source is the outbox layout read: "table" (the bridge table) or
+	// "watermill-forwarder" (watermill-sql forwarder tables). Defaults to table.
+	Source string `koanf:"source"`
+
+	// Watermill configures the watermill-forwarder source. Defaults to the Watermill defaults.
+	Watermill Watermill `koanf:"watermill"`
+
+	// HTTP is the health and metrics server. Defaults to :8080.
+	HTTP HTTP `koanf:"http"`
+
+	// Log configures the slog logger. Defaults to info, auto.
+	Log Log `koanf:"log"`
+
+	// ShutdownTimeout is how long the relay drains after SIGTERM before it stops hard.
+	// Defaults to 25s.
+	ShutdownTimeout time.Duration `koanf:"shutdown_timeout"`
+}
+
+// Database is the outbox database.
+type Database struct {
+	// URL is the database: postgres://…, postgresql://…, mysql://… or sqlite:PATH.
+	// Empty means the embedded SQLite database sqlite:<data_dir>/outbox.db, which the relay
+	// migrates itself. Defaults to empty.
+	URL string `koanf:"url"`
+
+	// Table is the outbox table, an SQL identifier optionally qualified by a schema
+	// ("app.outbox"). Defaults to outbox.
+	Table string `koanf:"table"`
+}
+
+// NATS is the connection to NATS, or the embedded server.
+type NATS struct {
+	// URL is "embedded" (an in-process server with JetStream storing in
+	// <data_dir>/jetstream) or a comma-separated list of nats://, tls://, ws:// or wss://
+	// URLs of one cluster. Defaults to embedded.
+	URL string `koanf:"url"`
+
+	// Listen is the client address host:port of the embedded server. Defaults to
+	// 127.0.0.1:4222.
+	Listen string `koanf:"listen"`
+
+	// CredsFile is a user credentials file (JWT and NKey seed). Defaults to empty (none).
+	CredsFile string `koanf:"creds_file"`
+
+	// NkeySeedFile is a file holding an NKey user seed. Defaults to empty (none).
+	NkeySeedFile string `koanf:"nkey_seed_file"`
+
+	// User is the user name of user/password authentication. Defaults to empty (none).
+	User string `koanf:"user"`
+
+	// Password is the password of User; a secret. Defaults to empty (none).
+	Password string `koanf:"password"`
+
+	// Token is an authentication token; a secret. Defaults to empty (none).
+	Token string `koanf:"token"`
+
+	// TLS holds the CA and client certificate files. Defaults to empty (system roots, no
+	// client certificate).
+	TLS TLS `koanf:"tls"`
+}
+
+// TLS holds PEM files for TLS and mutual TLS with NATS.
+type TLS struct {
+	// CAFile is the CA bundle that verifies the server. Defaults to empty (system roots).
+	CAFile string `koanf:"ca_file"`
+
+	// CertFile is the client certificate, with KeyFile. Defaults to empty (none).
+	CertFile string `koanf:"cert_file"`
+
+	// KeyFile is the client certificate's private key, with CertFile. Defaults to empty (none).
+	KeyFile string `koanf:"key_file"`
+}
+
+// Stream is a JetStream stream created when missing.
+type Stream struct {
+	// Name is the stream name: no spaces, '.', '*', '>' or path separators. Required; no
+	// default.
+	Name string `koanf:"name"`
+
+	// Subjects are the subjects the stream captures (wildcards allowed), at least one.
+	// Required; no default.
+	Subjects []string `koanf:"subjects"`
+
+	// Duplicates is the stream's duplicate window, in which a repeated Nats-Msg-Id is
+	// dropped; at least 100ms. Defaults to 2m.
+	Duplicates time.Duration `koanf:"duplicates"`
+
+	// Replicas is the number of stream replicas, 1 to 5. Defaults to 1.
+	Replicas int `koanf:"replicas"`
+
+	// Storage is "file" or "memory". Defaults to file.
+	Storage string `koanf:"storage"`
+
+	// MaxAge is how long the stream keeps a message; 0 means no limit. Defaults to 0 (no
+	// limit).
+	MaxAge time.Duration `koanf:"max_age"`
+}
+
+// Relay tunes the relay loop.
+type Relay struct {
+	// BatchSize is the number of rows claimed at once, 1 to 100000. Defaults to 500 rows.
+	BatchSize int `koanf:"batch_size"`
+
+	// MaxInFlight is the number of publishes awaiting a PubAck at once, 1 to 1000000.
+	// Defaults to 2000 messages.
+	MaxInFlight int `koanf:"max_in_flight"`
+
+	// PollInterval is the idle wait between empty claims (a notification wakes earlier).
+	// Defaults to 250ms.
+	PollInterval time.Duration `koanf:"poll_interval"`
+
+	// InflightTimeout is the lease length; in_flight rows older than it are requeued.
+	// Must be longer than AckDeadline. Defaults to 30s.
+	InflightTimeout time.Duration `koanf:"inflight_timeout"`
+
+	// AckDeadline is the in-process settle deadline of one message. Must be longer than
+	// PublishTimeout and shorter than InflightTimeout. Defaults to 20s.
+	AckDeadline time.Duration `koanf:"ack_deadline"`
+
+	// PublishTimeout is the wait for one PubAck. Must be shorter than AckDeadline.
+	// Defaults to 5s.
+	PublishTimeout time.Duration `koanf:"publish_timeout"`
+
+	// MaxAttempts is the number of publish attempts before a row becomes
+	// permanent_failed, at least 1. Defaults to 20 attempts.
+	MaxAttempts int `koanf:"max_attempts"`
+
+	// BackoffInitial is the first retry delay; delays grow exponentially with jitter.
+	// Must not exceed BackoffMax. Defaults to 1s.
+	BackoffInitial time.Duration `koanf:"backoff_initial"`
+
+	// BackoffMax caps the retry delay. Defaults to 5m.
+	BackoffMax time.Duration `koanf:"backoff_max"`
+
+	// Retention is how long done rows are kept before deletion. Defaults to 24h.
+	Retention time.Duration `koanf:"retention"`
+
+	// DeleteOnRelay deletes a row at its PubAck instead of marking it done. Defaults to
+	// false.
+	DeleteOnRelay bool `koanf:"delete_on_relay"`
+
+	// Owner is this instance's lease owner name, unique per replica. Defaults to
+	// <hostname>-<pid>.
+	Owner string `koanf:"owner"`
+}
+
+// Dedup configures message ids and the duplicate-window guard.
+type Dedup struct {
+	// Namespace prefixes every Nats-Msg-Id as "<namespace>/": at most 64 visible ASCII
+	// characters. Defaults to empty (no prefix).
+	Namespace string `koanf:"namespace"`
+
+	// Guard is the duplicate-window check at start: "refuse", "warn" or "off".
+	// Defaults to refuse.
+	Guard string `koanf:"guard"`
+
+	// ReconcileMaxMessages bounds the stream scan that settles in-doubt rows, at least 1.
+	// Defaults to 100000 messages.
+	ReconcileMaxMessages int `koanf:"reconcile_max_messages"`
+
+	// ReconcileTimeout bounds the duration of that scan. Defaults to 30s.
+	ReconcileTimeout time.Duration `koanf:"reconcile_timeout"`
+}
+
+// Watermill configures the watermill-forwarder source.
+type Watermill struct {
+	// ForwarderTopic is the watermill-sql topic the forwarder publisher writes (table
+	// watermill_<topic>): letters, digits and - $ : . _ as watermill-sql allows.
+	// Defaults to forwarder_topic.
+	ForwarderTopic string `koanf:"forwarder_topic"`
+
+	// MsgIDMetadata is the metadata key holding the idempotency key; empty means the
+	// Watermill message UUID. Defaults to empty.
+	MsgIDMetadata string `koanf:"msg_id_metadata"`
+}
+
+// HTTP is the health and metrics server.
+type HTTP struct {
+	// Listen is the address host:port of /healthz, /readyz and /metrics; the host may be
+	// empty (all interfaces). Defaults to :8080.
+	Listen string `koanf:"listen"`
+}
+
+// Log configures logging.
+type Log struct {
+	// Level is "debug", "info", "warn" or "error". Defaults to info.
+	Level string `koanf:"level"`
+
+	// Format is "auto" (text on a terminal, JSON otherwise), "json" or "text".
+	// Defaults to auto.
+	Format string `koanf:"format"`
+}
+
+// Default returns the configuration used when nothing is set: every default of the
+// DESIGN.md configuration table. Streams is empty (EffectiveStreams supplies the embedded
+// default) and Relay.Owner is <hostname>-<pid>.
+func Default() Config {
+	return Config{
+		DataDir:  DataDirDefault,
+		Database: Database{Table: TableDefault},
+		NATS:     NATS{URL: NATSURLDefault, Listen: NATSListenDefault},
+		Relay: Relay{
+			BatchSize:       BatchSizeDefault,
+			MaxInFlight:     MaxInFlightDefault,
+			PollInterval:    PollIntervalDefault,
+			InflightTimeout: InflightTimeoutDefault,
+			AckDeadline:     AckDeadlineDefault,
+			PublishTimeout:  PublishTimeoutDefault,
+			MaxAttempts:     MaxAttemptsDefault,
+			BackoffInitial:  BackoffInitialDefault,
+			BackoffMax:      BackoffMaxDefault,
+			Retention:       RetentionDefault,
+			Owner:           defaultOwner(),
+		},
+		Dedup: Dedup{
+			Guard:                GuardDefault,
+			ReconcileMaxMessages: ReconcileMaxMessagesDefault,
+			ReconcileTimeout:     ReconcileTimeoutDefault,
+		},
+		Source:          SourceDefault,
+		Watermill:       Watermill{ForwarderTopic: ForwarderTopicDefault},
+		HTTP:            HTTP{Listen: HTTPListenDefault},
+		Log:             Log{Level: LogLevelDefault, Format: LogFormatDefault},
+		ShutdownTimeout: ShutdownTimeoutDefault,
+	}
+}
+
+// defaultOwner is <hostname>-<pid>, or bridge-<pid> when the host name is unknown.
+func defaultOwner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "bridge"
+	}
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
+}
+
+// DatabaseURL returns Database.URL, or "sqlite:<data_dir>/outbox.db" when it is empty.
+func (c *Config) DatabaseURL() string {
+	if c.Database.URL != "" {
+		return c.Database.URL
+	}
+	return "sqlite:" + filepath.Join(c.DataDir, "outbox.db")
+}
+
+// EmbeddedDatabase reports whether Database.URL is empty, that is whether the outbox is the
+// embedded default SQLite database. The relay migrates the schema itself only then.
+func (c *Config) EmbeddedDatabase() bool {
+	return c.Database.URL == ""
+}
+
+// EmbeddedNATS reports whether NATS.URL is "embedded": the bridge runs its own NATS server.
+func (c *Config) EmbeddedNATS() bool {
+	return c.NATS.URL == NATSURLEmbedded
+}
+
+// JetStreamDir returns the store directory of the embedded NATS server, <data_dir>/jetstream.
+func (c *Config) JetStreamDir() string {
+	return filepath.Join(c.DataDir, "jetstream")
+}
+
+// EffectiveStreams returns the streams to create when missing: Streams, or when none is
+// configured and NATS is embedded, EVENTS on events.> with the stream defaults. The result
+// is a copy.
+func (c *Config) EffectiveStreams() []Stream {
+	if len(c.Streams) > 0 {
+		out := slices.Clone(c.Streams)
+		for i := range out {
+			out[i].Subjects = slices.Clone(out[i].Subjects)
+		}
+		return out
+	}
+	if !c.EmbeddedNATS() {
+		return nil
+	}
+	return []Stream{{
+		Name:       EmbeddedStreamName,
+		Subjects:   []string{EmbeddedStreamSubject},
+		Duplicates: StreamDuplicatesDefault,
+		Replicas:   StreamReplicasDefault,
+		Storage:    StreamStorageDefault,
+	}}
+}

@@ -1,0 +1,386 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/stretchr/testify/require"
+)
+
+// load registers the flags, parses args, writes yaml (when not empty) to a temp file passed
+// as --config, and calls Load.
+func load(t *testing.T, yaml string, environ []string, args ...string) (*Config, error) {
+	t.Helper()
+	fs := pflag.NewFlagSet("bridge", pflag.ContinueOnError)
+	RegisterFlags(fs)
+	if yaml != "" {
+		path := filepath.Join(t.TempDir(), "bridge.yaml")
+		require.NoError(t, os.WriteFile(path, []byte(yaml), 0o600))
+		args = append([]string{"--config", path}, args...)
+	}
+	require.NoError(t, fs.Parse(args))
+	return Load(fs, environ)
+}
+
+// requireConfigError checks that err is an *Error with the key and returns it.
+func requireConfigError(t *testing.T, err error, key string) *Error {
+	t.Helper()
+	require.Error(t, err)
+	require.True(t, IsError(err), "not a config error: %v", err)
+	var e *Error
+	require.ErrorAs(t, err, &e)
+	require.Equal(t, key, e.Key, "error: %v", err)
+	return e
+}
+
+func TestDefaults(t *testing.T) {
+	t.Parallel()
+
+	cfg, err := load(t, "", nil)
+	require.NoError(t, err)
+	require.Equal(t, Default(), *cfg)
+
+	require.Equal(t, "./bridge-data", cfg.DataDir)
+	require.Equal(t, "outbox", cfg.Database.Table)
+	require.True(t, cfg.EmbeddedDatabase())
+	require.Equal(t, "sqlite:"+filepath.Join("bridge-data", "outbox.db"), cfg.DatabaseURL())
+	require.True(t, cfg.EmbeddedNATS())
+	require.Equal(t, "127.0.0.1:4222", cfg.NATS.Listen)
+	require.Equal(t, filepath.Join("bridge-data", "jetstream"), cfg.JetStreamDir())
+	require.Empty(t, cfg.Streams)
+	require.Equal(t, []Stream{{
+		Name: "EVENTS", Subjects: []string{"events.>"}, Duplicates: 2 * time.Minute, Replicas: 1, Storage: "file",
+	}}, cfg.EffectiveStreams())
+
+	r := cfg.Relay
+	require.Equal(t, 500, r.BatchSize)
+	require.Equal(t, 2000, r.MaxInFlight)
+	require.Equal(t, 250*time.Millisecond, r.PollInterval)
+	require.Equal(t, 30*time.Second, r.InflightTimeout)
+	require.Equal(t, 20*time.Second, r.AckDeadline)
+	require.Equal(t, 5*time.Second, r.PublishTimeout)
+	require.Equal(t, 20, r.MaxAttempts)
+	require.Equal(t, time.Second, r.BackoffInitial)
+	require.Equal(t, 5*time.Minute, r.BackoffMax)
+	require.Equal(t, 24*time.Hour, r.Retention)
+	require.False(t, r.DeleteOnRelay)
+	host, err := os.Hostname()
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(r.Owner, host+"-"), r.Owner)
+
+	require.Equal(t, Dedup{Guard: "refuse", ReconcileMaxMessages: 100000, ReconcileTimeout: 30 * time.Second}, cfg.Dedup)
+	require.Equal(t, "table", cfg.Source)
+	require.Equal(t, Watermill{ForwarderTopic: "forwarder_topic"}, cfg.Watermill)
+	require.Equal(t, ":8080", cfg.HTTP.Listen)
+	require.Equal(t, Log{Level: "info", Format: "auto"}, cfg.Log)
+	require.Equal(t, 25*time.Second, cfg.ShutdownTimeout)
+
+	d := Default()
+	require.NoError(t, d.Validate())
+}
+
+func TestLoadPrecedence(t *testing.T) {
+	t.Parallel()
+
+	const yaml = `
+relay:
+  batch_size: 10
+  poll_interval: 1s
+database:
+  table: from_file
+log:
+  level: debug
+`
+	environ := []string{"BRIDGE_RELAY_BATCH_SIZE=20", "BRIDGE_DATABASE_TABLE=from_env", "PATH=/bin"}
+
+	t.Run("FileOverDefaults", func(t *testing.T) {
+		t.Parallel()
+		cfg, err := load(t, yaml, nil)
+		require.NoError(t, err)
+		require.Equal(t, 10, cfg.Relay.BatchSize)
+		require.Equal(t, time.Second, cfg.Relay.PollInterval)
+		require.Equal(t, "from_file", cfg.Database.Table)
+		require.Equal(t, "debug", cfg.Log.Level)
+		require.Equal(t, 2000, cfg.Relay.MaxInFlight, "a key the file leaves out keeps its default")
+	})
+
+	t.Run("EnvOverFile", func(t *testing.T) {
+		t.Parallel()
+		cfg, err := load(t, yaml, environ)
+		require.NoError(t, err)
+		require.Equal(t, 20, cfg.Relay.BatchSize)
+		require.Equal(t, "from_env", cfg.Database.Table)
+		require.Equal(t, time.Second, cfg.Relay.PollInterval, "file value without a variable stays")
+	})
+
+	t.Run("FlagOverEnv", func(t *testing.T) {
+		t.Parallel()
+		cfg, err := load(t, yaml, environ, "--batch-size", "30", "--table", "app.from_flag")
+		require.NoError(t, err)
+		require.Equal(t, 30, cfg.Relay.BatchSize)
+		require.Equal(t, "app.from_flag", cfg.Database.Table)
+		require.Equal(t, "debug", cfg.Log.Level, "an unset flag's default does not override the file")
+		require.Equal(t, time.Second, cfg.Relay.PollInterval)
+	})
+}
+
+func TestEnvNames(t *testing.T) {
+	t.Parallel()
+
+	require.Equal(t, "BRIDGE_RELAY_INFLIGHT_TIMEOUT", EnvName("relay.inflight_timeout"))
+	require.Equal(t, "BRIDGE_NATS_TLS_CA_FILE", EnvName("nats.tls.ca_file"))
+	require.Equal(t, "BRIDGE_DATA_DIR", EnvName("data_dir"))
+
+	cfg, err := load(t, "", []string{
+		"BRIDGE_RELAY_INFLIGHT_TIMEOUT=45s",
+		"BRIDGE_NATS_TLS_CA_FILE=/etc/nats/ca.pem",
+		"BRIDGE_DATA_DIR=/var/lib/bridge",
+		"BRIDGE_RELAY_DELETE_ON_RELAY=true",
+		"BRIDGE_SERVICE_HOST=10.0.0.1",
+		"BRIDGE_TEST_POSTGRES_URL=postgres://x",
+		"BRIDGE_STREAMS=ignored",
+	})
+	require.NoError(t, err)
+	require.Equal(t, 45*time.Second, cfg.Relay.InflightTimeout)
+	require.Equal(t, "/etc/nats/ca.pem", cfg.NATS.TLS.CAFile)
+	require.Equal(t, "/var/lib/bridge", cfg.DataDir)
+	require.True(t, cfg.Relay.DeleteOnRelay)
+	require.Empty(t, cfg.Streams)
+
+	require.Equal(t,
+		[]string{"BRIDGE_SERVICE_HOST", "BRIDGE_STREAMS", "BRIDGE_TEST_POSTGRES_URL"},
+		UnknownEnv([]string{
+			"BRIDGE_TEST_POSTGRES_URL=postgres://x", "BRIDGE_SERVICE_HOST=10.0.0.1", "HOME=/root",
+			"BRIDGE_RELAY_BATCH_SIZE=1", "BRIDGE_STREAMS=x", "BRIDGE_SERVICE_HOST=dup",
+		}))
+
+	_, err = load(t, "", []string{"BRIDGE_RELAY_BATCH_SIZE=lots"})
+	e := requireConfigError(t, err, "relay.batch_size")
+	require.Equal(t, "lots", e.Value)
+}
+
+func TestUnknownYAMLKey(t *testing.T) {
+	t.Parallel()
+
+	_, err := load(t, "relay:\n  bach_size: 5\n", nil)
+	requireConfigError(t, err, "relay.bach_size")
+	require.ErrorContains(t, err, "invalid config: relay.bach_size: unknown key; known keys under relay: batch_size, max_in_flight,")
+
+	_, err = load(t, "streams:\n  - name: A\n    subjects: [a]\n    replica: 3\n", nil)
+	requireConfigError(t, err, "streams[0].replica")
+
+	_, err = load(t, "colour: blue\n", nil)
+	requireConfigError(t, err, "colour")
+}
+
+func TestWrongType(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct{ yaml, key, value string }{
+		{"relay:\n  batch_size: many\n", "relay.batch_size", "many"},
+		{"relay:\n  poll_interval: 250\n", "relay.poll_interval", "250"},
+		{"relay:\n  delete_on_relay: maybe\n", "relay.delete_on_relay", "maybe"},
+		{"relay: 5\n", "relay", "5"},
+		{"shutdown_timeout: soon\n", "shutdown_timeout", "soon"},
+	} {
+		_, err := load(t, tc.yaml, nil)
+		e := requireConfigError(t, err, tc.key)
+		require.Equal(t, tc.value, e.Value)
+	}
+}
+
+func TestNegativeDurationRefused(t *testing.T) {
+	t.Parallel()
+
+	_, err := load(t, "relay:\n  backoff_initial: -1s\n", nil)
+	e := requireConfigError(t, err, "relay.backoff_initial")
+	require.Equal(t, `invalid config: relay.backoff_initial: "-1s": must be a positive duration such as 30s`, e.Error())
+
+	_, err = load(t, "", []string{"BRIDGE_SHUTDOWN_TIMEOUT=0s"})
+	requireConfigError(t, err, "shutdown_timeout")
+}
+
+func TestTimeoutOrder(t *testing.T) {
+	t.Parallel()
+
+	_, err := load(t, "relay:\n  publish_timeout: 30s\n  inflight_timeout: 30s\n", nil)
+	e := requireConfigError(t, err, "relay.publish_timeout")
+	require.Equal(t, "must be shorter than relay.ack_deadline (20s)", e.Allowed)
+
+	_, err = load(t, "relay:\n  ack_deadline: 40s\n", nil)
+	e = requireConfigError(t, err, "relay.ack_deadline")
+	require.Equal(t, "must be shorter than relay.inflight_timeout (30s)", e.Allowed)
+
+	_, err = load(t, "relay:\n  backoff_initial: 10m\n", nil)
+	requireConfigError(t, err, "relay.backoff_initial")
+}
+
+func TestTableName(t *testing.T) {
+	t.Parallel()
+
+	for _, bad := range []string{"out-box", "a.b.c", "1x", "x;drop", "", strings.Repeat("a", 64)} {
+		_, err := load(t, "", []string{"BRIDGE_DATABASE_TABLE=" + bad})
+		e := requireConfigError(t, err, "database.table")
+		require.Equal(t, bad, e.Value)
+		require.Contains(t, e.Allowed, "SQL identifier")
+	}
+	cfg, err := load(t, "", nil, "--table", "app.outbox")
+	require.NoError(t, err)
+	require.Equal(t, "app.outbox", cfg.Database.Table)
+}
+
+func TestValidateRefuses(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		key  string
+	}{
+		{"BatchSizeZero", func(c *Config) { c.Relay.BatchSize = 0 }, "relay.batch_size"},
+		{"BatchSizeHuge", func(c *Config) { c.Relay.BatchSize = 100001 }, "relay.batch_size"},
+		{"MaxInFlight", func(c *Config) { c.Relay.MaxInFlight = 0 }, "relay.max_in_flight"},
+		{"MaxAttempts", func(c *Config) { c.Relay.MaxAttempts = 0 }, "relay.max_attempts"},
+		{"DatabaseScheme", func(c *Config) { c.Database.URL = "oracle://u:p@h/db" }, "database.url"},
+		{"NATSScheme", func(c *Config) { c.NATS.URL = "nats://a:4222,http://b:4222" }, "nats.url"},
+		{"NATSListen", func(c *Config) { c.NATS.Listen = ":4222" }, "nats.listen"},
+		{"HTTPListen", func(c *Config) { c.HTTP.Listen = "8080" }, "http.listen"},
+		{"Guard", func(c *Config) { c.Dedup.Guard = "maybe" }, "dedup.guard"},
+		{"Source", func(c *Config) { c.Source = "kafka" }, "source"},
+		{"LogLevel", func(c *Config) { c.Log.Level = "trace" }, "log.level"},
+		{"LogFormat", func(c *Config) { c.Log.Format = "xml" }, "log.format"},
+		{"StreamName", func(c *Config) { c.Streams = []Stream{stream("A.B", "a")} }, "streams[0].name"},
+		{"StreamNoSubject", func(c *Config) { c.Streams = []Stream{stream("A")} }, "streams[0].subjects"},
+		{"StreamSubject", func(c *Config) { c.Streams = []Stream{stream("A", "a.>.b")} }, "streams[0].subjects[0]"},
+		{"StreamReplicas", func(c *Config) { s := stream("A", "a"); s.Replicas = 6; c.Streams = []Stream{s} }, "streams[0].replicas"},
+		{"StreamDuplicates", func(c *Config) { s := stream("A", "a"); s.Duplicates = time.Millisecond; c.Streams = []Stream{s} }, "streams[0].duplicates"},
+		{"StreamStorage", func(c *Config) { s := stream("A", "a"); s.Storage = "disk"; c.Streams = []Stream{s} }, "streams[0].storage"},
+		{"StreamDuplicateName", func(c *Config) { c.Streams = []Stream{stream("A", "a"), stream("A", "b")} }, "streams[1].name"},
+		{"TLSKeyWithoutCert", func(c *Config) { c.NATS.TLS.KeyFile = "/k.pem" }, "nats.tls.key_file"},
+		{"TwoAuthMethods", func(c *Config) { c.NATS.CredsFile = "/c"; c.NATS.Token = "t" }, "nats.token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := Default()
+			tc.edit(&c)
+			requireConfigError(t, c.Validate(), tc.key)
+		})
+	}
+
+	c := Default()
+	c.Database.URL = "postgres://u:secret@h/db?sslmode=x"
+	c.NATS.URL = "nats://a:4222, tls://b:4222"
+	c.HTTP.Listen = "127.0.0.1:9090"
+	c.Streams = []Stream{stream("ORDERS", "orders.*.created", "orders.>")}
+	require.NoError(t, c.Validate())
+
+	// The value of a bad database URL is redacted in the error.
+	c.Database.URL = "postgress://u:secret@h/db"
+	require.NotContains(t, c.Validate().Error(), "secret")
+}
+
+func stream(name string, subjects ...string) Stream {
+	return Stream{Name: name, Subjects: subjects, Duplicates: 2 * time.Minute, Replicas: 1, Storage: "file"}
+}
+
+func TestEnsureStream(t *testing.T) {
+	t.Parallel()
+
+	s, err := ParseStreamFlag("EVENTS:a.>,b.>")
+	require.NoError(t, err)
+	require.Equal(t, Stream{Name: "EVENTS", Subjects: []string{"a.>", "b.>"}, Duplicates: 2 * time.Minute, Replicas: 1, Storage: "file"}, s)
+
+	for _, bad := range []string{"EVENTS", "EVENTS:", ":a.>"} {
+		_, err := ParseStreamFlag(bad)
+		requireConfigError(t, err, "--ensure-stream")
+	}
+
+	const yaml = "streams:\n  - name: FROM_FILE\n    subjects: [x]\n"
+	cfg, err := load(t, yaml, nil, "--ensure-stream", "EVENTS:a.>,b.>", "--ensure-stream", "AUDIT:audit.>")
+	require.NoError(t, err)
+	require.Equal(t, []Stream{s, stream("AUDIT", "audit.>")}, cfg.Streams, "the flag replaces the file's streams")
+	require.Equal(t, cfg.Streams, cfg.EffectiveStreams())
+
+	cfg, err = load(t, yaml, nil)
+	require.NoError(t, err)
+	require.Equal(t, []Stream{stream("FROM_FILE", "x")}, cfg.Streams, "stream defaults fill the keys a file leaves out")
+
+	_, err = load(t, "", nil, "--ensure-stream", "BAD.NAME:x")
+	requireConfigError(t, err, "streams[0].name")
+}
+
+func TestRedacted(t *testing.T) {
+	t.Parallel()
+
+	c := Default()
+	c.Database.URL = "postgres://u:secret@h/db"
+	c.NATS.URL = "nats://nu:npass@a:4222,nats://tok@b:4222"
+	c.NATS.User = "nu"
+	c.NATS.Password = "npass"
+	c.NATS.Token = "ntoken"
+	c.NATS.CredsFile = "/etc/nats/user.creds"
+
+	r := c.Redacted()
+	require.Equal(t, "postgres://u:REDACTED@h/db", r.Database.URL)
+	require.Equal(t, "nats://nu:REDACTED@a:4222,nats://REDACTED@b:4222", r.NATS.URL)
+	require.Equal(t, "REDACTED", r.NATS.Password)
+	require.Equal(t, "REDACTED", r.NATS.Token)
+	require.Equal(t, "/etc/nats/user.creds", r.NATS.CredsFile, "file paths are not secrets")
+	require.Equal(t, "postgres://u:secret@h/db", c.Database.URL, "the original is unchanged")
+
+	out, err := r.YAML()
+	require.NoError(t, err)
+	for _, secret := range []string{"secret", "npass", "ntoken", "tok@"} {
+		require.NotContains(t, string(out), secret)
+	}
+
+	for in, want := range map[string]string{
+		"postgres://h/db?sslmode=require&password=pw":  "postgres://h/db?sslmode=require&password=REDACTED",
+		"postgres://u@h/db":                            "postgres://u@h/db",
+		"host=h user=u password='a b' dbname=d":        "host=h user=u password=REDACTED dbname=d",
+		"mysql://u:p@tcp(h:3306)/db?sslpassword=x&a=b": "mysql://u:REDACTED@tcp(h:3306)/db?sslpassword=REDACTED&a=b",
+		"sqlite:/var/lib/bridge/outbox.db":             "sqlite:/var/lib/bridge/outbox.db",
+	} {
+		c := Config{Database: Database{URL: in}}
+		require.Equal(t, want, c.Redacted().Database.URL, in)
+	}
+}
+
+func TestYAMLRoundTrip(t *testing.T) {
+	t.Parallel()
+
+	c := Default()
+	c.DataDir = "/var/lib/bridge"
+	c.Database = Database{URL: "postgres://u:p@db:5432/app?sslmode=disable", Table: "app.outbox"}
+	c.NATS = NATS{
+		URL: "nats://a:4222,nats://b:4222", Listen: "0.0.0.0:4222", User: "u", Password: "true",
+		TLS: TLS{CAFile: "/ca.pem", CertFile: "/c.pem", KeyFile: "/k.pem"},
+	}
+	c.Streams = []Stream{
+		{Name: "ORDERS", Subjects: []string{"orders.>", "refunds.*"}, Duplicates: 10 * time.Minute, Replicas: 3, Storage: "memory", MaxAge: 168 * time.Hour},
+	}
+	c.Relay.BatchSize = 100
+	c.Relay.PollInterval = 1500 * time.Millisecond
+	c.Relay.BackoffMax = 90 * time.Second
+	c.Relay.DeleteOnRelay = true
+	c.Relay.Owner = "pod-7"
+	c.Dedup = Dedup{Namespace: "orders", Guard: "warn", ReconcileMaxMessages: 5, ReconcileTimeout: time.Minute}
+	c.Source = "watermill-forwarder"
+	c.Watermill = Watermill{ForwarderTopic: "events", MsgIDMetadata: "idempotency_key"}
+	c.HTTP.Listen = "127.0.0.1:9090"
+	c.Log = Log{Level: "warn", Format: "json"}
+	c.ShutdownTimeout = 40 * time.Second
+	require.NoError(t, c.Validate())
+
+	for _, want := range []Config{c, Default()} {
+		out, err := want.YAML()
+		require.NoError(t, err)
+		got, err := load(t, string(out), nil)
+		require.NoError(t, err, string(out))
+		require.Equal(t, want, *got, string(out))
+	}
+}

@@ -1,0 +1,372 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// Bounds checked by Validate.
+const (
+	BatchSizeMax         = 100000
+	MaxInFlightMax       = 1000000
+	StreamReplicasMax    = 5
+	StreamDuplicatesMin  = 100 * time.Millisecond
+	DedupNamespaceMaxLen = 64
+	StreamNameMaxLen     = 255 // JSMaxNameLen of nats-server (server/jetstream_api.go)
+)
+
+const positiveDurationAllow = "must be a positive duration such as 30s"
+
+var (
+	// tableRE is an SQL identifier, optionally schema-qualified; 63 bytes is PostgreSQL's
+	// NAMEDATALEN-1, the shortest limit of the supported databases.
+	tableRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
+
+	// topicRE is the topic name watermill-sql accepts (disallowedTopicCharacters in
+	// watermill-sql pkg/sql/topic.go).
+	topicRE = regexp.MustCompile(`^[A-Za-z0-9\-$:._]+$`)
+
+	databaseSchemes = []string{"postgres://", "postgresql://", "mysql://", "sqlite:"}
+	natsSchemes     = []string{"nats", "tls", "ws", "wss"}
+)
+
+// Validate checks every key and returns the first bad one as an *Error naming the key, the
+// value and what is allowed. It also enforces publish_timeout < ack_deadline <
+// inflight_timeout and backoff_initial <= backoff_max.
+func (c *Config) Validate() error {
+	checks := []func() error{
+		c.validateTop,
+		c.validateDatabase,
+		c.validateNATS,
+		c.validateStreams,
+		c.validateRelay,
+		c.validateDedup,
+		c.validateSource,
+		c.validateServer,
+	}
+	for _, check := range checks {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Config) validateTop() error {
+	if strings.TrimSpace(c.DataDir) == "" {
+		return &Error{Key: "data_dir", Value: c.DataDir, Allowed: "must be a directory path"}
+	}
+	return nil
+}
+
+func (c *Config) validateDatabase() error {
+	if u := c.Database.URL; u != "" {
+		ok := false
+		for _, p := range databaseSchemes {
+			if strings.HasPrefix(u, p) && len(u) > len(p) {
+				ok = true
+			}
+		}
+		if ok && !strings.HasPrefix(u, "sqlite:") {
+			_, err := url.Parse(u)
+			ok = err == nil
+		}
+		if !ok {
+			return &Error{
+				Key:     "database.url",
+				Value:   redactURL(u, false),
+				Allowed: "must start with postgres://, postgresql://, mysql:// or sqlite: (sqlite:PATH), or be empty for sqlite:<data_dir>/outbox.db",
+			}
+		}
+	}
+	if !tableRE.MatchString(c.Database.Table) {
+		return &Error{
+			Key:     "database.table",
+			Value:   c.Database.Table,
+			Allowed: "must be an SQL identifier (a letter or _, then letters, digits or _, at most 63 characters), optionally schema-qualified as schema.table",
+		}
+	}
+	return nil
+}
+
+func (c *Config) validateNATS() error {
+	n := &c.NATS
+	if !c.EmbeddedNATS() && !validNATSURLs(n.URL) {
+		return &Error{
+			Key:     "nats.url",
+			Value:   redactURL(n.URL, true),
+			Allowed: "must be embedded or a comma-separated list of nats://, tls://, ws:// or wss:// URLs",
+		}
+	}
+	if !validHostPort(n.Listen, true) {
+		return &Error{Key: "nats.listen", Value: n.Listen, Allowed: "must be host:port such as 127.0.0.1:4222"}
+	}
+	type method struct{ key, value string }
+	var methods []method
+	for _, m := range []method{
+		{"nats.creds_file", n.CredsFile},
+		{"nats.nkey_seed_file", n.NkeySeedFile},
+		{"nats.user", n.User},
+		{"nats.token", n.Token},
+	} {
+		if m.value != "" {
+			methods = append(methods, m)
+		}
+	}
+	if len(methods) > 1 {
+		value := methods[1].value
+		if methods[1].key == "nats.token" {
+			value = redacted
+		}
+		return &Error{
+			Key:     methods[1].key,
+			Value:   value,
+			Allowed: "must not be set together with " + methods[0].key + ": choose one of creds_file, nkey_seed_file, user/password or token",
+		}
+	}
+	if n.Password != "" && n.User == "" {
+		return &Error{Key: "nats.password", Value: redacted, Allowed: "needs nats.user"}
+	}
+	if (n.TLS.CertFile == "") != (n.TLS.KeyFile == "") {
+		key, value, other := "nats.tls.cert_file", n.TLS.CertFile, "nats.tls.key_file"
+		if n.TLS.CertFile == "" {
+			key, value, other = other, n.TLS.KeyFile, key
+		}
+		return &Error{Key: key, Value: value, Allowed: "needs " + other + " (a client certificate takes both)"}
+	}
+	return nil
+}
+
+func validNATSURLs(s string) bool {
+	if strings.TrimSpace(s) == "" {
+		return false
+	}
+	for part := range strings.SplitSeq(s, ",") {
+		u, err := url.Parse(strings.TrimSpace(part))
+		if err != nil || u.Host == "" || !containsFold(natsSchemes, u.Scheme) {
+			return false
+		}
+	}
+	return true
+}
+
+func containsFold(list []string, s string) bool {
+	for _, v := range list {
+		if strings.EqualFold(v, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// validHostPort reports whether s is host:port with a numeric port 0-65535; the host may be
+// empty unless hostRequired.
+func validHostPort(s string, hostRequired bool) bool {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil || (hostRequired && host == "") || strings.ContainsFunc(host, unicode.IsSpace) {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= 0 && n <= 65535
+}
+
+func (c *Config) validateStreams() error {
+	seen := make(map[string]int)
+	for i, s := range c.Streams {
+		key := func(k string) string { return fmt.Sprintf("streams[%d].%s", i, k) }
+		if !validStreamName(s.Name) {
+			return &Error{
+				Key:     key("name"),
+				Value:   s.Name,
+				Allowed: "must be a JetStream stream name: 1 to 255 characters without spaces, '.', '*', '>', '/' or '\\'",
+			}
+		}
+		if j, dup := seen[s.Name]; dup {
+			return &Error{Key: key("name"), Value: s.Name, Allowed: fmt.Sprintf("must be unique; streams[%d] has the same name", j)}
+		}
+		seen[s.Name] = i
+		if len(s.Subjects) == 0 {
+			return &Error{Key: key("subjects"), Value: "", Allowed: "must list at least one subject"}
+		}
+		for j, sub := range s.Subjects {
+			if !validSubject(sub) {
+				return &Error{
+					Key:     fmt.Sprintf("streams[%d].subjects[%d]", i, j),
+					Value:   sub,
+					Allowed: "must be a NATS subject: dot-separated non-empty tokens without spaces; * and > only as whole tokens, > only last",
+				}
+			}
+		}
+		if s.Duplicates < StreamDuplicatesMin {
+			return &Error{Key: key("duplicates"), Value: fmtDuration(s.Duplicates), Allowed: "must be a duration of at least 100ms such as 2m"}
+		}
+		if s.Replicas < 1 || s.Replicas > StreamReplicasMax {
+			return &Error{Key: key("replicas"), Value: strconv.Itoa(s.Replicas), Allowed: "must be an integer from 1 to 5"}
+		}
+		if s.Storage != StorageFile && s.Storage != StorageMemory {
+			return &Error{Key: key("storage"), Value: s.Storage, Allowed: "must be one of file, memory"}
+		}
+		if s.MaxAge < 0 {
+			return &Error{Key: key("max_age"), Value: fmtDuration(s.MaxAge), Allowed: "must be 0 (no limit) or a positive duration such as 168h"}
+		}
+	}
+	return nil
+}
+
+// validStreamName follows nats.go jetstream validateStreamName and nats-server
+// isValidAssetName: not empty, no whitespace, '.', '*', '>', '/' or '\', at most
+// JSMaxNameLen bytes. Control characters are refused too.
+func validStreamName(s string) bool {
+	return s != "" && len(s) <= StreamNameMaxLen &&
+		!strings.ContainsAny(s, ".*>/\\") &&
+		!strings.ContainsFunc(s, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) })
+}
+
+// validSubject reports whether s is a NATS subject or subject filter.
+func validSubject(s string) bool {
+	if s == "" || strings.ContainsFunc(s, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
+		return false
+	}
+	tokens := strings.Split(s, ".")
+	for i, t := range tokens {
+		switch {
+		case t == "":
+			return false
+		case t == ">":
+			if i != len(tokens)-1 {
+				return false
+			}
+		case t == "*":
+		case strings.ContainsAny(t, "*>"):
+			return false
+		}
+	}
+	return true
+}
+
+func (c *Config) validateRelay() error {
+	r := &c.Relay
+	if r.BatchSize < 1 || r.BatchSize > BatchSizeMax {
+		return &Error{Key: "relay.batch_size", Value: strconv.Itoa(r.BatchSize), Allowed: "must be an integer from 1 to 100000"}
+	}
+	if r.MaxInFlight < 1 || r.MaxInFlight > MaxInFlightMax {
+		return &Error{Key: "relay.max_in_flight", Value: strconv.Itoa(r.MaxInFlight), Allowed: "must be an integer from 1 to 1000000"}
+	}
+	for _, d := range []struct {
+		key string
+		d   time.Duration
+	}{
+		{"relay.poll_interval", r.PollInterval},
+		{"relay.inflight_timeout", r.InflightTimeout},
+		{"relay.ack_deadline", r.AckDeadline},
+		{"relay.publish_timeout", r.PublishTimeout},
+	} {
+		if err := positive(d.key, d.d); err != nil {
+			return err
+		}
+	}
+	if r.MaxAttempts < 1 {
+		return &Error{Key: "relay.max_attempts", Value: strconv.Itoa(r.MaxAttempts), Allowed: "must be an integer of at least 1"}
+	}
+	for _, d := range []struct {
+		key string
+		d   time.Duration
+	}{
+		{"relay.backoff_initial", r.BackoffInitial},
+		{"relay.backoff_max", r.BackoffMax},
+		{"relay.retention", r.Retention},
+	} {
+		if err := positive(d.key, d.d); err != nil {
+			return err
+		}
+	}
+	if strings.TrimSpace(r.Owner) == "" {
+		return &Error{Key: "relay.owner", Value: r.Owner, Allowed: "must be a non-empty name, unique per replica, such as <hostname>-<pid>"}
+	}
+	if r.PublishTimeout >= r.AckDeadline {
+		return &Error{
+			Key:     "relay.publish_timeout",
+			Value:   fmtDuration(r.PublishTimeout),
+			Allowed: "must be shorter than relay.ack_deadline (" + fmtDuration(r.AckDeadline) + ")",
+		}
+	}
+	if r.AckDeadline >= r.InflightTimeout {
+		return &Error{
+			Key:     "relay.ack_deadline",
+			Value:   fmtDuration(r.AckDeadline),
+			Allowed: "must be shorter than relay.inflight_timeout (" + fmtDuration(r.InflightTimeout) + ")",
+		}
+	}
+	if r.BackoffInitial > r.BackoffMax {
+		return &Error{
+			Key:     "relay.backoff_initial",
+			Value:   fmtDuration(r.BackoffInitial),
+			Allowed: "must not be longer than relay.backoff_max (" + fmtDuration(r.BackoffMax) + ")",
+		}
+	}
+	return nil
+}
+
+func positive(key string, d time.Duration) error {
+	if d <= 0 {
+		return &Error{Key: key, Value: fmtDuration(d), Allowed: positiveDurationAllow}
+	}
+	return nil
+}
+
+func (c *Config) validateDedup() error {
+	d := &c.Dedup
+	if len(d.Namespace) > DedupNamespaceMaxLen ||
+		strings.ContainsFunc(d.Namespace, func(r rune) bool { return r < 0x21 || r > 0x7e }) {
+		return &Error{Key: "dedup.namespace", Value: d.Namespace, Allowed: "must be empty or at most 64 visible ASCII characters"}
+	}
+	if err := oneOf("dedup.guard", d.Guard, GuardRefuse, GuardWarn, GuardOff); err != nil {
+		return err
+	}
+	if d.ReconcileMaxMessages < 1 {
+		return &Error{Key: "dedup.reconcile_max_messages", Value: strconv.Itoa(d.ReconcileMaxMessages), Allowed: "must be an integer of at least 1"}
+	}
+	return positive("dedup.reconcile_timeout", d.ReconcileTimeout)
+}
+
+func (c *Config) validateSource() error {
+	if err := oneOf("source", c.Source, SourceTable, SourceWatermillForwarder); err != nil {
+		return err
+	}
+	if !topicRE.MatchString(c.Watermill.ForwarderTopic) {
+		return &Error{
+			Key:     "watermill.forwarder_topic",
+			Value:   c.Watermill.ForwarderTopic,
+			Allowed: "must be a watermill-sql topic: letters, digits, -, $, :, . or _",
+		}
+	}
+	return nil
+}
+
+func (c *Config) validateServer() error {
+	if !validHostPort(c.HTTP.Listen, false) {
+		return &Error{Key: "http.listen", Value: c.HTTP.Listen, Allowed: "must be host:port or :port such as :8080"}
+	}
+	if err := oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error"); err != nil {
+		return err
+	}
+	if err := oneOf("log.format", c.Log.Format, LogFormatAuto, LogFormatJSON, LogFormatText); err != nil {
+		return err
+	}
+	return positive("shutdown_timeout", c.ShutdownTimeout)
+}
+
+func oneOf(key, value string, allowed ...string) error {
+	for _, a := range allowed {
+		if value == a {
+			return nil
+		}
+	}
+	return &Error{Key: key, Value: value, Allowed: "must be one of " + strings.Join(allowed, ", ")}
+}

@@ -1,0 +1,49 @@
+package forwarder
+
+import (
+	"errors"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Error classes, as stored in metrics and logs.
+const (
+	ClassRetryable = "retryable"
+	ClassPermanent = "permanent"
+)
+
+// JetStream API error codes that retrying cannot fix (nats-server
+// server/errors.json): the message itself, the stream or the producer's
+// expectations are wrong.
+var permanentCodes = map[jetstream.ErrorCode]bool{
+	10054: true, // JSStreamMessageExceedsMaximumErr: message size exceeds the stream's max_msg_size
+	10097: true, // JSStreamHeaderExceedsMaximumErr: header size exceeds maximum
+	10060: true, // JSStreamMismatchErr: expected stream does not match
+	10109: true, // JSStreamSealedErr: stream is sealed
+	10071: true, // JSStreamWrongLastSequenceErr: wrong last sequence
+	10164: true, // JSStreamWrongLastSequenceConstantErr
+	10070: true, // JSStreamWrongLastMsgIDErr: wrong last msg ID
+}
+
+// Classify reports whether retrying a failed publish cannot help.
+// Permanent: the payload is over the server's max_payload
+// (nats.ErrMaxPayload, checked by the client), an invalid subject or
+// header (nats.ErrBadSubject, nats.ErrBadHeaderMsg), or one of the
+// JetStream API error codes above. Everything else is retryable: timeouts
+// and disconnects (outcome unknown: the row is published again with the
+// same Nats-Msg-Id), no stream for the subject (jetstream.ErrNoStreamResponse),
+// 503 no responders, leader changes, "duplicate message id is in process"
+// (10158), too many requests (10167), insufficient resources (10023),
+// not leader (10009), stream offline (10118), stream full with
+// discard-new (10077).
+func Classify(err error) string {
+	if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrBadHeaderMsg) {
+		return ClassPermanent
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && permanentCodes[apiErr.ErrorCode] {
+		return ClassPermanent
+	}
+	return ClassRetryable
+}

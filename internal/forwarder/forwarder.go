@@ -1,0 +1,112 @@
+package forwarder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+
+	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/sink"
+)
+
+// CloseTimeoutDefault bounds the router's wait for running handlers at
+// shutdown.
+const CloseTimeoutDefault = 25 * time.Second
+
+// Config configures a Forwarder.
+type Config struct {
+	// CloseTimeout bounds how long Run waits, after its context ends, for
+	// handlers to finish and the subscriber to drain. Defaults to 25s.
+	CloseTimeout time.Duration
+}
+
+// Forwarder connects an outbox subscriber to a JetStream publisher with a
+// Watermill router.
+type Forwarder struct {
+	router *message.Router
+	pub    *sink.Publisher
+	logger *slog.Logger
+}
+
+// NewPublisherMarshaler is the marshaler that turns the subscriber's
+// messages into NATS messages; give it to sink.New.
+func NewPublisherMarshaler() sink.Marshaler { return rowMarshaler{} }
+
+// New builds the router: one handler from sub (topic = table name) to pub,
+// with middlewares, outermost first: error classification, then panic
+// recovery.
+func New(sub *outbox.Subscriber, table string, pub *sink.Publisher, logger *slog.Logger, cfg Config) (*Forwarder, error) {
+	if cfg.CloseTimeout == 0 {
+		cfg.CloseTimeout = CloseTimeoutDefault
+	}
+	wlog := watermill.NewSlogLoggerWithLevelMapping(logger.With(slog.String("component", "watermill")), map[slog.Level]slog.Level{
+		// Watermill logs every message and handler at info; keep those at debug.
+		slog.LevelInfo: slog.LevelDebug,
+	})
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: cfg.CloseTimeout}, wlog)
+	if err != nil {
+		return nil, fmt.Errorf("create router: %w", err)
+	}
+	f := &Forwarder{router: router, pub: pub, logger: logger}
+	// First added is outermost: classification sees recovered panics too.
+	router.AddMiddleware(f.classify, middleware.Recoverer)
+	router.AddConsumerHandler("outbox_to_jetstream", table, sub, f.handle)
+	return f, nil
+}
+
+// handle publishes one row's message and records its PubAck.
+func (f *Forwarder) handle(msg *message.Message) error {
+	ack, err := f.pub.PublishMsg(msg.Context(), outbox.Subject(msg), msg)
+	if err != nil {
+		return err
+	}
+	outbox.SetPublished(msg, ack.Stream, ack.Sequence, ack.Duplicate)
+	return nil
+}
+
+// classify records a handler error on the message for the subscriber.
+func (f *Forwarder) classify(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		out, err := h(msg)
+		if err != nil {
+			outbox.SetFailed(msg, err, Classify(err) == ClassPermanent)
+		}
+		return out, err
+	}
+}
+
+// Run relays until ctx ends, then stops claiming, waits for publishes in
+// progress (at most CloseTimeout), flushes marks and returns nil. It
+// returns an error when the router stops by itself.
+func (f *Forwarder) Run(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() {
+		// The router gets a context that is not cancelled by shutdown: a
+		// cancelled context would abort publishes that should finish.
+		errc <- f.router.Run(context.WithoutCancel(ctx))
+	}()
+	select {
+	case <-ctx.Done():
+		f.logger.Info("relay stopping: draining publishes in progress")
+		closeErr := f.router.Close()
+		runErr := <-errc
+		if err := errors.Join(runErr, closeErr); err != nil {
+			return fmt.Errorf("stop relay: %w", err)
+		}
+		return f.pub.Close()
+	case err := <-errc:
+		if err == nil {
+			err = errors.New("router stopped unexpectedly")
+		}
+		return fmt.Errorf("relay: %w", err)
+	}
+}
+
+// Running is closed once the router runs.
+func (f *Forwarder) Running() <-chan struct{} { return f.router.Running() }

@@ -1,0 +1,271 @@
+package forwarder_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/outbox-bridge/bridge/internal/bridgetest"
+	"github.com/outbox-bridge/bridge/internal/dedup"
+	"github.com/outbox-bridge/bridge/internal/forwarder"
+	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/sink"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// database/sql keeps a connection opener per pool until Close;
+		// pgx and modernc have package-level workers.
+		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
+		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+	)
+}
+
+// bundle is one outbox table and one NATS server with stream EVENTS on
+// events.>.
+type bundle struct {
+	db    *outbox.DB // the relay's connection
+	store *outbox.Store
+	prod  *sql.DB // producers' own connection
+	nats  *bridgetest.NATS
+	js    jetstream.JetStream
+}
+
+func setup(t *testing.T, kind string) *bundle {
+	t.Helper()
+	ctx := context.Background()
+	var url, table string
+	switch kind {
+	case "sqlite":
+		url, table = bridgetest.SQLiteURL(t), "outbox"
+	case "postgres":
+		url, table = bridgetest.PostgresTable(t)
+	}
+	db, err := outbox.Open(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	_, err = outbox.Migrate(ctx, db, table)
+	require.NoError(t, err)
+	store, err := outbox.NewStore(db, table)
+	require.NoError(t, err)
+	prod, err := outbox.Open(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(func() { prod.Close() })
+
+	n := bridgetest.StartNATS(t)
+	_, js := n.JetStream(t)
+	bridgetest.CreateStream(t, js, "EVENTS", "events.>")
+	return &bundle{db: db, store: store, prod: prod.SQL, nats: n, js: js}
+}
+
+type relay struct {
+	sub  *outbox.Subscriber
+	stop func()
+}
+
+// startRelay runs a relay over b until the test ends or stop is called.
+func (b *bundle) startRelay(t *testing.T, owner string) *relay {
+	t.Helper()
+	logger := testLogger()
+	sub, err := outbox.NewSubscriber(b.store, logger, outbox.SubscriberConfig{
+		Owner: owner, BatchSize: 200, MaxInFlight: 500, PollInterval: 20 * time.Millisecond,
+		BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		DrainTimeout: 5 * time.Second,
+	})
+	require.NoError(t, err)
+	nc, err := nats.Connect(b.nats.URL(), nats.MaxReconnects(-1))
+	require.NoError(t, err)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(5*time.Second), jetstream.WithPublishAsyncMaxPending(1000))
+	require.NoError(t, err)
+	pub, err := sink.New(js, sink.Config{Marshaler: forwarder.NewPublisherMarshaler()})
+	require.NoError(t, err)
+	fwd, err := forwarder.New(sub, b.store.Table(), pub, logger, forwarder.Config{CloseTimeout: 10 * time.Second})
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- fwd.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			require.NoError(t, <-done)
+			nc.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return &relay{sub: sub, stop: stop}
+}
+
+func testLogger() *slog.Logger {
+	if testing.Verbose() && os.Getenv("BRIDGE_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// insertSQL is the plain INSERT a producer in any language runs.
+func (b *bundle) insertSQL() string {
+	q := "INSERT INTO " + b.store.Table() + " (idempotency_key, subject, payload, headers, ordering_key) VALUES (?, ?, ?, ?, ?)"
+	if b.db.Dialect() == "postgres" {
+		q = "INSERT INTO " + b.store.Table() + " (idempotency_key, subject, payload, headers, ordering_key) VALUES ($1, $2, $3, $4, $5)"
+	}
+	return q
+}
+
+type produced struct {
+	key, subject string
+	payload      []byte
+	headers      map[string][]string
+	orderingKey  string
+}
+
+// waitDone waits until n rows are done.
+func (b *bundle) waitDone(t *testing.T, n int64) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		st, err := b.store.Stats(context.Background(), 0)
+		require.NoError(t, err)
+		return st.Rows[outbox.StatusDone] == n
+	}, 120*time.Second, 20*time.Millisecond)
+}
+
+func payloadFor(i int) []byte {
+	switch i % 7 {
+	case 0:
+		return []byte{}
+	case 1:
+		b := make([]byte, 64)
+		_, _ = rand.Read(b)
+		return b
+	case 2:
+		return []byte("nul\x00in\x00the\x00middle")
+	case 3:
+		return []byte("invalid utf-8: \xff\xfe\xc3\x28")
+	default:
+		return []byte(fmt.Sprintf(`{"order":%d}`, i))
+	}
+}
+
+func TestRelayDeliversEveryRowOnce(t *testing.T) {
+	for _, kind := range []string{"sqlite", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, kind)
+			const producers, perProducer, perTx = 8, 1250, 25
+			big := bytes.Repeat([]byte{0xAB, 0x00, 'x'}, 256*1024/3+1)[:256*1024]
+
+			var mu sync.Mutex
+			want := map[string]produced{}
+			relay := b.startRelay(t, "relay-1")
+
+			var wg sync.WaitGroup
+			for p := range producers {
+				wg.Go(func() {
+					for start := 0; start < perProducer; start += perTx {
+						tx, err := b.prod.Begin()
+						require.NoError(t, err)
+						var rows []produced
+						for i := start; i < start+perTx; i++ {
+							n := p*perProducer + i
+							r := produced{
+								key:     fmt.Sprintf("p%d-%d", p, i),
+								subject: fmt.Sprintf("events.p%d", p),
+								payload: payloadFor(n),
+								headers: map[string][]string{"X-Row": {strconv.Itoa(n)}, "X-Multi": {"a", "b"}},
+							}
+							if n == 4242 {
+								r.payload = big
+								r.key = "key with spaces and ünïcode " + strconv.Itoa(n)
+							}
+							if i%4 == 0 {
+								r.orderingKey = fmt.Sprintf("order-%d", n%10)
+							}
+							hdr, _ := json.Marshal(map[string]any{"X-Row": strconv.Itoa(n), "X-Multi": []string{"a", "b"}})
+							var ok sql.NullString
+							if r.orderingKey != "" {
+								ok = sql.NullString{String: r.orderingKey, Valid: true}
+							}
+							_, err := tx.Exec(b.insertSQL(), r.key, r.subject, r.payload, string(hdr), ok)
+							require.NoError(t, err)
+							rows = append(rows, r)
+						}
+						require.NoError(t, tx.Commit())
+						mu.Lock()
+						for _, r := range rows {
+							want[dedup.MsgID("", r.key)] = r
+						}
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			total := producers * perProducer
+			b.waitDone(t, int64(total))
+			relay.stop()
+
+			msgs := bridgetest.Messages(t, b.js, "EVENTS")
+			require.Len(t, msgs, total)
+			seen := map[string]bool{}
+			lastIDPerKey := map[string]int64{}
+			seqOfRow := map[int64]uint64{}
+			for _, m := range msgs {
+				id := m.Headers().Get(jetstream.MsgIDHeader)
+				require.False(t, seen[id], "message %s twice", id)
+				seen[id] = true
+				r, ok := want[id]
+				require.True(t, ok, "unexpected Nats-Msg-Id %q", id)
+				require.Equal(t, r.subject, m.Subject())
+				require.True(t, bytes.Equal(r.payload, m.Data()), "payload of %s differs", r.key)
+				require.Equal(t, r.key, m.Headers().Get("Outbox-Idempotency-Key"))
+				require.Equal(t, r.headers["X-Row"], m.Headers()["X-Row"])
+				require.Equal(t, []string{"a", "b"}, m.Headers()["X-Multi"])
+				require.Equal(t, "1", m.Headers().Get("Outbox-Attempt"))
+				_, err := time.Parse(time.RFC3339Nano, m.Headers().Get("Outbox-Created-At"))
+				require.NoError(t, err)
+				rowID, err := strconv.ParseInt(m.Headers().Get("Outbox-Id"), 10, 64)
+				require.NoError(t, err)
+				meta, err := m.Metadata()
+				require.NoError(t, err)
+				seqOfRow[rowID] = meta.Sequence.Stream
+				if r.orderingKey != "" {
+					require.Greater(t, rowID, lastIDPerKey[r.orderingKey], "ordering key %s out of order", r.orderingKey)
+					lastIDPerKey[r.orderingKey] = rowID
+				}
+			}
+
+			rows, err := b.db.SQL.Query("SELECT id, status, relayed_at IS NOT NULL, stream, stream_seq FROM " + b.store.Table())
+			require.NoError(t, err)
+			defer rows.Close()
+			var count int
+			for rows.Next() {
+				var id, seq int64
+				var status, stream string
+				var relayed bool
+				require.NoError(t, rows.Scan(&id, &status, &relayed, &stream, &seq))
+				require.Equal(t, "done", status)
+				require.True(t, relayed)
+				require.Equal(t, "EVENTS", stream)
+				require.Equal(t, seqOfRow[id], uint64(seq), "stream_seq of row %d", id)
+				count++
+			}
+			require.NoError(t, rows.Err())
+			require.Equal(t, total, count)
+		})
+	}
+}

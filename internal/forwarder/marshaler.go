@@ -1,0 +1,35 @@
+package forwarder
+
+import (
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+
+	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/sink"
+)
+
+// rowMarshaler builds the NATS message of an outbox row (DESIGN.md, "NATS
+// message produced from a row"): data = payload unchanged; the row's own
+// headers; then Nats-Msg-Id and the Outbox-* headers, which a row cannot
+// set (the subscriber dead-letters rows that try).
+type rowMarshaler struct{}
+
+var _ sink.Marshaler = rowMarshaler{}
+
+func (rowMarshaler) Marshal(subject string, msg *message.Message) (*nats.Msg, error) {
+	m := nats.NewMsg(subject)
+	m.Data = msg.Payload
+	user, err := outbox.UserHeaders(msg)
+	if err != nil {
+		return nil, err
+	}
+	for name, values := range user {
+		// Assigned as written, not canonicalised: consumers see the row's
+		// header names byte for byte.
+		m.Header[name] = values
+	}
+	for _, name := range outbox.RelayHeaders {
+		m.Header.Set(name, msg.Metadata.Get(name))
+	}
+	return m, nil
+}

@@ -1,0 +1,52 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"time"
+
+	"github.com/pressly/goose/v3"
+)
+
+//go:embed migrations
+var migrationFiles embed.FS
+
+// dialect holds what differs between databases: SQL text, batch marks and
+// error codes. A reader finds a database's SQL in dialect_<name>.go.
+type dialect interface {
+	name() string
+	goose() goose.Dialect
+	// indexName is how CREATE INDEX names an index of table t.
+	indexName(t tableName, suffix string) string
+	// sqlFor renders the statements for table t.
+	sqlFor(t tableName) statements
+	markDone(ctx context.Context, db *sql.DB, s *statements, owner string, done []Done, del bool) (int64, error)
+	markFailed(ctx context.Context, db *sql.DB, s *statements, owner string, failures []Failure) (int64, error)
+	isUndefinedTable(err error) bool
+	isUniqueViolation(err error) bool
+}
+
+// statements are the rendered SQL of one table. Placeholders are the
+// dialect's own ($1 or ?).
+type statements struct {
+	// claim(owner, limit) returns claimed rows.
+	claim string
+	// requeue(olderThan) moves stale in_flight rows to failed.
+	requeue string
+	// stats() returns status, count, oldest created_at, and the database now.
+	stats string
+	// recentErrors(limit) returns id, status, attempts, last_error.
+	recentErrors string
+	// insert(key, subject, payload, headers, ordering_key) returns id, or no row when the key exists.
+	insert string
+	// probe selects every column of the table and no row.
+	probe string
+	// markDone, deleteDone, markFailed are per-row statements for dialects
+	// without array parameters, or batch statements with them.
+	markDone, deleteDone, markFailed string
+}
+
+const columnList = "id, idempotency_key, subject, payload, headers, ordering_key, status, attempts, last_error, owner, available_at, claimed_at, first_claimed_at, created_at, relayed_at, stream, stream_seq"
+
+func micros(d time.Duration) int64 { return d.Microseconds() }

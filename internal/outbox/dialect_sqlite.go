@@ -1,0 +1,147 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/pressly/goose/v3"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// sqliteDialect targets SQLite 3.35+ (RETURNING). SQLite has one writer at a
+// time, so a claim is a single UPDATE … RETURNING without SKIP LOCKED; marks
+// run one prepared statement per row inside one transaction.
+type sqliteDialect struct{}
+
+// sqliteNow is the database clock as stored: UTC, RFC 3339, milliseconds.
+const sqliteNow = `strftime('%Y-%m-%dT%H:%M:%fZ', 'now')`
+
+// sqliteNowPlus adds a signed number of seconds (the statement's parameter)
+// to sqliteNow.
+const sqliteNowPlus = `strftime('%Y-%m-%dT%H:%M:%fZ', 'now', printf('%+.6f seconds', ?))`
+
+func (sqliteDialect) name() string         { return "sqlite" }
+func (sqliteDialect) goose() goose.Dialect { return goose.DialectSQLite3 }
+
+// SQLite qualifies the index, not the table, with the schema.
+func (sqliteDialect) indexName(t tableName, suffix string) string {
+	if t.schema == "" {
+		return t.name + "_" + suffix + "_idx"
+	}
+	return t.schema + "." + t.name + "_" + suffix + "_idx"
+}
+
+func (sqliteDialect) sqlFor(t tableName) statements {
+	T := t.String()
+	return statements{
+		claim: `UPDATE ` + T + ` SET status = 'in_flight', owner = ?, claimed_at = ` + sqliteNow + `,
+	first_claimed_at = COALESCE(first_claimed_at, ` + sqliteNow + `), attempts = attempts + 1
+WHERE id IN (
+	SELECT o.id FROM ` + T + ` o
+	WHERE o.status IN ('pending', 'failed') AND o.available_at <= ` + sqliteNow + `
+	  AND (o.ordering_key IS NULL OR NOT EXISTS (
+		SELECT 1 FROM ` + T + ` e
+		WHERE e.ordering_key = o.ordering_key AND e.id < o.id
+		  AND e.status IN ('pending', 'in_flight', 'failed')))
+	ORDER BY o.id
+	LIMIT ?)
+RETURNING id, idempotency_key, subject, payload, headers, ordering_key, attempts, created_at, claimed_at`,
+		requeue: `UPDATE ` + T + ` SET status = 'failed', owner = NULL, available_at = ` + sqliteNow + `,
+	last_error = 'requeued after inflight timeout'
+WHERE status = 'in_flight' AND claimed_at < ` + sqliteNowPlus,
+		stats:        `SELECT status, count(*), min(created_at), ` + sqliteNow + ` FROM ` + T + ` GROUP BY status`,
+		recentErrors: `SELECT id, status, attempts, last_error FROM ` + T + ` WHERE status IN ('failed', 'permanent_failed') ORDER BY id DESC LIMIT ?`,
+		insert: `INSERT INTO ` + T + ` (idempotency_key, subject, payload, headers, ordering_key)
+VALUES (?, ?, ?, ?, ?) ON CONFLICT (idempotency_key) DO NOTHING RETURNING id`,
+		probe: `SELECT ` + columnList + ` FROM ` + T + ` WHERE 0`,
+		markDone: `UPDATE ` + T + ` SET status = 'done', relayed_at = ` + sqliteNow + `, owner = NULL,
+	stream = ?, stream_seq = ?, last_error = NULL
+WHERE id = ? AND attempts = ? AND status = 'in_flight' AND owner = ?`,
+		deleteDone: `DELETE FROM ` + T + ` WHERE id = ? AND attempts = ? AND status = 'in_flight' AND owner = ?`,
+		markFailed: `UPDATE ` + T + ` SET status = ?, last_error = ?, owner = NULL,
+	available_at = ` + sqliteNowPlus + `, attempts = attempts - ?
+WHERE id = ? AND attempts = ? AND status = 'in_flight' AND owner = ?`,
+	}
+}
+
+func (sqliteDialect) markDone(ctx context.Context, db *sql.DB, s *statements, owner string, done []Done, del bool) (int64, error) {
+	query := s.markDone
+	if del {
+		query = s.deleteDone
+	}
+	return sqliteEach(ctx, db, query, len(done), func(i int) []any {
+		d := done[i]
+		if del {
+			return []any{d.ID, d.Attempt, owner}
+		}
+		return []any{d.Stream, int64(d.Seq), d.ID, d.Attempt, owner}
+	})
+}
+
+func (sqliteDialect) markFailed(ctx context.Context, db *sql.DB, s *statements, owner string, failures []Failure) (int64, error) {
+	return sqliteEach(ctx, db, s.markFailed, len(failures), func(i int) []any {
+		f := failures[i]
+		refund := 0
+		if f.Refund {
+			refund = 1
+		}
+		return []any{string(f.status()), SanitizeError(f.Err), f.Backoff.Seconds(), refund, f.ID, f.Attempt, owner}
+	})
+}
+
+// sqliteEach runs query once per row inside one transaction and returns
+// the number of rows it changed.
+func sqliteEach(ctx context.Context, db *sql.DB, query string, n int, args func(i int) []any) (_ int64, err error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	stmt, err := tx.PrepareContext(ctx, query)
+	if err != nil {
+		return 0, err
+	}
+	defer stmt.Close()
+	var total int64
+	for i := 0; i < n; i++ {
+		res, err := stmt.ExecContext(ctx, args(i)...)
+		if err != nil {
+			return 0, err
+		}
+		changed, err := res.RowsAffected()
+		if err != nil {
+			return 0, err
+		}
+		total += changed
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("commit: %w", err)
+	}
+	return total, nil
+}
+
+func (sqliteDialect) isUndefinedTable(err error) bool {
+	// SQLite reports a missing table only as SQLITE_ERROR with this text;
+	// there is no narrower code (https://sqlite.org/rescode.html#error).
+	return sqliteCode(err) == sqlite3.SQLITE_ERROR && strings.Contains(err.Error(), "no such table")
+}
+
+func (sqliteDialect) isUniqueViolation(err error) bool {
+	return sqliteCode(err) == sqlite3.SQLITE_CONSTRAINT_UNIQUE
+}
+
+func sqliteCode(err error) int {
+	var e *sqlite.Error
+	if errors.As(err, &e) {
+		return e.Code()
+	}
+	return 0
+}

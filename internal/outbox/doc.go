@@ -1,0 +1,27 @@
+// Package outbox reads a transactional outbox table and turns its rows into
+// Watermill messages.
+//
+// A producer writes its business rows and one outbox row per event in the
+// same local transaction. The relay claims committed rows with a lease
+// (status in_flight, owner, claimed_at from the database clock), emits each
+// as a *message.Message through Subscriber, and settles the row when the
+// message is acked (done, with the stream and sequence of the PubAck) or
+// nacked (failed with backoff, or permanent_failed: a dead letter).
+//
+// Main types:
+//   - DB: an open outbox database (PostgreSQL or SQLite) and its dialect.
+//   - Store: the table's operations: Claim, MarkDone, MarkFailed,
+//     RequeueInflightOlderThan, Stats, Enqueue.
+//   - Subscriber: a Watermill message.Subscriber over a Store.
+//
+// Guarantees:
+//   - A claim is one short transaction (FOR UPDATE SKIP LOCKED on
+//     PostgreSQL), so several relays can share one table; no transaction is
+//     held while a message is published.
+//   - Every mark is fenced by status, owner and attempt number: a relay whose
+//     lease was taken over cannot overwrite the new owner's result.
+//   - A row with an ordering key is not claimed while an earlier row (smaller
+//     id) of the same key is pending, in_flight or failed, so per key at most
+//     one row is in flight and rows are published in id order.
+//   - Times (leases, backoff) come from the database clock.
+package outbox

@@ -1,0 +1,111 @@
+package outbox
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// Header names the relay sets on every message. A row's headers may not set
+// them (case-insensitively): a row that tries is a dead letter, so a row can
+// never change its own Nats-Msg-Id.
+const (
+	HeaderMsgID          = "Nats-Msg-Id"
+	HeaderID             = "Outbox-Id"
+	HeaderIdempotencyKey = "Outbox-Idempotency-Key"
+	HeaderCreatedAt      = "Outbox-Created-At"
+	HeaderAttempt        = "Outbox-Attempt"
+)
+
+var reservedHeaders = []string{HeaderMsgID, HeaderID, HeaderIdempotencyKey, HeaderCreatedAt, HeaderAttempt}
+
+// ParseHeaders decodes the headers column: a JSON object whose values are
+// strings or arrays of strings. It returns the headers in NATS form (a name
+// maps to its values, in order; names kept as written).
+//
+// It fails when the JSON is not such an object, when a name is not an HTTP
+// token (RFC 9110 section 5.6.2), when a value holds CR, LF or NUL (they
+// would inject headers), or when a name is one the relay sets. An empty
+// column and "null" mean no headers.
+func ParseHeaders(raw []byte) (map[string][]string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, fmt.Errorf("headers must be a JSON object of string or string-array values: %w", err)
+	}
+	if len(obj) == 0 {
+		return nil, nil
+	}
+	out := make(map[string][]string, len(obj))
+	for name, value := range obj {
+		if err := checkHeaderName(name); err != nil {
+			return nil, err
+		}
+		values, err := headerValues(name, value)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = values
+	}
+	return out, nil
+}
+
+func checkHeaderName(name string) error {
+	if name == "" {
+		return fmt.Errorf("header name is empty")
+	}
+	for i := 0; i < len(name); i++ {
+		if !isTokenChar(name[i]) {
+			return fmt.Errorf("header name %q: byte %q is not allowed; names are HTTP tokens (letters, digits, !#$%%&'*+-.^_`|~)", name, name[i])
+		}
+	}
+	for _, reserved := range reservedHeaders {
+		if strings.EqualFold(name, reserved) {
+			return fmt.Errorf("header %q is set by the relay and may not be set by a row", name)
+		}
+	}
+	return nil
+}
+
+func headerValues(name string, raw json.RawMessage) ([]string, error) {
+	var one string
+	if err := json.Unmarshal(raw, &one); err == nil {
+		return []string{one}, checkHeaderValue(name, one)
+	}
+	var many []string
+	if err := json.Unmarshal(raw, &many); err != nil {
+		return nil, fmt.Errorf("header %q: value %s is neither a string nor an array of strings", name, truncate(string(raw), 64))
+	}
+	for _, v := range many {
+		if err := checkHeaderValue(name, v); err != nil {
+			return nil, err
+		}
+	}
+	return many, nil
+}
+
+func checkHeaderValue(name, v string) error {
+	if strings.ContainsAny(v, "\r\n\x00") {
+		return fmt.Errorf("header %q: value contains CR, LF or NUL", name)
+	}
+	return nil
+}
+
+func isTokenChar(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

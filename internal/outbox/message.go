@@ -1,0 +1,98 @@
+package outbox
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/outbox-bridge/bridge/internal/dedup"
+)
+
+// Metadata keys of the messages a Subscriber emits. The keys that name NATS
+// headers (Nats-Msg-Id, Outbox-*) are set on every message; the others
+// starting with "_outbox_" carry the rest of the row and, once the handler
+// is done, its result.
+const (
+	metaSubject   = "_outbox_subject"
+	metaHeaders   = "_outbox_headers"
+	metaStream    = "_outbox_stream"
+	metaSeq       = "_outbox_stream_seq"
+	metaDuplicate = "_outbox_duplicate"
+	metaError     = "_outbox_error"
+	metaPermanent = "_outbox_permanent"
+)
+
+// newMessage turns a claimed row into a Watermill message. The message UUID
+// is the row's Nats-Msg-Id.
+func newMessage(row Row, headers map[string][]string, namespace string) (*message.Message, error) {
+	msgID := dedup.MsgID(namespace, row.IdempotencyKey)
+	msg := message.NewMessage(msgID, row.Payload)
+	msg.Metadata.Set(metaSubject, row.Subject)
+	msg.Metadata.Set(HeaderMsgID, msgID)
+	msg.Metadata.Set(HeaderID, strconv.FormatInt(row.ID, 10))
+	msg.Metadata.Set(HeaderIdempotencyKey, row.IdempotencyKey)
+	msg.Metadata.Set(HeaderCreatedAt, row.CreatedAt.UTC().Format(time.RFC3339Nano))
+	msg.Metadata.Set(HeaderAttempt, strconv.Itoa(row.Attempt))
+	if len(headers) > 0 {
+		encoded, err := json.Marshal(headers)
+		if err != nil {
+			return nil, err
+		}
+		msg.Metadata.Set(metaHeaders, string(encoded))
+	}
+	return msg, nil
+}
+
+// Subject is the NATS subject of a message emitted by a Subscriber.
+func Subject(msg *message.Message) string { return msg.Metadata.Get(metaSubject) }
+
+// RelayHeaders are the headers the relay sets on every message, in this
+// order: Nats-Msg-Id, Outbox-Id, Outbox-Idempotency-Key, Outbox-Created-At
+// (RFC 3339, UTC), Outbox-Attempt.
+var RelayHeaders = reservedHeaders
+
+// UserHeaders returns the row's own headers of a message emitted by a
+// Subscriber (validated at claim time), or nil.
+func UserHeaders(msg *message.Message) (map[string][]string, error) {
+	raw := msg.Metadata.Get(metaHeaders)
+	if raw == "" {
+		return nil, nil
+	}
+	var h map[string][]string
+	if err := json.Unmarshal([]byte(raw), &h); err != nil {
+		return nil, errors.New("outbox message headers metadata is corrupt")
+	}
+	return h, nil
+}
+
+// SetPublished records the PubAck of msg; the Subscriber stores it when msg
+// is acked.
+func SetPublished(msg *message.Message, stream string, seq uint64, duplicate bool) {
+	msg.Metadata.Set(metaStream, stream)
+	msg.Metadata.Set(metaSeq, strconv.FormatUint(seq, 10))
+	msg.Metadata.Set(metaDuplicate, strconv.FormatBool(duplicate))
+}
+
+// SetFailed records why msg failed and whether retrying can help; the
+// Subscriber stores it when msg is nacked. A nack without it counts as a
+// retryable failure.
+func SetFailed(msg *message.Message, err error, permanent bool) {
+	msg.Metadata.Set(metaError, err.Error())
+	msg.Metadata.Set(metaPermanent, strconv.FormatBool(permanent))
+}
+
+func published(msg *message.Message) (stream string, seq uint64, duplicate bool) {
+	seq, _ = strconv.ParseUint(msg.Metadata.Get(metaSeq), 10, 64)
+	return msg.Metadata.Get(metaStream), seq, msg.Metadata.Get(metaDuplicate) == "true"
+}
+
+func failed(msg *message.Message) (reason string, permanent bool) {
+	reason = msg.Metadata.Get(metaError)
+	if reason == "" {
+		reason = "handler nacked the message without a reason"
+	}
+	return reason, msg.Metadata.Get(metaPermanent) == "true"
+}

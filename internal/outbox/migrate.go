@@ -1,0 +1,111 @@
+package outbox
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
+	"text/template"
+
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/database"
+)
+
+// MigrationResult reports one applied migration.
+type MigrationResult struct {
+	Version int64
+}
+
+// Migrate creates or upgrades the outbox table and its indexes to the
+// newest schema version, with goose. The migrations are the numbered SQL
+// files embedded from migrations/<dialect>/, rendered for the table name;
+// goose records applied versions in the table "<table>_migrations".
+// It returns the migrations applied now (none when up to date).
+func Migrate(ctx context.Context, db *DB, table string) ([]MigrationResult, error) {
+	p, err := newMigrationProvider(db, table)
+	if err != nil {
+		return nil, err
+	}
+	results, err := p.Up(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrate outbox table %s: %w", table, err)
+	}
+	out := make([]MigrationResult, 0, len(results))
+	for _, r := range results {
+		out = append(out, MigrationResult{Version: r.Source.Version})
+	}
+	return out, nil
+}
+
+func newMigrationProvider(db *DB, table string) (*goose.Provider, error) {
+	t, err := ParseTableName(table)
+	if err != nil {
+		return nil, err
+	}
+	migrations, err := renderMigrations(db.dialect, t)
+	if err != nil {
+		return nil, err
+	}
+	store, err := database.NewStore(db.dialect.goose(), t.String()+"_migrations")
+	if err != nil {
+		return nil, fmt.Errorf("migration store: %w", err)
+	}
+	return goose.NewProvider("", db.SQL, nil,
+		goose.WithStore(store),
+		goose.WithDisableGlobalRegistry(true),
+		goose.WithGoMigrations(migrations...),
+	)
+}
+
+// renderMigrations turns the dialect's embedded SQL files into goose
+// migrations for table t. Files are named NNNNN_what.sql; {{.Table}},
+// {{.Name}} and {{.Index "suffix"}} are replaced.
+func renderMigrations(d dialect, t tableName) ([]*goose.Migration, error) {
+	dir := "migrations/" + d.name()
+	entries, err := fs.ReadDir(migrationFiles, dir)
+	if err != nil {
+		return nil, fmt.Errorf("read embedded migrations: %w", err)
+	}
+	data := migrationData{Table: t.String(), Name: t.name, dialect: d, table: t}
+	var out []*goose.Migration
+	for _, e := range entries {
+		version, err := strconv.ParseInt(strings.SplitN(e.Name(), "_", 2)[0], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("embedded migration %s: name must start with a version number", e.Name())
+		}
+		text, err := fs.ReadFile(migrationFiles, dir+"/"+e.Name())
+		if err != nil {
+			return nil, err
+		}
+		tmpl, err := template.New(e.Name()).Parse(string(text))
+		if err != nil {
+			return nil, fmt.Errorf("embedded migration %s: %w", e.Name(), err)
+		}
+		var sqlText bytes.Buffer
+		if err := tmpl.Execute(&sqlText, data); err != nil {
+			return nil, fmt.Errorf("embedded migration %s: %w", e.Name(), err)
+		}
+		stmt := sqlText.String()
+		up := &goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, stmt)
+			return err
+		}}
+		out = append(out, goose.NewGoMigration(version, up, nil))
+	}
+	return out, nil
+}
+
+// migrationData is what a migration template sees.
+type migrationData struct {
+	// Table is the (optionally schema-qualified) table name; Name is
+	// without the schema.
+	Table, Name string
+	dialect     dialect
+	table       tableName
+}
+
+// Index names an index of the table: {{.Index "claimable"}}.
+func (m migrationData) Index(suffix string) string { return m.dialect.indexName(m.table, suffix) }

@@ -1,0 +1,154 @@
+package outbox
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// settleBatchMax bounds the rows written by one settlement flush.
+const settleBatchMax = 1000
+
+// settlement is the outcome of one claimed row.
+type settlement struct {
+	row       Row
+	done      bool
+	stream    string
+	seq       uint64
+	duplicate bool
+	err       string
+	permanent bool
+	refund    bool
+}
+
+// settleLoop writes settlements in batches: it blocks for the first, takes
+// whatever else is already queued, writes them, and repeats. Under load
+// batches grow; when idle a settlement is written at once.
+func (s *Subscriber) settleLoop() {
+	batch := make([]settlement, 0, settleBatchMax)
+	for first := range s.settleCh {
+		batch = append(batch[:0], first)
+	fill:
+		for len(batch) < settleBatchMax {
+			select {
+			case st, ok := <-s.settleCh:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, st)
+			default:
+				break fill
+			}
+		}
+		s.flush(batch)
+		s.outstanding.Add(-int64(len(batch)))
+		s.Wake()
+	}
+}
+
+// flush writes one batch, retrying while the database is unreachable.
+func (s *Subscriber) flush(batch []settlement) {
+	var done []Done
+	var failures []Failure
+	var duplicates int64
+	for _, st := range batch {
+		if st.done {
+			done = append(done, Done{ID: st.row.ID, Attempt: st.row.Attempt, Stream: st.stream, Seq: st.seq})
+			if st.duplicate {
+				duplicates++
+			}
+			continue
+		}
+		failures = append(failures, s.failure(st))
+	}
+	s.retry(len(batch), func() error { return s.writeDone(done, duplicates) })
+	s.retry(len(batch), func() error { return s.writeFailures(failures) })
+}
+
+// retry runs write until it succeeds, waiting longer after each failure. It
+// gives up only when hardCtx ends; unwritten rows then stay in_flight and
+// in-flight recovery requeues them after their lease.
+func (s *Subscriber) retry(rows int, write func() error) {
+	for wait := 100 * time.Millisecond; ; wait = min(wait*2, 5*time.Second) {
+		err := write()
+		if err == nil {
+			return
+		}
+		if s.hardCtx.Err() != nil {
+			s.logger.Error("settlements not written; rows stay in_flight until their lease expires",
+				slog.Int("rows", rows), slog.Any("error", err))
+			return
+		}
+		s.logger.Error("write settlements", slog.Int("rows", rows), slog.Any("error", err), slog.Duration("retry_in", wait))
+		select {
+		case <-time.After(wait):
+		case <-s.hardCtx.Done():
+		}
+	}
+}
+
+func (s *Subscriber) writeDone(done []Done, duplicates int64) error {
+	if len(done) == 0 {
+		return nil
+	}
+	n, err := s.store.MarkDone(s.hardCtx, s.cfg.Owner, done, s.cfg.DeleteOnRelay)
+	if err != nil {
+		return err
+	}
+	s.Counters.Relayed.Add(n)
+	s.Counters.Deduplicated.Add(duplicates)
+	s.fenced(len(done), n)
+	return nil
+}
+
+func (s *Subscriber) writeFailures(failures []Failure) error {
+	if len(failures) == 0 {
+		return nil
+	}
+	n, err := s.store.MarkFailed(s.hardCtx, s.cfg.Owner, failures)
+	if err != nil {
+		return err
+	}
+	for _, f := range failures {
+		switch {
+		case f.Permanent:
+			s.Counters.Dead.Add(1)
+		case f.Refund:
+			s.Counters.Released.Add(1)
+		default:
+			s.Counters.Failed.Add(1)
+		}
+	}
+	s.fenced(len(failures), n)
+	return nil
+}
+
+// fenced counts and logs marks that matched no row: another relay took
+// the lease over (requeue after inflight_timeout, then a new claim), and
+// its result wins.
+func (s *Subscriber) fenced(want int, got int64) {
+	if lost := int64(want) - got; lost > 0 {
+		s.Counters.Fenced.Add(lost)
+		s.logger.Warn("marks matched no row: lease lost to in-flight recovery", slog.Int64("rows", lost))
+	}
+}
+
+// failure turns a failed settlement into the row's next state.
+func (s *Subscriber) failure(st settlement) Failure {
+	f := Failure{ID: st.row.ID, Attempt: st.row.Attempt, Err: st.err, Permanent: st.permanent, Refund: st.refund}
+	switch {
+	case f.Permanent, f.Refund:
+	case st.row.Attempt >= s.cfg.MaxAttempts:
+		f.Permanent = true
+		f.Err = fmt.Sprintf("gave up after %d attempts (relay.max_attempts); last error: %s", st.row.Attempt, st.err)
+	default:
+		f.Backoff = s.backoff(st.row.Attempt)
+	}
+	if f.Permanent {
+		s.logger.Warn("row is a dead letter", slog.Int64("row_id", f.ID), slog.Int("attempt", f.Attempt), slog.String("error", f.Err))
+	} else if !f.Refund {
+		s.logger.Info("publish failed, will retry", slog.Int64("row_id", f.ID), slog.Int("attempt", f.Attempt),
+			slog.Duration("backoff", f.Backoff), slog.String("error", f.Err))
+	}
+	return f
+}

@@ -1,0 +1,249 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// ErrNoTable is returned (wrapped) when the outbox table or one of its
+// columns does not exist: the schema was never migrated.
+var ErrNoTable = errors.New("outbox table missing or not migrated")
+
+// Store runs the outbox table's statements. It is safe for concurrent use.
+type Store struct {
+	db    *DB
+	table tableName
+	sql   statements
+}
+
+// NewStore returns a Store for table (an SQL identifier, optionally
+// schema-qualified) in db. It does not touch the database; see CheckSchema.
+func NewStore(db *DB, table string) (*Store, error) {
+	t, err := ParseTableName(table)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{db: db, table: t, sql: db.dialect.sqlFor(t)}, nil
+}
+
+// Table is the table name as configured.
+func (s *Store) Table() string { return s.table.String() }
+
+// DB is the database the store reads.
+func (s *Store) DB() *DB { return s.db }
+
+// CheckSchema verifies that the table exists with every column of the
+// contract. Errors: ErrNoTable (wrapped, saying to run `bridge migrate`).
+func (s *Store) CheckSchema(ctx context.Context) error {
+	rows, err := s.db.SQL.QueryContext(ctx, s.sql.probe)
+	if err == nil {
+		return rows.Close()
+	}
+	if s.db.dialect.isUndefinedTable(err) || isMissingColumn(err) {
+		return fmt.Errorf("%w: table %q in %s: %v; create it with `bridge migrate` (same --database-url and --table)", ErrNoTable, s.table.String(), s.db.Redacted, err)
+	}
+	return fmt.Errorf("check outbox table %s: %w", s.table, err)
+}
+
+func isMissingColumn(err error) bool {
+	// PostgreSQL: SQLSTATE 42703 undefined_column.
+	return pgCode(err) == "42703"
+}
+
+// Claim leases up to limit claimable rows to owner and returns them in id
+// order. A row is claimable when it is pending or failed, its available_at
+// has passed on the database clock, and no earlier row of its ordering key
+// is pending, in_flight or failed. Claimed rows become in_flight with
+// claimed_at = now() and attempts + 1. One statement, one short transaction.
+func (s *Store) Claim(ctx context.Context, owner string, limit int) ([]Row, error) {
+	rows, err := s.db.SQL.QueryContext(ctx, s.sql.claim, owner, limit)
+	if err != nil {
+		return nil, fmt.Errorf("claim outbox rows: %w", err)
+	}
+	defer rows.Close()
+	var out []Row
+	for rows.Next() {
+		var r Row
+		var headers sql.NullString
+		if err := rows.Scan(&r.ID, &r.IdempotencyKey, &r.Subject, &r.Payload, &headers, &r.OrderingKey,
+			&r.Attempt, dbTime{&r.CreatedAt}, dbTime{&r.ClaimedAt}); err != nil {
+			return nil, fmt.Errorf("claim outbox rows: scan: %w", err)
+		}
+		if r.Payload == nil {
+			r.Payload = []byte{}
+		}
+		r.Headers = []byte(headers.String)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim outbox rows: %w", err)
+	}
+	slices.SortFunc(out, func(a, b Row) int { return int(a.ID - b.ID) })
+	return out, nil
+}
+
+// MarkDone records PubAcks: each row becomes done with relayed_at = now(),
+// stream and stream_seq, or is deleted when del is true
+// (relay.delete_on_relay). Only rows still in_flight under owner with the
+// same attempt change; it returns how many did. A smaller count means the
+// lease of the others was taken over (fencing), not an error.
+func (s *Store) MarkDone(ctx context.Context, owner string, done []Done, del bool) (int64, error) {
+	if len(done) == 0 {
+		return 0, nil
+	}
+	n, err := s.db.dialect.markDone(ctx, s.db.SQL, &s.sql, owner, done, del)
+	if err != nil {
+		return 0, fmt.Errorf("mark %d outbox rows done: %w", len(done), err)
+	}
+	return n, nil
+}
+
+// MarkFailed records failed attempts: each row becomes failed (claimable
+// again at now() + Backoff) or permanent_failed, with last_error. Fenced
+// like MarkDone; it returns how many rows changed.
+func (s *Store) MarkFailed(ctx context.Context, owner string, failures []Failure) (int64, error) {
+	if len(failures) == 0 {
+		return 0, nil
+	}
+	n, err := s.db.dialect.markFailed(ctx, s.db.SQL, &s.sql, owner, failures)
+	if err != nil {
+		return 0, fmt.Errorf("mark %d outbox rows failed: %w", len(failures), err)
+	}
+	return n, nil
+}
+
+// RequeueInflightOlderThan is in-flight recovery: rows in_flight whose lease
+// started more than timeout ago (database clock) become failed, claimable
+// at once, with last_error "requeued after inflight timeout" and owner
+// cleared; attempts are kept. It returns how many rows moved.
+//
+// A requeue proves only that no result was recorded in time, not that the
+// publish failed: the next publish carries the same Nats-Msg-Id.
+func (s *Store) RequeueInflightOlderThan(ctx context.Context, timeout time.Duration) (int, error) {
+	var arg any = micros(timeout)
+	if s.db.dialect.name() == "sqlite" {
+		arg = -timeout.Seconds()
+	}
+	res, err := s.db.SQL.ExecContext(ctx, s.sql.requeue, arg)
+	if err != nil {
+		return 0, fmt.Errorf("requeue in-flight outbox rows: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}
+
+// Stats is a snapshot of the table.
+type Stats struct {
+	// Rows per status; every status is present.
+	Rows map[Status]int64
+	// OldestPending is the age of the oldest pending row on the database
+	// clock; zero when none is pending.
+	OldestPending time.Duration
+	// RecentErrors are the newest failed and permanent_failed rows.
+	RecentErrors []RowError
+}
+
+// RowError is a row whose last attempt failed.
+type RowError struct {
+	ID        int64
+	Status    Status
+	Attempts  int
+	LastError string
+}
+
+// Stats counts rows per status and lists up to recent rows in error.
+func (s *Store) Stats(ctx context.Context, recent int) (Stats, error) {
+	st := Stats{Rows: make(map[Status]int64, len(Statuses))}
+	for _, status := range Statuses {
+		st.Rows[status] = 0
+	}
+	rows, err := s.db.SQL.QueryContext(ctx, s.sql.stats)
+	if err != nil {
+		return st, fmt.Errorf("count outbox rows: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var status string
+		var n int64
+		var oldest, now time.Time
+		if err := rows.Scan(&status, &n, dbTime{&oldest}, dbTime{&now}); err != nil {
+			return st, fmt.Errorf("count outbox rows: scan: %w", err)
+		}
+		st.Rows[Status(status)] = n
+		if Status(status) == StatusPending && !oldest.IsZero() {
+			st.OldestPending = max(now.Sub(oldest), 0)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return st, fmt.Errorf("count outbox rows: %w", err)
+	}
+	if recent <= 0 {
+		return st, nil
+	}
+	errRows, err := s.db.SQL.QueryContext(ctx, s.sql.recentErrors, recent)
+	if err != nil {
+		return st, fmt.Errorf("list failed outbox rows: %w", err)
+	}
+	defer errRows.Close()
+	for errRows.Next() {
+		var e RowError
+		var msg sql.NullString
+		if err := errRows.Scan(&e.ID, &e.Status, &e.Attempts, &msg); err != nil {
+			return st, fmt.Errorf("list failed outbox rows: scan: %w", err)
+		}
+		e.LastError = msg.String
+		st.RecentErrors = append(st.RecentErrors, e)
+	}
+	return st, errRows.Err()
+}
+
+// Entry is a row to insert.
+type Entry struct {
+	IdempotencyKey string
+	Subject        string
+	Payload        []byte
+	// Headers is a JSON object of string or string-array values; empty means {}.
+	Headers     []byte
+	OrderingKey string // empty means none
+}
+
+// ErrAlreadyEnqueued is returned by Enqueue when a row with the same
+// idempotency key exists.
+var ErrAlreadyEnqueued = errors.New("already enqueued")
+
+// Enqueue inserts one row in its own transaction and returns its id. The
+// subject and headers are validated first, so a row that could never be
+// published is refused here. Errors: ErrAlreadyEnqueued when the key
+// exists; a validation error naming the bad input.
+func (s *Store) Enqueue(ctx context.Context, e Entry) (int64, error) {
+	if err := CheckSubject(e.Subject); err != nil {
+		return 0, err
+	}
+	headers := e.Headers
+	if len(headers) == 0 {
+		headers = []byte("{}")
+	}
+	if _, err := ParseHeaders(headers); err != nil {
+		return 0, err
+	}
+	if e.Payload == nil {
+		e.Payload = []byte{}
+	}
+	var ordering sql.NullString
+	if e.OrderingKey != "" {
+		ordering = sql.NullString{String: e.OrderingKey, Valid: true}
+	}
+	var id int64
+	err := s.db.SQL.QueryRowContext(ctx, s.sql.insert, e.IdempotencyKey, e.Subject, e.Payload, string(headers), ordering).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("idempotency key %q: %w", e.IdempotencyKey, ErrAlreadyEnqueued)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("insert outbox row: %w", err)
+	}
+	return id, nil
+}

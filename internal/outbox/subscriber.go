@@ -1,0 +1,421 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Defaults of SubscriberConfig.
+const (
+	BatchSizeDefault       = 500
+	MaxInFlightDefault     = 2000
+	PollIntervalDefault    = 250 * time.Millisecond
+	InflightTimeoutDefault = 30 * time.Second
+	AckDeadlineDefault     = 20 * time.Second
+	MaxAttemptsDefault     = 20
+	BackoffInitialDefault  = time.Second
+	BackoffMaxDefault      = 5 * time.Minute
+	DrainTimeoutDefault    = 20 * time.Second
+)
+
+// ErrClosed is returned by Subscribe after Close.
+var ErrClosed = errors.New("outbox subscriber closed")
+
+// SubscriberConfig configures a Subscriber.
+type SubscriberConfig struct {
+	// Owner names this relay in the owner column of the rows it leases.
+	// Required.
+	Owner string
+	// BatchSize is the most rows one claim takes. Defaults to 500.
+	BatchSize int
+	// MaxInFlight bounds the messages emitted and not yet settled. Defaults
+	// to 2000.
+	MaxInFlight int
+	// PollInterval is the wait after a claim that found fewer rows than it
+	// asked for. A settled row or Wake ends the wait early. Defaults to 250ms.
+	PollInterval time.Duration
+	// InflightTimeout is the lease length: in_flight rows older than this
+	// are requeued at the start of every tick. Defaults to 30s.
+	InflightTimeout time.Duration
+	// AckDeadline is how long an emitted message may stay neither acked nor
+	// nacked; then it is settled as a retryable failure. Must be shorter
+	// than InflightTimeout. Defaults to 20s.
+	AckDeadline time.Duration
+	// MaxAttempts is the number of attempts after which a retryable failure
+	// becomes permanent_failed. Defaults to 20.
+	MaxAttempts int
+	// BackoffInitial and BackoffMax bound the exponential backoff (with
+	// jitter) of retryable failures. Default to 1s and 5m.
+	BackoffInitial, BackoffMax time.Duration
+	// DeleteOnRelay deletes a row at its PubAck instead of marking it done.
+	// Defaults to false.
+	DeleteOnRelay bool
+	// Namespace prefixes every Nats-Msg-Id (see dedup.MsgID). Defaults to "".
+	Namespace string
+	// DrainTimeout bounds how long Close waits for emitted messages to be
+	// acked or nacked; the rest are released (failed, claimable at once,
+	// attempt refunded). Defaults to 20s.
+	DrainTimeout time.Duration
+	// CanClaim, when set, is asked before every claim; while it returns
+	// false nothing is claimed (the relay's network probe). Defaults to nil:
+	// always claim.
+	CanClaim func() bool
+}
+
+func (c *SubscriberConfig) setDefaults() {
+	setDefault(&c.BatchSize, BatchSizeDefault)
+	setDefault(&c.MaxInFlight, MaxInFlightDefault)
+	setDefault(&c.PollInterval, PollIntervalDefault)
+	setDefault(&c.InflightTimeout, InflightTimeoutDefault)
+	setDefault(&c.AckDeadline, AckDeadlineDefault)
+	setDefault(&c.MaxAttempts, MaxAttemptsDefault)
+	setDefault(&c.BackoffInitial, BackoffInitialDefault)
+	setDefault(&c.BackoffMax, BackoffMaxDefault)
+	setDefault(&c.DrainTimeout, DrainTimeoutDefault)
+}
+
+func setDefault[T comparable](field *T, def T) {
+	var zero T
+	if *field == zero {
+		*field = def
+	}
+}
+
+func (c *SubscriberConfig) validate() error {
+	switch {
+	case c.Owner == "":
+		return errors.New("invalid config: Owner: must not be empty")
+	case c.BatchSize < 1:
+		return fmt.Errorf("invalid config: BatchSize: %d: must be at least 1", c.BatchSize)
+	case c.MaxInFlight < 1:
+		return fmt.Errorf("invalid config: MaxInFlight: %d: must be at least 1", c.MaxInFlight)
+	case c.AckDeadline >= c.InflightTimeout:
+		return fmt.Errorf("invalid config: AckDeadline: %s: must be shorter than InflightTimeout (%s)", c.AckDeadline, c.InflightTimeout)
+	case c.BackoffInitial > c.BackoffMax:
+		return fmt.Errorf("invalid config: BackoffInitial: %s: must not exceed BackoffMax (%s)", c.BackoffInitial, c.BackoffMax)
+	}
+	return nil
+}
+
+// Counters are running totals of a Subscriber, safe to read at any time.
+type Counters struct {
+	Relayed      atomic.Int64 // rows marked done (or deleted) after a PubAck
+	Deduplicated atomic.Int64 // of those, PubAcks with Duplicate set
+	Failed       atomic.Int64 // retryable failures recorded
+	Dead         atomic.Int64 // rows moved to permanent_failed
+	Released     atomic.Int64 // rows given back unsettled at shutdown
+	Requeued     atomic.Int64 // rows moved by in-flight recovery
+	Fenced       atomic.Int64 // marks that matched no row: the lease was lost
+	Claimed      atomic.Int64 // rows claimed
+}
+
+// Subscriber is a Watermill message.Subscriber over an outbox table. One
+// Subscribe call per Subscriber; the topic is informational (the table).
+//
+// It claims rows in ticks (in-flight recovery, then a claim of up to
+// BatchSize rows while fewer than MaxInFlight messages are unsettled),
+// emits one message per row, and settles each row when its message is
+// acked (done) or nacked or past AckDeadline (failed or permanent_failed).
+// Settlements are written in batches.
+type Subscriber struct {
+	store  *Store
+	cfg    SubscriberConfig
+	logger *slog.Logger
+
+	// Counters are the subscriber's running totals.
+	Counters Counters
+
+	outstanding atomic.Int64
+	wake        chan struct{}
+	settleCh    chan settlement
+
+	closing      chan struct{}
+	drainExpired chan struct{}
+	done         chan struct{}
+	closeOnce    sync.Once
+	subscribed   atomic.Bool
+
+	// hardCtx is the context of emitted messages and of settlement writes;
+	// it ends only when a drain gives up.
+	hardCtx    context.Context
+	hardCancel context.CancelFunc
+}
+
+var _ message.Subscriber = (*Subscriber)(nil)
+
+// NewSubscriber returns a Subscriber over store. The config is copied;
+// zero fields take their defaults. Errors: "invalid config: <field>: <why>".
+func NewSubscriber(store *Store, logger *slog.Logger, cfg SubscriberConfig) (*Subscriber, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	hardCtx, hardCancel := context.WithCancel(context.Background())
+	return &Subscriber{
+		store:        store,
+		cfg:          cfg,
+		logger:       logger.With(slog.String("component", "outbox"), slog.String("table", store.Table())),
+		wake:         make(chan struct{}, 1),
+		settleCh:     make(chan settlement, cfg.MaxInFlight),
+		closing:      make(chan struct{}),
+		drainExpired: make(chan struct{}),
+		done:         make(chan struct{}),
+		hardCtx:      hardCtx,
+		hardCancel:   hardCancel,
+	}, nil
+}
+
+// Subscribe starts claiming and returns the channel of emitted messages. It
+// is closed after ctx ends or Close is called and every emitted message was
+// settled or released. Errors: ErrClosed; an error when called twice.
+func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	select {
+	case <-s.closing:
+		return nil, ErrClosed
+	default:
+	}
+	if !s.subscribed.CompareAndSwap(false, true) {
+		return nil, errors.New("outbox subscriber: Subscribe called twice; one Subscriber serves one handler")
+	}
+	out := make(chan *message.Message)
+	settled := make(chan struct{})
+	go func() {
+		defer close(settled)
+		s.settleLoop()
+	}()
+	go func() {
+		select {
+		case <-ctx.Done():
+			s.beginClose()
+		case <-s.done:
+		}
+	}()
+	go func() {
+		defer close(s.done)
+		defer close(out)
+		s.claimLoop(out)
+		s.drain()
+		close(s.settleCh)
+		<-settled
+		s.hardCancel()
+	}()
+	return out, nil
+}
+
+// Wake ends the current poll wait early, e.g. on a database notification.
+func (s *Subscriber) Wake() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Close stops claiming, waits up to DrainTimeout for emitted messages to be
+// settled, releases the rest, flushes marks and closes the message channel.
+// It is idempotent and safe to call concurrently.
+func (s *Subscriber) Close() error {
+	s.beginClose()
+	if s.subscribed.Load() {
+		<-s.done
+	} else {
+		s.hardCancel()
+	}
+	return nil
+}
+
+func (s *Subscriber) beginClose() {
+	s.closeOnce.Do(func() { close(s.closing) })
+}
+
+func (s *Subscriber) isClosing() bool {
+	select {
+	case <-s.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// claimLoop runs ticks until closing.
+func (s *Subscriber) claimLoop(out chan<- *message.Message) {
+	ctx, cancel := context.WithCancel(s.hardCtx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+
+	var failures int
+	for !s.isClosing() {
+		full, err := s.tick(ctx, out)
+		switch {
+		case err != nil && s.isClosing():
+			return
+		case err != nil:
+			failures++
+			wait := min(s.cfg.PollInterval*time.Duration(1<<min(failures, 6)), 30*time.Second)
+			s.logger.Error("relay tick failed", slog.Any("error", err), slog.Duration("retry_in", wait))
+			s.sleep(wait)
+		case full:
+			failures = 0
+		default:
+			failures = 0
+			s.sleep(s.cfg.PollInterval)
+		}
+	}
+}
+
+// tick recovers stale leases, then claims as many rows as there is room
+// for and emits them. It reports whether the claim was full, i.e. more rows
+// may be waiting.
+func (s *Subscriber) tick(ctx context.Context, out chan<- *message.Message) (full bool, err error) {
+	room := s.cfg.MaxInFlight - int(s.outstanding.Load())
+	if room <= 0 {
+		return false, nil // a settlement wakes the loop
+	}
+	if s.cfg.CanClaim != nil && !s.cfg.CanClaim() {
+		return false, nil
+	}
+	requeued, err := s.store.RequeueInflightOlderThan(ctx, s.cfg.InflightTimeout)
+	if err != nil {
+		return false, err
+	}
+	if requeued > 0 {
+		s.Counters.Requeued.Add(int64(requeued))
+		s.logger.Warn("requeued in-flight rows past their lease", slog.Int("rows", requeued), slog.Duration("inflight_timeout", s.cfg.InflightTimeout))
+	}
+	limit := min(s.cfg.BatchSize, room)
+	rows, err := s.store.Claim(ctx, s.cfg.Owner, limit)
+	if err != nil {
+		return false, err
+	}
+	s.Counters.Claimed.Add(int64(len(rows)))
+	for i, row := range rows {
+		if !s.emit(row, out) {
+			s.release(rows[i:])
+			return false, nil
+		}
+	}
+	return len(rows) == limit, nil
+}
+
+// emit hands one row to the router, or settles it at once when the row can
+// never be published. It returns false when closing interrupted it; the row
+// was then not emitted.
+func (s *Subscriber) emit(row Row, out chan<- *message.Message) bool {
+	headers, err := ParseHeaders(row.Headers)
+	if err == nil {
+		err = CheckSubject(row.Subject)
+	}
+	var msg *message.Message
+	if err == nil {
+		msg, err = newMessage(row, headers, s.cfg.Namespace)
+	}
+	if err != nil {
+		s.outstanding.Add(1)
+		s.settleCh <- settlement{row: row, err: err.Error(), permanent: true}
+		return true
+	}
+	msg.SetContext(s.hardCtx)
+	s.outstanding.Add(1)
+	select {
+	case out <- msg:
+		go s.watch(row, msg)
+		return true
+	case <-s.closing:
+		s.outstanding.Add(-1)
+		return false
+	}
+}
+
+// watch waits for the outcome of one emitted message.
+func (s *Subscriber) watch(row Row, msg *message.Message) {
+	deadline := time.NewTimer(s.cfg.AckDeadline)
+	defer deadline.Stop()
+	st := settlement{row: row}
+	select {
+	case <-msg.Acked():
+		st.done = true
+		st.stream, st.seq, st.duplicate = published(msg)
+	case <-msg.Nacked():
+		st.err, st.permanent = failed(msg)
+	case <-deadline.C:
+		st.err = fmt.Sprintf("no ack or nack within ack deadline %s; publish outcome unknown", s.cfg.AckDeadline)
+	case <-s.drainExpired:
+		st.err, st.refund = "released at shutdown before the publish outcome was known", true
+	}
+	s.settleCh <- st
+}
+
+// release gives rows that were claimed but not emitted back at once.
+func (s *Subscriber) release(rows []Row) {
+	for _, row := range rows {
+		s.outstanding.Add(1)
+		s.settleCh <- settlement{row: row, err: "released at shutdown before publishing", refund: true}
+	}
+}
+
+// drain waits for every emitted message to settle, up to DrainTimeout;
+// then makes the stragglers release themselves and waits a little more for
+// those writes.
+func (s *Subscriber) drain() {
+	timer := time.NewTimer(s.cfg.DrainTimeout)
+	defer timer.Stop()
+	for s.outstanding.Load() > 0 {
+		select {
+		case <-s.wake:
+		case <-timer.C:
+			s.logger.Warn("drain timeout: releasing unsettled rows", slog.Int64("rows", s.outstanding.Load()), slog.Duration("drain_timeout", s.cfg.DrainTimeout))
+			close(s.drainExpired)
+			s.waitSettled(5 * time.Second)
+			return
+		}
+	}
+}
+
+func (s *Subscriber) waitSettled(limit time.Duration) {
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	for s.outstanding.Load() > 0 {
+		select {
+		case <-s.wake:
+		case <-timer.C:
+			s.logger.Error("giving up on settling rows; they stay in_flight until their lease expires", slog.Int64("rows", s.outstanding.Load()))
+			s.hardCancel()
+			return
+		}
+	}
+}
+
+func (s *Subscriber) sleep(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.wake:
+	case <-s.closing:
+	}
+}
+
+// backoff is the delay before attempt+1: BackoffInitial doubled per
+// attempt, capped at BackoffMax, then scaled by a random factor in
+// [0.5, 1) so that failing rows spread out.
+func (s *Subscriber) backoff(attempt int) time.Duration {
+	d := s.cfg.BackoffInitial
+	for i := 1; i < attempt && d < s.cfg.BackoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, s.cfg.BackoffMax)
+	return time.Duration(float64(d) * (0.5 + rand.Float64()/2))
+}

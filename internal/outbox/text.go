@@ -1,0 +1,66 @@
+package outbox
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// MaxErrorLen is the longest last_error stored, in bytes (2 KiB).
+const MaxErrorLen = 2048
+
+// SanitizeError makes any error text storable in a text column: NUL bytes
+// become `\x00`, bytes that are not valid UTF-8 become `\xNN`, and text
+// longer than MaxErrorLen bytes is cut at a rune boundary and ends in "…".
+// PostgreSQL refuses NUL in text and invalid UTF-8 in a UTF-8 database; a
+// failure path that cannot store its own error would loop forever.
+func SanitizeError(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == 0:
+			b.WriteString(`\x00`)
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+		if b.Len() > MaxErrorLen {
+			break
+		}
+	}
+	out := b.String()
+	if len(out) <= MaxErrorLen {
+		return out
+	}
+	cut := MaxErrorLen - len("…")
+	for cut > 0 && !utf8.RuneStart(out[cut]) {
+		cut--
+	}
+	return out[:cut] + "…"
+}
+
+// CheckSubject reports whether subject can be published to: non-empty,
+// dot-separated tokens that are not empty, no whitespace or control bytes,
+// and no wildcards ("*" or ">" tokens).
+func CheckSubject(subject string) error {
+	if subject == "" {
+		return fmt.Errorf("subject is empty")
+	}
+	for i := 0; i < len(subject); i++ {
+		if c := subject[i]; c <= ' ' || c == 0x7f {
+			return fmt.Errorf("subject %q contains whitespace or a control byte; subjects are dot-separated tokens such as events.order.created", subject)
+		}
+	}
+	for _, token := range strings.Split(subject, ".") {
+		switch token {
+		case "":
+			return fmt.Errorf("subject %q has an empty token; subjects are dot-separated tokens such as events.order.created", subject)
+		case "*", ">":
+			return fmt.Errorf("subject %q contains the wildcard %q; an outbox row names one concrete subject", subject, token)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,151 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// PublishTimeoutDefault is the wait for one PubAck when the caller's
+// context has no deadline.
+const PublishTimeoutDefault = 5 * time.Second
+
+// ErrClosed is returned by Publish after Close.
+var ErrClosed = errors.New("jetstream publisher closed")
+
+// Marshaler turns a Watermill message into the NATS message to publish on
+// subject.
+type Marshaler interface {
+	Marshal(subject string, msg *message.Message) (*nats.Msg, error)
+}
+
+// MetadataMarshaler copies every metadata entry into a header of the same
+// name and the payload into the data. The message UUID becomes
+// Nats-Msg-Id unless the metadata sets one.
+type MetadataMarshaler struct{}
+
+// Marshal implements Marshaler.
+func (MetadataMarshaler) Marshal(subject string, msg *message.Message) (*nats.Msg, error) {
+	m := nats.NewMsg(subject)
+	m.Data = msg.Payload
+	for k, v := range msg.Metadata {
+		m.Header.Set(k, v)
+	}
+	if m.Header.Get(jetstream.MsgIDHeader) == "" {
+		m.Header.Set(jetstream.MsgIDHeader, msg.UUID)
+	}
+	return m, nil
+}
+
+// Config configures a Publisher.
+type Config struct {
+	// PublishTimeout is the wait for one PubAck when the context of the
+	// message has no earlier deadline. Defaults to 5s.
+	PublishTimeout time.Duration
+	// Marshaler builds the NATS message. Defaults to MetadataMarshaler.
+	Marshaler Marshaler
+}
+
+// Publisher publishes Watermill messages to JetStream and waits for their
+// PubAcks. It is safe for concurrent use.
+type Publisher struct {
+	js  jetstream.JetStream
+	cfg Config
+
+	// mu is held shared by every publish in progress and exclusively by
+	// Close, which sets closed.
+	mu     sync.RWMutex
+	closed bool
+}
+
+var _ message.Publisher = (*Publisher)(nil)
+
+// New returns a Publisher over js. js should be created with
+// jetstream.WithPublishAsyncTimeout (so that no PubAck future waits
+// forever, nats.go#1819) and a WithPublishAsyncMaxPending above the number
+// of concurrent publishes. The config is copied; zero fields take defaults.
+func New(js jetstream.JetStream, cfg Config) (*Publisher, error) {
+	if js == nil {
+		return nil, errors.New("invalid config: js: must not be nil")
+	}
+	if cfg.PublishTimeout == 0 {
+		cfg.PublishTimeout = PublishTimeoutDefault
+	}
+	if cfg.PublishTimeout < 0 {
+		return nil, fmt.Errorf("invalid config: PublishTimeout: %s: must be positive", cfg.PublishTimeout)
+	}
+	if cfg.Marshaler == nil {
+		cfg.Marshaler = MetadataMarshaler{}
+	}
+	return &Publisher{js: js, cfg: cfg}, nil
+}
+
+// Publish publishes msgs to subject topic, all at once, and returns when
+// every PubAck arrived; the first error otherwise. It implements
+// message.Publisher. Use PublishMsg to learn the stream and sequence.
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	errs := make([]error, len(msgs))
+	var wg sync.WaitGroup
+	for i, msg := range msgs {
+		wg.Go(func() {
+			_, errs[i] = p.PublishMsg(msg.Context(), topic, msg)
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// PublishMsg publishes one message to subject and waits for its PubAck, at
+// most PublishTimeout unless ctx ends first. It returns the PubAck;
+// PubAck.Duplicate reports that the stream already held this Nats-Msg-Id.
+//
+// It never retries by itself (jetstream.WithRetryAttempts(0)): a retry
+// inside the client could land after later messages and break per-key
+// order. Errors are the client's: jetstream.ErrNoStreamResponse (no stream
+// covers the subject), jetstream.ErrAsyncPublishTimeout, nats.ErrTimeout,
+// nats.ErrConnectionClosed, *jetstream.APIError from the server, ctx's
+// error, or ErrClosed. A timeout or a disconnect leaves the outcome
+// unknown: the message may have been stored.
+func (p *Publisher) PublishMsg(ctx context.Context, subject string, msg *message.Message) (*jetstream.PubAck, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+
+	m, err := p.cfg.Marshaler.Marshal(subject, msg)
+	if err != nil {
+		return nil, fmt.Errorf("marshal message %s: %w", msg.UUID, err)
+	}
+	future, err := p.js.PublishMsgAsync(m, jetstream.WithRetryAttempts(0))
+	if err != nil {
+		return nil, fmt.Errorf("publish to %s: %w", subject, err)
+	}
+	timer := time.NewTimer(p.cfg.PublishTimeout)
+	defer timer.Stop()
+	select {
+	case ack := <-future.Ok():
+		return ack, nil
+	case err := <-future.Err():
+		return nil, fmt.Errorf("publish to %s: %w", subject, err)
+	case <-timer.C:
+		return nil, fmt.Errorf("publish to %s: no PubAck within %s: %w", subject, p.cfg.PublishTimeout, jetstream.ErrAsyncPublishTimeout)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("publish to %s: %w", subject, ctx.Err())
+	}
+}
+
+// Close makes later publishes fail with ErrClosed and waits for those in
+// progress. It does not close the NATS connection. Idempotent.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	return nil
+}
