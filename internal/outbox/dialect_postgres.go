@@ -101,7 +101,7 @@ func (postgresDialect) markFailed(ctx context.Context, db *sql.DB, s *statements
 }
 
 // SQLSTATE 42P01 undefined_table, 23505 unique_violation.
-func (postgresDialect) isUndefinedTable(err error) bool { return pgCode(err) == "42P01" }
+func (postgresDialect) isUndefinedTable(err error) bool  { return pgCode(err) == "42P01" }
 func (postgresDialect) isUniqueViolation(err error) bool { return pgCode(err) == "23505" }
 
 func pgCode(err error) string {

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/outbox-bridge/bridge/internal/config"
+	"github.com/outbox-bridge/bridge/internal/outbox"
+)
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "bridge",
+		Short: "Relay a transactional outbox table to NATS JetStream",
+		Long: `bridge claims committed rows of a transactional outbox table, publishes each to
+NATS JetStream with a Nats-Msg-Id derived from the row's idempotency key, and marks
+the row relayed only after the PubAck. With no configuration it runs the embedded
+default: a SQLite outbox in ./bridge-data/outbox.db and an in-process NATS server
+with JetStream on 127.0.0.1:4222 (stream EVENTS on events.>).
+
+Configuration: a YAML file (--config), overridden by BRIDGE_* environment variables
+(BRIDGE_ + the YAML path in upper snake case, e.g. BRIDGE_DATABASE_URL), overridden
+by flags.
+
+Exit codes: 0 clean stop, 1 runtime failure, 2 bad usage or configuration.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	config.RegisterFlags(root.PersistentFlags())
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		c.PrintErrln(c.UsageString())
+		return usageError{err}
+	})
+	root.AddCommand(
+		newRunCommand(),
+		newMigrateCommand(),
+		newEnqueueCommand(),
+		newStatusCommand(),
+		newTailCommand(),
+		newConfigCommand(),
+		newVersionCommand(),
+	)
+	for _, c := range root.Commands() {
+		c.Args = exactArgs(c)
+	}
+	return root
+}
+
+// exactArgs refuses positional arguments: every command takes flags only.
+func exactArgs(c *cobra.Command) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			cmd.PrintErrln(cmd.UsageString())
+			return usage("%s takes no arguments, got %q", cmd.CommandPath(), strings.Join(args, " "))
+		}
+		return nil
+	}
+}
+
+// isCobraUsage recognises cobra's own usage errors, which it returns as
+// plain errors ("unknown command …", "unknown flag …"): cobra offers no
+// typed error for them.
+func isCobraUsage(err error) bool {
+	msg := err.Error()
+	for _, prefix := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "required flag", "invalid argument", "flag needs an argument", "if any flags in the group"} {
+		if strings.HasPrefix(msg, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// loadConfig reads the configuration of cmd's flags and the environment.
+// Every error is bad configuration (exit 2).
+func loadConfig(cmd *cobra.Command) (*config.Config, error) {
+	cfg, err := config.Load(cmd.Flags(), os.Environ())
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return cfg, nil
+}
+
+// newLogger builds the one logger: JSON unless log.format is text, or
+// auto on a terminal. Commands other than run log at warn unless
+// --log-level or log.level says otherwise, so their output stays theirs.
+func newLogger(cfg *config.Config, w io.Writer, daemon bool) *slog.Logger {
+	level := slog.LevelInfo
+	_ = level.UnmarshalText([]byte(cfg.Log.Level))
+	if !daemon && cfg.Log.Level == config.LogLevelDefault {
+		level = slog.LevelWarn
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	text := cfg.Log.Format == config.LogFormatText
+	if cfg.Log.Format == config.LogFormatAuto {
+		f, ok := w.(*os.File)
+		text = ok && term.IsTerminal(int(f.Fd()))
+	}
+	if text {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// classify turns errors the user can fix by changing the input into usage
+// errors (exit 2).
+func classify(err error) error {
+	if errors.Is(err, outbox.ErrUnknownScheme) {
+		return usageError{err}
+	}
+	return err
+}
+
+// setup loads the configuration and the logger of a command.
+func setup(cmd *cobra.Command, daemon bool) (context.Context, *config.Config, *slog.Logger, error) {
+	cfg, err := loadConfig(cmd)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	logger := newLogger(cfg, cmd.ErrOrStderr(), daemon)
+	for _, name := range config.UnknownEnv(os.Environ()) {
+		logger.Debug("ignoring unknown BRIDGE_ variable", slog.String("variable", name))
+	}
+	return cmd.Context(), cfg, logger, nil
+}

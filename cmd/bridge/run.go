@@ -1,0 +1,42 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	bridge "github.com/outbox-bridge/bridge"
+)
+
+func newRunCommand() *cobra.Command {
+	var checkOnly bool
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the relay daemon",
+		Long: `Run the relay: claim committed outbox rows, publish each to JetStream, mark them
+relayed after the PubAck. SIGTERM or SIGINT drains (publishes in progress finish,
+marks are flushed) and exits 0; a second signal exits 1 at once.
+
+With no configuration it runs the embedded default: SQLite outbox
+<data-dir>/outbox.db (migrated at start), an in-process NATS server with JetStream
+on --nats-listen storing in <data-dir>/jetstream, and stream EVENTS on events.>.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cfg, logger, err := setup(cmd, true)
+			if err != nil {
+				return err
+			}
+			if checkOnly {
+				fmt.Fprintln(cmd.OutOrStdout(), "configuration is valid")
+				return nil
+			}
+			relay, cleanup, err := bridge.NewRelay(ctx, cfg, logger)
+			if err != nil {
+				return classify(err)
+			}
+			defer cleanup()
+			return relay.Run(ctx)
+		},
+	}
+	cmd.Flags().BoolVar(&checkOnly, "check-config", false, "validate the configuration and exit (0 valid, 2 invalid)")
+	return cmd
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	bridge "github.com/outbox-bridge/bridge"
+	"github.com/outbox-bridge/bridge/internal/outbox"
+)
+
+func newStatusCommand() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status [--json]",
+		Short: "Show rows per status, the oldest pending row's age and recent errors",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cfg, logger, err := setup(cmd, false)
+			if err != nil {
+				return err
+			}
+			store, cleanup, err := bridge.NewStore(ctx, cfg, logger)
+			if err != nil {
+				return classify(err)
+			}
+			defer cleanup()
+			st, err := store.Stats(ctx, 5)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				type rowError struct {
+					ID        int64  `json:"id"`
+					Status    string `json:"status"`
+					Attempts  int    `json:"attempts"`
+					LastError string `json:"last_error"`
+				}
+				doc := struct {
+					Database             string           `json:"database"`
+					Table                string           `json:"table"`
+					Rows                 map[string]int64 `json:"rows"`
+					InFlight             int64            `json:"in_flight"`
+					OldestPendingSeconds float64          `json:"oldest_pending_seconds"`
+					RecentErrors         []rowError       `json:"recent_errors"`
+				}{
+					Database: store.DB().Redacted, Table: store.Table(), Rows: map[string]int64{},
+					InFlight: st.Rows[outbox.StatusInFlight], OldestPendingSeconds: st.OldestPending.Seconds(),
+					RecentErrors: []rowError{},
+				}
+				for s, n := range st.Rows {
+					doc.Rows[string(s)] = n
+				}
+				for _, e := range st.RecentErrors {
+					doc.RecentErrors = append(doc.RecentErrors, rowError{e.ID, string(e.Status), e.Attempts, e.LastError})
+				}
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(doc)
+			}
+			fmt.Fprintf(out, "outbox %s in %s\n\n", store.Table(), store.DB().Redacted)
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			for _, s := range outbox.Statuses {
+				fmt.Fprintf(tw, "%s\t%d\n", s, st.Rows[s])
+			}
+			tw.Flush()
+			fmt.Fprintf(out, "\noldest pending: %s\n", st.OldestPending.Round(1e6))
+			if len(st.RecentErrors) > 0 {
+				fmt.Fprintln(out, "\nrecent errors:")
+				for _, e := range st.RecentErrors {
+					fmt.Fprintf(out, "  row %d (%s, %d attempts): %s\n", e.ID, e.Status, e.Attempts, e.LastError)
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}

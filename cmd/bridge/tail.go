@@ -1,0 +1,134 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	bridge "github.com/outbox-bridge/bridge"
+)
+
+func newTailCommand() *cobra.Command {
+	var (
+		subject string
+		all     bool
+		asJSON  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "tail --subject S [--all] [--json]",
+		Short: "Print messages arriving on the stream, with their headers",
+		Long: `Print the messages that arrive on the stream holding --subject (wildcards allowed),
+with their headers, until interrupted. With --all, start at the stream's first
+message instead of the next one. Uses an ordered consumer: nothing is acked or
+changed on the stream.`,
+		Example: `  bridge tail --subject 'events.>'
+  bridge tail --subject events.order.created --all --json`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cfg, logger, err := setup(cmd, false)
+			if err != nil {
+				return err
+			}
+			js, cleanup, err := bridge.NewJetStream(ctx, cfg, logger)
+			if err != nil {
+				return classify(err)
+			}
+			defer cleanup()
+			streamName, err := js.StreamNameBySubject(ctx, subject)
+			if err != nil {
+				return fmt.Errorf("find the stream for subject %s: %w (no stream captures it?)", subject, err)
+			}
+			stream, err := js.Stream(ctx, streamName)
+			if err != nil {
+				return fmt.Errorf("stream %s: %w", streamName, err)
+			}
+			policy := jetstream.DeliverNewPolicy
+			if all {
+				policy = jetstream.DeliverAllPolicy
+			}
+			cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+				FilterSubjects: []string{subject}, DeliverPolicy: policy,
+			})
+			if err != nil {
+				return fmt.Errorf("consume stream %s: %w", streamName, err)
+			}
+			if !asJSON {
+				fmt.Fprintf(cmd.ErrOrStderr(), "tailing %s on stream %s (Ctrl-C to stop)\n", subject, streamName)
+			}
+			out := cmd.OutOrStdout()
+			cc, err := cons.Consume(func(m jetstream.Msg) {
+				if asJSON {
+					printJSON(out, m)
+				} else {
+					printText(out, m)
+				}
+			})
+			if err != nil {
+				return fmt.Errorf("consume stream %s: %w", streamName, err)
+			}
+			<-ctx.Done()
+			cc.Stop()
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&subject, "subject", "", "`subject` to follow; wildcards * and > allowed (required)")
+	cmd.Flags().BoolVar(&all, "all", false, "start at the first message of the stream")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per message")
+	_ = cmd.MarkFlagRequired("subject")
+	return cmd
+}
+
+func printText(w io.Writer, m jetstream.Msg) {
+	meta, _ := m.Metadata()
+	fmt.Fprintf(w, "--- %s #%d  %s  %s\n", meta.Stream, meta.Sequence.Stream, m.Subject(), meta.Timestamp.UTC().Format(time.RFC3339Nano))
+	h := m.Headers()
+	names := make([]string, 0, len(h))
+	for name := range h {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		for _, v := range h[name] {
+			fmt.Fprintf(w, "%s: %s\n", name, v)
+		}
+	}
+	fmt.Fprintln(w)
+	if printable(m.Data()) {
+		fmt.Fprintf(w, "%s\n\n", m.Data())
+	} else {
+		fmt.Fprintf(w, "(%d bytes of binary data; --json shows them in base64)\n\n", len(m.Data()))
+	}
+}
+
+func printJSON(w io.Writer, m jetstream.Msg) {
+	meta, _ := m.Metadata()
+	doc := map[string]any{
+		"stream": meta.Stream, "seq": meta.Sequence.Stream, "subject": m.Subject(),
+		"time": meta.Timestamp.UTC().Format(time.RFC3339Nano), "headers": m.Headers(),
+	}
+	if utf8.Valid(m.Data()) {
+		doc["data"] = string(m.Data())
+	} else {
+		doc["data_base64"] = m.Data()
+	}
+	b, _ := json.Marshal(doc)
+	fmt.Fprintf(w, "%s\n", b)
+}
+
+func printable(b []byte) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	for _, r := range string(b) {
+		if !unicode.IsPrint(r) && !unicode.IsSpace(r) {
+			return false
+		}
+	}
+	return true
+}

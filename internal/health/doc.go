@@ -1,0 +1,4 @@
+// Package health serves the relay's operational HTTP endpoints:
+// /healthz (the process is alive), /readyz (every readiness check passes
+// and the relay is not draining) and /metrics (Prometheus).
+package health

@@ -1,0 +1,72 @@
+package outbox
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/google/wire"
+
+	"github.com/outbox-bridge/bridge/internal/config"
+)
+
+// ProviderSet builds the outbox side of the relay from the configuration.
+var ProviderSet = wire.NewSet(ProvideDB, ProvideStore, ProvideSubscriber)
+
+// ClaimGate is asked before every claim; see SubscriberConfig.CanClaim.
+type ClaimGate func() bool
+
+// ProvideDB opens the configured database. The embedded default (no
+// database.url) is migrated here; any other database must be migrated with
+// `bridge migrate`.
+func ProvideDB(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*DB, func(), error) {
+	db, err := Open(ctx, cfg.DatabaseURL())
+	if err != nil {
+		return nil, nil, err
+	}
+	if cfg.EmbeddedDatabase() {
+		applied, err := Migrate(ctx, db, cfg.Database.Table)
+		if err != nil {
+			db.Close()
+			return nil, nil, err
+		}
+		if len(applied) > 0 {
+			logger.Info("embedded outbox database migrated", slog.String("database", db.Redacted), slog.Int("migrations", len(applied)))
+		}
+	}
+	return db, func() { db.Close() }, nil
+}
+
+// ProvideStore returns the store of the configured table, after checking
+// that the table exists (ErrNoTable says to run `bridge migrate`).
+func ProvideStore(ctx context.Context, db *DB, cfg *config.Config) (*Store, error) {
+	store, err := NewStore(db, cfg.Database.Table)
+	if err != nil {
+		return nil, err
+	}
+	if err := store.CheckSchema(ctx); err != nil {
+		return nil, err
+	}
+	return store, nil
+}
+
+// ProvideSubscriber builds the subscriber from relay.* and dedup.namespace.
+// It drains for shutdown_timeout less 3 s, leaving the router time to stop.
+func ProvideSubscriber(store *Store, cfg *config.Config, logger *slog.Logger, gate ClaimGate) (*Subscriber, error) {
+	r := cfg.Relay
+	return NewSubscriber(store, logger, SubscriberConfig{
+		Owner:           r.Owner,
+		BatchSize:       r.BatchSize,
+		MaxInFlight:     r.MaxInFlight,
+		PollInterval:    r.PollInterval,
+		InflightTimeout: r.InflightTimeout,
+		AckDeadline:     r.AckDeadline,
+		MaxAttempts:     r.MaxAttempts,
+		BackoffInitial:  r.BackoffInitial,
+		BackoffMax:      r.BackoffMax,
+		DeleteOnRelay:   r.DeleteOnRelay,
+		Namespace:       cfg.Dedup.Namespace,
+		DrainTimeout:    max(cfg.ShutdownTimeout-3*time.Second, cfg.ShutdownTimeout/2),
+		CanClaim:        gate,
+	})
+}

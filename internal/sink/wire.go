@@ -1,0 +1,17 @@
+package sink
+
+import (
+	"github.com/google/wire"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-bridge/bridge/internal/config"
+)
+
+// ProviderSet builds the JetStream publisher.
+var ProviderSet = wire.NewSet(ProvidePublisher)
+
+// ProvidePublisher returns a Publisher waiting relay.publish_timeout for
+// each PubAck.
+func ProvidePublisher(js jetstream.JetStream, cfg *config.Config, m Marshaler) (*Publisher, error) {
+	return New(js, Config{PublishTimeout: cfg.Relay.PublishTimeout, Marshaler: m})
+}

@@ -1,0 +1,100 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/outbox-bridge/bridge/internal/broker"
+	"github.com/outbox-bridge/bridge/internal/config"
+	"github.com/outbox-bridge/bridge/internal/forwarder"
+	"github.com/outbox-bridge/bridge/internal/health"
+	"github.com/outbox-bridge/bridge/internal/outbox"
+)
+
+// Relay is the assembled daemon of `bridge run`.
+type Relay struct {
+	Forwarder *forwarder.Forwarder
+	Health    *health.Server
+	Store     *outbox.Store
+	Streams   broker.Streams
+	Config    *config.Config
+	Logger    *slog.Logger
+}
+
+// Run relays until ctx ends, then drains: /readyz turns 503 at once,
+// claiming stops, publishes in progress finish or are released and marks
+// are flushed. It returns nil after a clean drain.
+func (r *Relay) Run(ctx context.Context) error {
+	httpCtx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHTTP()
+	httpErr := make(chan error, 1)
+	go func() { httpErr <- r.Health.Serve(httpCtx) }()
+	go func() {
+		<-ctx.Done()
+		r.Health.SetDraining()
+	}()
+
+	streams := make([]string, 0, len(r.Streams))
+	for _, s := range r.Streams {
+		streams = append(streams, s.Name)
+	}
+	r.Logger.Info("relay running",
+		slog.String("outbox", r.Store.DB().Redacted), slog.String("table", r.Store.Table()),
+		slog.Any("streams", streams), slog.String("http", r.Health.Addr()), slog.String("owner", r.Config.Relay.Owner))
+
+	err := r.Forwarder.Run(ctx)
+	stopHTTP()
+	if herr := <-httpErr; herr != nil && !errors.Is(herr, context.Canceled) {
+		err = errors.Join(err, herr)
+	}
+	if err == nil {
+		r.Logger.Info("relay stopped")
+	}
+	return err
+}
+
+// claimGate is the network probe: nothing is claimed while the NATS
+// connection is not connected.
+func claimGate(nc *nats.Conn) outbox.ClaimGate { return nc.IsConnected }
+
+// provideRegistry registers the relay's metrics, Watermill-independent Go
+// runtime and process collectors.
+func provideRegistry(sub *outbox.Subscriber) (*prometheus.Registry, error) {
+	reg := prometheus.NewRegistry()
+	cs := append(sub.Collectors(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return reg, nil
+}
+
+// provideHealth binds http.listen with the readiness checks: database
+// reachable, NATS connected, ensured streams present.
+func provideHealth(cfg *config.Config, reg *prometheus.Registry, db *outbox.DB, nc *nats.Conn, js jetstream.JetStream, streams broker.Streams, logger *slog.Logger) (*health.Server, error) {
+	checks := []health.Check{
+		{Name: "database", Check: func(ctx context.Context) error { return db.SQL.PingContext(ctx) }},
+		{Name: "nats", Check: func(context.Context) error {
+			if !nc.IsConnected() {
+				return errors.New("not connected: " + nc.Status().String())
+			}
+			return nil
+		}},
+		{Name: "streams", Check: func(ctx context.Context) error {
+			for _, s := range streams {
+				if _, err := js.Stream(ctx, s.Name); err != nil {
+					return errors.New("stream " + s.Name + ": " + err.Error())
+				}
+			}
+			return nil
+		}},
+	}
+	return health.Listen(cfg.HTTP.Listen, reg, checks, logger)
+}

@@ -1,0 +1,52 @@
+//go:build wireinject
+
+package bridge
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/google/wire"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-bridge/bridge/internal/broker"
+	"github.com/outbox-bridge/bridge/internal/config"
+	"github.com/outbox-bridge/bridge/internal/forwarder"
+	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/sink"
+)
+
+// NewRelay builds the daemon of `bridge run`. The cleanup closes the NATS
+// connection, stops the embedded server and closes the database; call it
+// after Run returned.
+func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*Relay, func(), error) {
+	wire.Build(
+		outbox.ProviderSet,
+		broker.ProviderSet,
+		sink.ProviderSet,
+		forwarder.ProviderSet,
+		claimGate,
+		provideRegistry,
+		provideHealth,
+		wire.Struct(new(Relay), "*"),
+	)
+	return nil, nil, nil
+}
+
+// NewDB opens the configured outbox database (for `bridge migrate`).
+func NewDB(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*outbox.DB, func(), error) {
+	wire.Build(outbox.ProvideDB)
+	return nil, nil, nil
+}
+
+// NewStore opens the configured outbox table (for enqueue and status).
+func NewStore(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*outbox.Store, func(), error) {
+	wire.Build(outbox.ProvideDB, outbox.ProvideStore)
+	return nil, nil, nil
+}
+
+// NewJetStream connects to what `bridge run` publishes to (for tail).
+func NewJetStream(ctx context.Context, cfg *config.Config, logger *slog.Logger) (jetstream.JetStream, func(), error) {
+	wire.Build(broker.ProvideClientConn, broker.ProvideJetStream)
+	return nil, nil, nil
+}
