@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/spf13/cobra"
 
@@ -31,6 +34,12 @@ on --nats-listen storing in <data-dir>/jetstream, and stream EVENTS on events.>.
 			}
 			relay, cleanup, err := bridge.NewRelay(ctx, cfg, logger)
 			if err != nil {
+				// A SIGTERM or SIGINT while starting is a clean stop (exit
+				// 0), not a failure to start.
+				if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+					logger.Info("relay stopped before it started", slog.String("interrupted", err.Error()))
+					return nil
+				}
 				return classify(err)
 			}
 			defer cleanup()

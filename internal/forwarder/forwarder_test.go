@@ -194,7 +194,10 @@ func TestRelayDeliversEveryRowOnce(t *testing.T) {
 								r.key = "key with spaces and ünïcode " + strconv.Itoa(n)
 							}
 							if i%4 == 0 {
-								r.orderingKey = fmt.Sprintf("order-%d", n%10)
+								// Each key belongs to one producer, which commits its
+								// transactions one after another: that is what
+								// makes a per-key order (DESIGN.md, Ordering).
+								r.orderingKey = fmt.Sprintf("p%d-order-%d", p, n%10)
 							}
 							hdr, _ := json.Marshal(map[string]any{"X-Row": strconv.Itoa(n), "X-Multi": []string{"a", "b"}})
 							var ok sql.NullString

@@ -1,0 +1,466 @@
+package main
+
+// These tests build the real bridge binary once and drive it as a
+// subprocess, the way a newcomer would from a shell: every command runs in
+// its own empty temp dir, so the embedded default (SQLite in
+// ./bridge-data, in-process NATS server) is private to the test. The
+// machine may run its own NATS server on 127.0.0.1:4222, the embedded
+// default's port, so every command that starts or reaches the embedded
+// server gets --nats-listen on a free port.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-bridge/bridge/internal/bridgetest"
+)
+
+// bridgeBin is the binary built by TestMain.
+var bridgeBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "bridge-cmd-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "create temp dir:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	bridgeBin = filepath.Join(dir, "bridge")
+	build := exec.Command("go", "build", "-o", bridgeBin, ".")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "go build -o", bridgeBin, ".:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// commandTimeout bounds every command a test runs to completion, so that a
+// hang fails the test instead of the whole run.
+const commandTimeout = 60 * time.Second
+
+// result is a finished command.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+}
+
+// environ is the parent's environment without BRIDGE_* variables, plus
+// extra (NAME=VALUE): the machine's configuration must not leak into a test.
+func environ(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "BRIDGE_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
+// command prepares the bridge binary with args in dir.
+func command(ctx context.Context, dir string, env []string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, bridgeBin, args...)
+	cmd.Dir = dir
+	cmd.Env = environ(env...)
+	return cmd
+}
+
+// runBridge runs the binary to completion in dir with args and returns its
+// exit code and output. A command that does not finish within
+// commandTimeout fails the test.
+func runBridge(t *testing.T, dir string, env []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	cmd := command(ctx, dir, env, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := result{code: cmd.ProcessState.ExitCode(), stdout: stdout.String(), stderr: stderr.String()}
+	require.NoError(t, ctx.Err(), "bridge %s did not finish within %s\n%s", strings.Join(args, " "), commandTimeout, r)
+	var exitErr *exec.ExitError
+	if err != nil && !errors.As(err, &exitErr) {
+		require.NoError(t, err, "bridge %s", strings.Join(args, " "))
+	}
+	return r
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and many readers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// process is a bridge command running in the background.
+type process struct {
+	cmd            *exec.Cmd
+	stdout, stderr *syncBuffer
+	done           chan struct{} // closed when the process has exited
+	code           int           // valid after done
+}
+
+// start runs the binary in the background in dir. Its stdout is read
+// through a pipe; the process is killed and reaped when the test ends.
+func start(t *testing.T, dir string, env []string, args ...string) *process {
+	t.Helper()
+	p := &process{stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = command(context.Background(), dir, env, args...)
+	p.cmd.Stderr = p.stderr
+	pipe, err := p.cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, p.cmd.Start(), "start bridge %s", strings.Join(args, " "))
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		_, _ = io.Copy(p.stdout, pipe)
+	}()
+	go func() {
+		<-copied // Wait closes the pipe: read everything first
+		_ = p.cmd.Wait()
+		p.code = p.cmd.ProcessState.ExitCode()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("bridge %s (exit %d)\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), p.code, p.stdout, p.stderr)
+		}
+	})
+	return p
+}
+
+// exited reports whether the process has exited.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// wait waits at most d for the process to exit and returns its exit code.
+func (p *process) wait(t *testing.T, d time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.code
+	case <-time.After(d):
+		require.FailNow(t, "process did not exit", "bridge %s still running after %s", strings.Join(p.cmd.Args[1:], " "), d)
+		return -1
+	}
+}
+
+// poll calls cond on the test goroutine until it returns true, failing the
+// test when d passes first. cond may use require.
+func poll(t *testing.T, d time.Duration, cond func() bool, msgAndArgs ...any) {
+	t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			require.FailNow(t, fmt.Sprintf("condition not met within %s", d), msgAndArgs...)
+		case <-tick.C:
+		}
+	}
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	return port
+}
+
+// logRecords parses the JSON log lines of stderr; other lines are skipped.
+func logRecords(stderr string) []map[string]any {
+	var out []map[string]any
+	for _, line := range strings.Split(stderr, "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// statusDoc is the part of `bridge status --json` the tests read.
+type statusDoc struct {
+	Database string           `json:"database"`
+	Table    string           `json:"table"`
+	Rows     map[string]int64 `json:"rows"`
+}
+
+func status(t *testing.T, dir string, args ...string) statusDoc {
+	t.Helper()
+	r := runBridge(t, dir, nil, append([]string{"status", "--json"}, args...)...)
+	require.Equal(t, 0, r.code, "bridge status --json\n%s", r)
+	var doc statusDoc
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc), "bridge status --json\n%s", r)
+	return doc
+}
+
+func TestNewcomerFlow(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	natsListen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	httpListen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+
+	run := start(t, dir, nil, "run", "--nats-listen", natsListen, "--http-listen", httpListen)
+	client := &http.Client{Timeout: 2 * time.Second}
+	poll(t, 30*time.Second, func() bool {
+		require.False(t, run.exited(), "bridge run exited early with %d\nstderr:\n%s", run.code, run.stderr)
+		resp, err := client.Get("http://" + httpListen + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, "GET /readyz never answered 200\nrun stderr:\n%s", run.stderr)
+
+	tail := start(t, dir, nil, "tail", "--subject", "events.>", "--nats-listen", natsListen)
+	poll(t, 30*time.Second, func() bool {
+		require.False(t, tail.exited(), "bridge tail exited early with %d\nstderr:\n%s", tail.code, tail.stderr)
+		return strings.Contains(tail.stderr.String(), "tailing")
+	}, "bridge tail never said it is tailing\nstderr:\n%s", tail.stderr)
+
+	r := runBridge(t, dir, nil, "enqueue", "--subject", "events.demo", "--data", "hello", "--header", "X-Demo=1", "--nats-listen", natsListen)
+	require.Equal(t, 0, r.code, "bridge enqueue\n%s", r)
+	require.Contains(t, r.stdout, "enqueued row 1")
+
+	// tail prints one block per message, starting with "--- ".
+	var block string
+	poll(t, 30*time.Second, func() bool {
+		for _, b := range strings.Split(tail.stdout.String(), "--- ") {
+			if strings.Contains(b, "\nhello\n") {
+				block = b
+				return true
+			}
+		}
+		return false
+	}, "bridge tail never showed the message\nstdout:\n%s", tail.stdout)
+	require.Contains(t, block, "events.demo")
+	require.Contains(t, block, "\nNats-Msg-Id: ")
+	require.Contains(t, block, "\nOutbox-Id: 1\n")
+	require.Contains(t, block, "\nX-Demo: 1\n")
+
+	// The mark after the PubAck is batched: poll until the row is done.
+	poll(t, 30*time.Second, func() bool {
+		return status(t, dir).Rows["done"] == 1
+	}, "the row never became done")
+
+	require.NoError(t, run.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, run.wait(t, 30*time.Second), "bridge run after SIGTERM\nstderr:\n%s", run.stderr)
+
+	var outboxPath, clientURL, stream bool
+	for _, rec := range logRecords(run.stderr.String()) {
+		if s, _ := rec["outbox"].(string); strings.Contains(s, filepath.Join("bridge-data", "outbox.db")) {
+			outboxPath = true
+		}
+		if s, _ := rec["client_url"].(string); s == "nats://"+natsListen {
+			clientURL = true
+		}
+		if rec["stream"] == "EVENTS" || strings.Contains(fmt.Sprint(rec["streams"]), "EVENTS") {
+			stream = true
+		}
+	}
+	require.True(t, outboxPath, "run's log never names the outbox bridge-data/outbox.db\n%s", run.stderr)
+	require.True(t, clientURL, "run's log never names the NATS client URL nats://%s\n%s", natsListen, run.stderr)
+	require.True(t, stream, "run's log never names the stream EVENTS\n%s", run.stderr)
+}
+
+// TestStopWhileStarting sends SIGTERM as soon as the relay has logged its
+// first line, usually while it is still starting the embedded NATS server
+// or connecting: a stop requested during startup is a clean stop too.
+func TestStopWhileStarting(t *testing.T) {
+	t.Parallel()
+	natsListen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	run := start(t, t.TempDir(), nil, "run", "--nats-listen", natsListen, "--http-listen", "127.0.0.1:0")
+	// The signal handler is installed before anything is logged.
+	poll(t, 30*time.Second, func() bool {
+		require.False(t, run.exited(), "bridge run exited early with %d\nstderr:\n%s", run.code, run.stderr)
+		return strings.Contains(run.stderr.String(), `"level"`)
+	}, "bridge run never logged\nstderr:\n%s", run.stderr)
+	require.NoError(t, run.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, run.wait(t, 30*time.Second), "bridge run after an early SIGTERM\nstderr:\n%s", run.stderr)
+	require.NotContains(t, run.stderr.String(), `"level":"ERROR"`)
+}
+
+func TestPortTaken(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	taken := l.Addr().String()
+
+	run := start(t, t.TempDir(), nil, "run", "--nats-listen", taken, "--http-listen", "127.0.0.1:0")
+	code := run.wait(t, 30*time.Second)
+	require.NotEqual(t, 0, code, "bridge run on a taken port\nstderr:\n%s", run.stderr)
+	stderr := run.stderr.String()
+	require.Contains(t, stderr, "address already in use")
+	require.Contains(t, stderr, taken)
+	require.Contains(t, stderr, "--nats-listen")
+}
+
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		// yaml, when set, is written to bridge.yaml in the working directory.
+		yaml string
+		want []string // fragments of stderr
+	}{
+		{name: "unknown command", args: []string{"frobnicate"}, want: []string{"unknown command", "frobnicate"}},
+		{name: "unknown flag", args: []string{"run", "--frob"}, want: []string{"unknown flag", "--frob"}},
+		{
+			name: "database url scheme", args: []string{"status", "--database-url", "mongodb://x"},
+			want: []string{"database.url", "mongodb://x", "postgres://", "sqlite:"},
+		},
+		{name: "table with dash", args: []string{"status", "--table", "out-box"}, want: []string{"database.table", "out-box"}},
+		{name: "table with two dots", args: []string{"status", "--table", "a.b.c"}, want: []string{"database.table", "a.b.c"}},
+		{name: "table with semicolon", args: []string{"status", "--table", "x;drop"}, want: []string{"database.table", "x;drop"}},
+		{
+			name: "wildcard subject", args: []string{"enqueue", "--subject", "events.*", "--data", "x"},
+			want: []string{"--subject", "events.*", "wildcard"},
+		},
+		{name: "subject with space", args: []string{"enqueue", "--subject", "events.bad subject"}, want: []string{"--subject", "events.bad subject"}},
+		{name: "no subject", args: []string{"enqueue"}, want: []string{"required flag", "subject"}},
+		{name: "header without value", args: []string{"enqueue", "--subject", "events.x", "--header", "nonsense"}, want: []string{"--header", "nonsense", "NAME=VALUE"}},
+		{
+			name: "negative inflight timeout", args: []string{"run", "--check-config", "--inflight-timeout", "-1s"},
+			want: []string{"relay.inflight_timeout", "-1s"},
+		},
+		{
+			name: "unknown yaml key", args: []string{"run", "--check-config", "--config", "bridge.yaml"},
+			yaml: "relay:\n  batch_size: 10\n  bogus_key: 1\n", want: []string{"relay.bogus_key", "unknown key"},
+		},
+		{name: "positional argument", args: []string{"run", "extra-arg"}, want: []string{"extra-arg"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			if tt.yaml != "" {
+				require.NoError(t, os.WriteFile(filepath.Join(dir, "bridge.yaml"), []byte(tt.yaml), 0o600))
+			}
+			args := tt.args
+			if args[0] == "run" {
+				// Should a case wrongly start the relay, it must not collide
+				// with the machine's NATS server or another test.
+				args = slices.Concat(args, []string{"--nats-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--http-listen", "127.0.0.1:0"})
+			}
+			r := runBridge(t, dir, nil, args...)
+			require.Equal(t, 2, r.code, "bridge %s\n%s", strings.Join(args, " "), r)
+			for _, w := range tt.want {
+				require.Contains(t, r.stderr, w, "bridge %s\n%s", strings.Join(args, " "), r)
+			}
+		})
+	}
+}
+
+func TestMissingTablePostgres(t *testing.T) {
+	t.Parallel()
+	// A fresh schema (t_<random>), dropped when the test ends.
+	url, table := bridgetest.PostgresTable(t)
+	dir := t.TempDir()
+	flags := []string{"--database-url", url, "--table", table}
+
+	r := runBridge(t, dir, nil, append([]string{"status"}, flags...)...)
+	require.NotEqual(t, 0, r.code, "bridge status on a missing table\n%s", r)
+	require.Contains(t, r.stderr, "bridge migrate", "bridge status on a missing table\n%s", r)
+
+	r = runBridge(t, dir, nil, append([]string{"migrate"}, flags...)...)
+	require.Equal(t, 0, r.code, "bridge migrate\n%s", r)
+	require.Contains(t, r.stdout, "applied migration")
+	require.Contains(t, r.stdout, table)
+
+	r = runBridge(t, dir, nil, append([]string{"migrate"}, flags...)...)
+	require.Equal(t, 0, r.code, "second bridge migrate\n%s", r)
+	require.Contains(t, r.stdout, "up to date")
+
+	r = runBridge(t, dir, nil, append([]string{"status"}, flags...)...)
+	require.Equal(t, 0, r.code, "bridge status after migrate\n%s", r)
+	require.Contains(t, r.stdout, table)
+}
+
+func TestEnqueueSameKeyTwice(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	args := []string{"enqueue", "--subject", "events.demo", "--key", "k1", "--data", "hello"}
+
+	r := runBridge(t, dir, nil, args...)
+	require.Equal(t, 0, r.code, "first enqueue\n%s", r)
+	require.Contains(t, r.stdout, "enqueued row 1")
+
+	r = runBridge(t, dir, nil, args...)
+	require.Equal(t, 0, r.code, "second enqueue\n%s", r)
+	require.Contains(t, r.stdout, "already enqueued")
+	require.Contains(t, r.stdout, "k1")
+
+	doc := status(t, dir)
+	require.Equal(t, int64(1), doc.Rows["pending"], "status %+v", doc)
+	var total int64
+	for _, n := range doc.Rows {
+		total += n
+	}
+	require.Equal(t, int64(1), total, "status %+v", doc)
+}
+
+func TestConfigRedacts(t *testing.T) {
+	t.Parallel()
+	r := runBridge(t, t.TempDir(), []string{
+		"BRIDGE_DATABASE_URL=postgres://u:sup3rsecret@127.0.0.1:1/db",
+		"BRIDGE_NATS_TOKEN=t0ken-secret",
+	}, "config")
+	require.Equal(t, 0, r.code, "bridge config\n%s", r)
+	out := r.stdout + r.stderr
+	require.NotContains(t, out, "sup3rsecret")
+	require.NotContains(t, out, "t0ken-secret")
+	require.Contains(t, r.stdout, "REDACTED")
+	require.Contains(t, r.stdout, "postgres://u:REDACTED@127.0.0.1:1/db", "the URL stays readable apart from its password")
+}

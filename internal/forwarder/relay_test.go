@@ -1,0 +1,186 @@
+package forwarder_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-bridge/bridge/internal/bridgetest"
+	"github.com/outbox-bridge/bridge/internal/dedup"
+	"github.com/outbox-bridge/bridge/internal/outbox"
+)
+
+func TestTwoRelaysKeepPerKeyOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "postgres")
+	b.startRelay(t, "relay-a")
+	b.startRelay(t, "relay-b")
+
+	const rows, keys = 3000, 30
+	for start := 0; start < rows; start += 100 {
+		tx, err := b.prod.Begin()
+		require.NoError(t, err)
+		for i := start; i < start+100; i++ {
+			var ok sql.NullString
+			if i%7 != 0 { // every seventh row has no ordering key
+				ok = sql.NullString{String: fmt.Sprintf("k%d", i%keys), Valid: true}
+			}
+			_, err := tx.Exec(b.insertSQL(), fmt.Sprintf("row-%d", i), "events.order", []byte(strconv.Itoa(i)), "{}", ok)
+			require.NoError(t, err)
+		}
+		require.NoError(t, tx.Commit())
+	}
+	b.waitDone(t, rows)
+
+	msgs := bridgetest.Messages(t, b.js, "EVENTS")
+	require.Len(t, msgs, rows)
+	seen := map[string]bool{}
+	last := map[string]int64{}
+	keyOf := map[int64]sql.NullString{}
+	q, err := b.db.SQL.Query("SELECT id, ordering_key, owner IS NULL FROM " + b.store.Table())
+	require.NoError(t, err)
+	defer q.Close()
+	for q.Next() {
+		var id int64
+		var k sql.NullString
+		var ownerCleared bool
+		require.NoError(t, q.Scan(&id, &k, &ownerCleared))
+		require.True(t, ownerCleared)
+		keyOf[id] = k
+	}
+	require.NoError(t, q.Err())
+	for _, m := range msgs {
+		msgID := m.Headers().Get(jetstream.MsgIDHeader)
+		require.False(t, seen[msgID], "doubled: %s", msgID)
+		seen[msgID] = true
+		id, err := strconv.ParseInt(m.Headers().Get("Outbox-Id"), 10, 64)
+		require.NoError(t, err)
+		if k := keyOf[id]; k.Valid {
+			require.Greater(t, id, last[k.String], "key %s: row %d published after a later row", k.String, id)
+			last[k.String] = id
+		}
+	}
+	require.Len(t, last, keys)
+}
+
+func TestOutOfOrderCommitIsRelayed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "postgres")
+
+	// tx1 takes the smaller id first and commits last.
+	tx1, err := b.prod.Begin()
+	require.NoError(t, err)
+	_, err = tx1.Exec(b.insertSQL(), "first-id-last-commit", "events.x", []byte("1"), "{}", nil)
+	require.NoError(t, err)
+	_, err = b.prod.Exec(b.insertSQL(), "second-id-first-commit", "events.x", []byte("2"), "{}", nil)
+	require.NoError(t, err)
+
+	b.startRelay(t, "relay-1")
+	b.waitDone(t, 1)
+	require.NoError(t, tx1.Commit())
+	b.waitDone(t, 2)
+
+	msgs := bridgetest.Messages(t, b.js, "EVENTS")
+	require.Len(t, msgs, 2)
+	require.Equal(t, "second-id-first-commit", msgs[0].Headers().Get("Outbox-Idempotency-Key"))
+	require.Equal(t, "first-id-last-commit", msgs[1].Headers().Get("Outbox-Idempotency-Key"))
+}
+
+func TestAlreadyPublishedKeyIsDeduplicated(t *testing.T) {
+	for _, kind := range []string{"sqlite", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, kind)
+			ctx := context.Background()
+
+			// An earlier publish of the same key (a crash between PubAck and mark).
+			m := nats.NewMsg("events.dup")
+			m.Data = []byte("first")
+			m.Header.Set(jetstream.MsgIDHeader, dedup.MsgID("", "order-7"))
+			ack, err := b.js.PublishMsg(ctx, m)
+			require.NoError(t, err)
+
+			_, err = b.store.Enqueue(ctx, outbox.Entry{IdempotencyKey: "order-7", Subject: "events.dup", Payload: []byte("again")})
+			require.NoError(t, err)
+			_, err = b.store.Enqueue(ctx, outbox.Entry{IdempotencyKey: "order-7", Subject: "events.dup", Payload: []byte("again")})
+			require.ErrorIs(t, err, outbox.ErrAlreadyEnqueued)
+
+			r := b.startRelay(t, "relay-1")
+			b.waitDone(t, 1)
+			require.Equal(t, int64(1), r.sub.Counters.Deduplicated.Load())
+			require.Equal(t, int64(1), r.sub.Counters.Relayed.Load())
+
+			msgs := bridgetest.Messages(t, b.js, "EVENTS")
+			require.Len(t, msgs, 1)
+			require.Equal(t, "first", string(msgs[0].Data()))
+
+			var seq int64
+			require.NoError(t, b.db.SQL.QueryRow("SELECT stream_seq FROM "+b.store.Table()).Scan(&seq))
+			require.Equal(t, int64(ack.Sequence), seq, "a duplicate's row records the original's sequence")
+		})
+	}
+}
+
+func TestUserHeaderNamedLikeMsgIDDoesNotDedup(t *testing.T) {
+	t.Parallel()
+	// nats-server#3649: headers merely containing "Nats-Msg-Id" in their
+	// name once triggered dedup. Two rows with distinct keys and the same
+	// such header must both be stored.
+	b := setup(t, "sqlite")
+	ctx := context.Background()
+	for i := range 2 {
+		_, err := b.store.Enqueue(ctx, outbox.Entry{
+			IdempotencyKey: fmt.Sprintf("k%d", i), Subject: "events.h", Payload: []byte("x"),
+			Headers: []byte(`{"X-Nats-Msg-Id-Copy": "same", "My-Nats-Msg-Id": "same"}`),
+		})
+		require.NoError(t, err)
+	}
+	b.startRelay(t, "relay-1")
+	b.waitDone(t, 2)
+	msgs := bridgetest.Messages(t, b.js, "EVENTS")
+	require.Len(t, msgs, 2)
+	require.Equal(t, "same", msgs[1].Headers().Get("X-Nats-Msg-Id-Copy"))
+}
+
+func TestRowsThatCannotBePublishedAreDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "postgres")
+	poison := map[string]struct{ subject, headers, want string }{
+		"wildcard":      {"events.*", "{}", "wildcard"},
+		"space":         {"events.bad subject", "{}", "whitespace"},
+		"array headers": {"events.ok", "[1,2]", "JSON object"},
+		"crlf value":    {"events.ok", `{"X-A": "v\r\nNats-Msg-Id: evil"}`, "CR, LF"},
+		"bad name":      {"events.ok", `{"X A": "v"}`, "not allowed"},
+		"reserved name": {"events.ok", `{"nats-msg-id": "evil"}`, "set by the relay"},
+		"number value":  {"events.ok", `{"X-N": 5}`, "neither a string"},
+	}
+	for key, p := range poison {
+		_, err := b.prod.Exec(b.insertSQL(), key, p.subject, []byte("x"), p.headers, nil)
+		require.NoError(t, err)
+	}
+	_, err := b.prod.Exec(b.insertSQL(), "good", "events.ok", []byte("x"), `{"X-Ok": ["1", "2"]}`, nil)
+	require.NoError(t, err)
+	b.startRelay(t, "relay-1")
+	b.waitDone(t, 1)
+	require.Eventually(t, func() bool {
+		st, err := b.store.Stats(context.Background(), 0)
+		require.NoError(t, err)
+		return st.Rows[outbox.StatusPermanentFailed] == int64(len(poison))
+	}, 10*time.Second, 20*time.Millisecond)
+
+	for key, p := range poison {
+		var lastError string
+		require.NoError(t, b.db.SQL.QueryRow("SELECT last_error FROM "+b.store.Table()+" WHERE idempotency_key = $1", key).Scan(&lastError))
+		require.Contains(t, lastError, p.want, key)
+	}
+	msgs := bridgetest.Messages(t, b.js, "EVENTS")
+	require.Len(t, msgs, 1)
+	require.Equal(t, "good", msgs[0].Headers().Get("Outbox-Idempotency-Key"))
+}
