@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -47,6 +48,11 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.Logger.Info("relay running",
 		slog.String("outbox", r.Store.DB().Redacted), slog.String("table", r.Store.Table()),
 		slog.Any("streams", streams), slog.String("http", r.Health.Addr()), slog.String("owner", r.Config.Relay.Owner))
+
+	if !r.Config.Relay.DeleteOnRelay {
+		retention := r.Config.Relay.Retention
+		go outbox.RunRetention(ctx, r.Store, retention, min(max(retention/10, time.Second), time.Minute), r.Logger)
+	}
 
 	err := r.Forwarder.Run(ctx)
 	stopHTTP()

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	bridge "github.com/outbox-bridge/bridge"
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 )
@@ -44,6 +45,9 @@ Exit codes: 0 clean stop, 1 runtime failure, 2 bad usage or configuration.`,
 		newEnqueueCommand(),
 		newStatusCommand(),
 		newTailCommand(),
+		newRequeueCommand(),
+		newRetryCommand(),
+		newPurgeCommand(),
 		newConfigCommand(),
 		newVersionCommand(),
 	)
@@ -128,4 +132,19 @@ func setup(cmd *cobra.Command, daemon bool) (context.Context, *config.Config, *s
 		logger.Debug("ignoring unknown BRIDGE_ variable", slog.String("variable", name))
 	}
 	return cmd.Context(), cfg, logger, nil
+}
+
+// withStore runs fn with the configured outbox table, as enqueue, status
+// and the maintenance commands use it.
+func withStore(cmd *cobra.Command, fn func(ctx context.Context, store *outbox.Store) error) error {
+	ctx, cfg, logger, err := setup(cmd, false)
+	if err != nil {
+		return err
+	}
+	store, cleanup, err := bridge.NewStore(ctx, cfg, logger)
+	if err != nil {
+		return classify(err)
+	}
+	defer cleanup()
+	return fn(ctx, store)
 }

@@ -5,12 +5,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-)
 
-// Error classes, as stored in metrics and logs.
-const (
-	ClassRetryable = "retryable"
-	ClassPermanent = "permanent"
+	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
 // JetStream API error codes that retrying cannot fix (nats-server
@@ -26,7 +22,13 @@ var permanentCodes = map[jetstream.ErrorCode]bool{
 	10070: true, // JSStreamWrongLastMsgIDErr: wrong last msg ID
 }
 
-// Classify reports whether retrying a failed publish cannot help.
+// Classify says what a failed publish means for its row.
+//
+// Unavailable: the connection to NATS was not up (nats.ErrDisconnected,
+// ErrConnectionClosed, ErrConnectionReconnecting, ErrConnectionDraining,
+// ErrNoServers); the outcome is unknown, the row is retried as soon as the
+// relay is connected, and the attempt is not counted.
+//
 // Permanent: the payload is over the server's max_payload
 // (nats.ErrMaxPayload, checked by the client), an invalid subject or
 // header (nats.ErrBadSubject, nats.ErrBadHeaderMsg), or one of the
@@ -37,13 +39,18 @@ var permanentCodes = map[jetstream.ErrorCode]bool{
 // (10158), too many requests (10167), insufficient resources (10023),
 // not leader (10009), stream offline (10118), stream full with
 // discard-new (10077).
-func Classify(err error) string {
+func Classify(err error) outbox.FailureClass {
 	if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrBadHeaderMsg) {
-		return ClassPermanent
+		return outbox.Permanent
 	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && permanentCodes[apiErr.ErrorCode] {
-		return ClassPermanent
+		return outbox.Permanent
 	}
-	return ClassRetryable
+	for _, unavailable := range []error{nats.ErrDisconnected, nats.ErrConnectionClosed, nats.ErrConnectionReconnecting, nats.ErrConnectionDraining, nats.ErrNoServers} {
+		if errors.Is(err, unavailable) {
+			return outbox.Unavailable
+		}
+	}
+	return outbox.Retryable
 }

@@ -75,7 +75,7 @@ func (f *Forwarder) classify(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		out, err := h(msg)
 		if err != nil {
-			outbox.SetFailed(msg, err, Classify(err) == ClassPermanent)
+			outbox.SetFailed(msg, err, Classify(err))
 		}
 		return out, err
 	}

@@ -24,7 +24,10 @@ type dialect interface {
 	markDone(ctx context.Context, db *sql.DB, s *statements, owner string, done []Done, del bool) (int64, error)
 	markFailed(ctx context.Context, db *sql.DB, s *statements, owner string, failures []Failure) (int64, error)
 	isUndefinedTable(err error) bool
-	isUniqueViolation(err error) bool
+	// ago is the parameter for "now minus d" in this dialect's SQL.
+	ago(d time.Duration) any
+	// idList is the parameter for a list of ids.
+	idList(ids []int64) any
 }
 
 // statements are the rendered SQL of one table. Placeholders are the
@@ -42,6 +45,10 @@ type statements struct {
 	insert string
 	// probe selects every column of the table and no row.
 	probe string
+	// retryIDs(ids) and retryAll() put permanent_failed rows back to pending.
+	retryIDs, retryAll string
+	// purge(ago, limit) deletes up to limit done rows relayed before ago.
+	purge string
 	// markDone, deleteDone, markFailed are per-row statements for dialects
 	// without array parameters, or batch statements with them.
 	markDone, deleteDone, markFailed string
@@ -50,3 +57,6 @@ type statements struct {
 const columnList = "id, idempotency_key, subject, payload, headers, ordering_key, status, attempts, last_error, owner, available_at, claimed_at, first_claimed_at, created_at, relayed_at, stream, stream_seq"
 
 func micros(d time.Duration) int64 { return d.Microseconds() }
+
+// retrySet is the assignment that gives a dead letter a fresh start.
+const retrySet = `status = 'pending', attempts = 0, owner = NULL, available_at = `

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pressly/goose/v3"
@@ -45,7 +46,11 @@ WHERE status = 'in_flight' AND claimed_at < now() - $1 * interval '1 microsecond
 		recentErrors: `SELECT id, status, attempts, last_error FROM ` + T + ` WHERE status IN ('failed', 'permanent_failed') ORDER BY id DESC LIMIT $1`,
 		insert: `INSERT INTO ` + T + ` (idempotency_key, subject, payload, headers, ordering_key)
 VALUES ($1, $2, $3, $4::jsonb, $5) ON CONFLICT (idempotency_key) DO NOTHING RETURNING id`,
-		probe: `SELECT ` + columnList + ` FROM ` + T + ` WHERE false`,
+		probe:    `SELECT ` + columnList + ` FROM ` + T + ` WHERE false`,
+		retryIDs: `UPDATE ` + T + ` SET ` + retrySet + `now() WHERE status = 'permanent_failed' AND id = ANY($1)`,
+		retryAll: `UPDATE ` + T + ` SET ` + retrySet + `now() WHERE status = 'permanent_failed'`,
+		purge: `DELETE FROM ` + T + ` WHERE id IN (
+	SELECT id FROM ` + T + ` WHERE status = 'done' AND relayed_at < now() - $1 * interval '1 microsecond' LIMIT $2)`,
 		markDone: `UPDATE ` + T + ` o SET status = 'done', relayed_at = now(), owner = NULL,
 	stream = m.stream, stream_seq = m.seq, last_error = NULL
 FROM unnest($2::bigint[], $3::int[], $4::text[], $5::bigint[]) AS m(id, attempt, stream, seq)
@@ -100,9 +105,14 @@ func (postgresDialect) markFailed(ctx context.Context, db *sql.DB, s *statements
 	return res.RowsAffected()
 }
 
-// SQLSTATE 42P01 undefined_table, 23505 unique_violation.
+// SQLSTATE 42P01 undefined_table.
 func (postgresDialect) isUndefinedTable(err error) bool  { return pgCode(err) == "42P01" }
-func (postgresDialect) isUniqueViolation(err error) bool { return pgCode(err) == "23505" }
+
+// ago is a number of microseconds: "now() - $n * interval '1 microsecond'".
+func (postgresDialect) ago(d time.Duration) any { return micros(d) }
+
+// idList is a bigint[] parameter.
+func (postgresDialect) idList(ids []int64) any { return ids }
 
 func pgCode(err error) string {
 	var pgErr *pgconn.PgError

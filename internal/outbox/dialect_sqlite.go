@@ -3,9 +3,11 @@ package outbox
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/pressly/goose/v3"
 	"modernc.org/sqlite"
@@ -57,7 +59,11 @@ WHERE status = 'in_flight' AND claimed_at < ` + sqliteNowPlus,
 		recentErrors: `SELECT id, status, attempts, last_error FROM ` + T + ` WHERE status IN ('failed', 'permanent_failed') ORDER BY id DESC LIMIT ?`,
 		insert: `INSERT INTO ` + T + ` (idempotency_key, subject, payload, headers, ordering_key)
 VALUES (?, ?, ?, ?, ?) ON CONFLICT (idempotency_key) DO NOTHING RETURNING id`,
-		probe: `SELECT ` + columnList + ` FROM ` + T + ` WHERE 0`,
+		probe:    `SELECT ` + columnList + ` FROM ` + T + ` WHERE 0`,
+		retryIDs: `UPDATE ` + T + ` SET ` + retrySet + sqliteNow + ` WHERE status = 'permanent_failed' AND id IN (SELECT value FROM json_each(?))`,
+		retryAll: `UPDATE ` + T + ` SET ` + retrySet + sqliteNow + ` WHERE status = 'permanent_failed'`,
+		purge: `DELETE FROM ` + T + ` WHERE id IN (
+	SELECT id FROM ` + T + ` WHERE status = 'done' AND relayed_at < ` + sqliteNowPlus + ` LIMIT ?)`,
 		markDone: `UPDATE ` + T + ` SET status = 'done', relayed_at = ` + sqliteNow + `, owner = NULL,
 	stream = ?, stream_seq = ?, last_error = NULL
 WHERE id = ? AND attempts = ? AND status = 'in_flight' AND owner = ?`,
@@ -134,8 +140,13 @@ func (sqliteDialect) isUndefinedTable(err error) bool {
 	return sqliteCode(err) == sqlite3.SQLITE_ERROR && strings.Contains(err.Error(), "no such table")
 }
 
-func (sqliteDialect) isUniqueViolation(err error) bool {
-	return sqliteCode(err) == sqlite3.SQLITE_CONSTRAINT_UNIQUE
+// ago is a negative number of seconds for sqliteNowPlus.
+func (sqliteDialect) ago(d time.Duration) any { return -d.Seconds() }
+
+// idList is a JSON array, read with json_each.
+func (sqliteDialect) idList(ids []int64) any {
+	b, _ := json.Marshal(ids)
+	return string(b)
 }
 
 func sqliteCode(err error) int {

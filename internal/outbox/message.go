@@ -22,7 +22,22 @@ const (
 	metaSeq       = "_outbox_stream_seq"
 	metaDuplicate = "_outbox_duplicate"
 	metaError     = "_outbox_error"
-	metaPermanent = "_outbox_permanent"
+	metaClass     = "_outbox_class"
+)
+
+// FailureClass says what a failed publish means for its row.
+type FailureClass string
+
+// The failure classes.
+const (
+	// Retryable failures are retried after a backoff until max_attempts.
+	Retryable FailureClass = "retryable"
+	// Permanent failures make the row a dead letter at once.
+	Permanent FailureClass = "permanent"
+	// Unavailable failures happened because NATS was not connected: the row
+	// is retried at once when the connection is back, and the attempt does
+	// not count towards max_attempts.
+	Unavailable FailureClass = "unavailable"
 )
 
 // newMessage turns a claimed row into a Watermill message. The message UUID
@@ -76,12 +91,11 @@ func SetPublished(msg *message.Message, stream string, seq uint64, duplicate boo
 	msg.Metadata.Set(metaDuplicate, strconv.FormatBool(duplicate))
 }
 
-// SetFailed records why msg failed and whether retrying can help; the
-// Subscriber stores it when msg is nacked. A nack without it counts as a
-// retryable failure.
-func SetFailed(msg *message.Message, err error, permanent bool) {
+// SetFailed records why msg failed and its class; the Subscriber stores it
+// when msg is nacked. A nack without it counts as Retryable.
+func SetFailed(msg *message.Message, err error, class FailureClass) {
 	msg.Metadata.Set(metaError, err.Error())
-	msg.Metadata.Set(metaPermanent, strconv.FormatBool(permanent))
+	msg.Metadata.Set(metaClass, string(class))
 }
 
 func published(msg *message.Message) (stream string, seq uint64, duplicate bool) {
@@ -89,10 +103,14 @@ func published(msg *message.Message) (stream string, seq uint64, duplicate bool)
 	return msg.Metadata.Get(metaStream), seq, msg.Metadata.Get(metaDuplicate) == "true"
 }
 
-func failed(msg *message.Message) (reason string, permanent bool) {
+func failed(msg *message.Message) (reason string, class FailureClass) {
 	reason = msg.Metadata.Get(metaError)
 	if reason == "" {
 		reason = "handler nacked the message without a reason"
 	}
-	return reason, msg.Metadata.Get(metaPermanent) == "true"
+	class = FailureClass(msg.Metadata.Get(metaClass))
+	if class == "" {
+		class = Retryable
+	}
+	return reason, class
 }

@@ -124,16 +124,7 @@ func (s *Store) MarkFailed(ctx context.Context, owner string, failures []Failure
 // A requeue proves only that no result was recorded in time, not that the
 // publish failed: the next publish carries the same Nats-Msg-Id.
 func (s *Store) RequeueInflightOlderThan(ctx context.Context, timeout time.Duration) (int, error) {
-	var arg any = micros(timeout)
-	if s.db.dialect.name() == "sqlite" {
-		arg = -timeout.Seconds()
-	}
-	res, err := s.db.SQL.ExecContext(ctx, s.sql.requeue, arg)
-	if err != nil {
-		return 0, fmt.Errorf("requeue in-flight outbox rows: %w", err)
-	}
-	n, err := res.RowsAffected()
-	return int(n), err
+	return s.exec(ctx, "requeue in-flight outbox rows", s.sql.requeue, s.db.dialect.ago(timeout))
 }
 
 // Stats is a snapshot of the table.
@@ -246,4 +237,49 @@ func (s *Store) Enqueue(ctx context.Context, e Entry) (int64, error) {
 		return 0, fmt.Errorf("insert outbox row: %w", err)
 	}
 	return id, nil
+}
+
+// RetryDead puts the permanent_failed rows among ids back to pending, with
+// attempts reset to 0 and last_error kept. Ids of rows in another state
+// are ignored. It returns how many rows moved.
+func (s *Store) RetryDead(ctx context.Context, ids []int64) (int, error) {
+	return s.exec(ctx, "retry dead letters", s.sql.retryIDs, s.db.dialect.idList(ids))
+}
+
+// RetryAllDead puts every permanent_failed row back to pending, like
+// RetryDead. It returns how many rows moved.
+func (s *Store) RetryAllDead(ctx context.Context) (int, error) {
+	return s.exec(ctx, "retry dead letters", s.sql.retryAll)
+}
+
+// PurgeBatchDefault is the number of rows one purge statement deletes.
+const PurgeBatchDefault = 1000
+
+// PurgeDoneOlderThan deletes done rows relayed more than age ago (database
+// clock), batch rows per statement until none is left, so no statement
+// holds many locks. It returns how many rows were deleted.
+func (s *Store) PurgeDoneOlderThan(ctx context.Context, age time.Duration, batch int) (int, error) {
+	if batch <= 0 {
+		batch = PurgeBatchDefault
+	}
+	total := 0
+	for {
+		n, err := s.exec(ctx, "purge done rows", s.sql.purge, s.db.dialect.ago(age), batch)
+		total += n
+		if err != nil || n < batch {
+			return total, err
+		}
+	}
+}
+
+func (s *Store) exec(ctx context.Context, what, query string, args ...any) (int, error) {
+	res, err := s.db.SQL.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	return int(n), nil
 }

@@ -349,7 +349,9 @@ func (s *Subscriber) watch(row Row, msg *message.Message) {
 		st.done = true
 		st.stream, st.seq, st.duplicate = published(msg)
 	case <-msg.Nacked():
-		st.err, st.permanent = failed(msg)
+		var class FailureClass
+		st.err, class = failed(msg)
+		st.permanent, st.refund = class == Permanent, class == Unavailable
 	case <-deadline.C:
 		st.err = fmt.Sprintf("no ack or nack within ack deadline %s; publish outcome unknown", s.cfg.AckDeadline)
 	case <-s.drainExpired:
