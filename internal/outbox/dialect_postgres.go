@@ -106,7 +106,7 @@ func (postgresDialect) markFailed(ctx context.Context, db *sql.DB, s *statements
 }
 
 // SQLSTATE 42P01 undefined_table.
-func (postgresDialect) isUndefinedTable(err error) bool  { return pgCode(err) == "42P01" }
+func (postgresDialect) isUndefinedTable(err error) bool { return pgCode(err) == "42P01" }
 
 // ago is a number of microseconds: "now() - $n * interval '1 microsecond'".
 func (postgresDialect) ago(d time.Duration) any { return micros(d) }
