@@ -57,7 +57,7 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*Re
 		cleanup()
 		return nil, nil, err
 	}
-	forwarderForwarder, err := forwarder.ProvideForwarder(subscriber, store, publisher, cfg, logger)
+	forwarderForwarder, err := forwarder.ProvideForwarder(subscriber, store, publisher, conn, cfg, logger)
 	if err != nil {
 		cleanup2()
 		cleanup()

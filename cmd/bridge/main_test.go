@@ -244,23 +244,54 @@ func status(t *testing.T, dir string, args ...string) statusDoc {
 	return doc
 }
 
+// relay is a running `bridge run` with the embedded default and the
+// addresses it listens on.
+type relay struct {
+	*process
+	natsListen, httpListen string
+}
+
+// startRelay starts `bridge run` in dir on free loopback ports and waits
+// until GET /readyz answers 200. A port taken by someone else between
+// freePort and the relay's listen is retried with new ports.
+func startRelay(t *testing.T, dir string) relay {
+	t.Helper()
+	client := &http.Client{Timeout: 2 * time.Second}
+	for attempt := 1; ; attempt++ {
+		r := relay{
+			natsListen: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+			httpListen: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		}
+		r.process = start(t, dir, nil, "run", "--nats-listen", r.natsListen, "--http-listen", r.httpListen)
+		ready := false
+		poll(t, 30*time.Second, func() bool {
+			if r.exited() {
+				return true
+			}
+			resp, err := client.Get("http://" + r.httpListen + "/readyz")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			ready = resp.StatusCode == http.StatusOK
+			return ready
+		}, "GET /readyz never answered 200\nrun stderr:\n%s", r.stderr)
+		if ready {
+			return r
+		}
+		if attempt < 3 && strings.Contains(r.stderr.String(), "address already in use") {
+			t.Logf("bridge run lost its port to another process, retrying: %s", r.stderr)
+			continue
+		}
+		require.FailNow(t, "bridge run exited before it was ready", "exit %d\nstderr:\n%s", r.code, r.stderr)
+	}
+}
+
 func TestNewcomerFlow(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	natsListen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	httpListen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-
-	run := start(t, dir, nil, "run", "--nats-listen", natsListen, "--http-listen", httpListen)
-	client := &http.Client{Timeout: 2 * time.Second}
-	poll(t, 30*time.Second, func() bool {
-		require.False(t, run.exited(), "bridge run exited early with %d\nstderr:\n%s", run.code, run.stderr)
-		resp, err := client.Get("http://" + httpListen + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, "GET /readyz never answered 200\nrun stderr:\n%s", run.stderr)
+	run := startRelay(t, dir)
+	natsListen := run.natsListen
 
 	tail := start(t, dir, nil, "tail", "--subject", "events.>", "--nats-listen", natsListen)
 	poll(t, 30*time.Second, func() bool {
@@ -318,8 +349,9 @@ func TestNewcomerFlow(t *testing.T) {
 // or connecting: a stop requested during startup is a clean stop too.
 func TestStopWhileStarting(t *testing.T) {
 	t.Parallel()
-	natsListen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	run := start(t, t.TempDir(), nil, "run", "--nats-listen", natsListen, "--http-listen", "127.0.0.1:0")
+	// Port 0: the test never reaches the server, and no other process can
+	// take the port between choosing and listening.
+	run := start(t, t.TempDir(), nil, "run", "--nats-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0")
 	// The signal handler is installed before anything is logged.
 	poll(t, 30*time.Second, func() bool {
 		require.False(t, run.exited(), "bridge run exited early with %d\nstderr:\n%s", run.code, run.stderr)

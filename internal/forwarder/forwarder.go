@@ -24,14 +24,20 @@ type Config struct {
 	// CloseTimeout bounds how long Run waits, after its context ends, for
 	// handlers to finish and the subscriber to drain. Defaults to 25s.
 	CloseTimeout time.Duration
+	// Connected reports whether the NATS connection is up. A publish that
+	// fails (not permanently) while it is down is outbox.Unavailable: the
+	// row is retried when the connection is back, without counting the
+	// attempt. Defaults to nil: failures are classified by Classify alone.
+	Connected func() bool
 }
 
 // Forwarder connects an outbox subscriber to a JetStream publisher with a
 // Watermill router.
 type Forwarder struct {
-	router *message.Router
-	pub    *sink.Publisher
-	logger *slog.Logger
+	router    *message.Router
+	pub       *sink.Publisher
+	logger    *slog.Logger
+	connected func() bool
 }
 
 // NewPublisherMarshaler is the marshaler that turns the subscriber's
@@ -53,7 +59,7 @@ func New(sub *outbox.Subscriber, table string, pub *sink.Publisher, logger *slog
 	if err != nil {
 		return nil, fmt.Errorf("create router: %w", err)
 	}
-	f := &Forwarder{router: router, pub: pub, logger: logger}
+	f := &Forwarder{router: router, pub: pub, logger: logger, connected: cfg.Connected}
 	// First added is outermost: classification sees recovered panics too.
 	router.AddMiddleware(f.classify, middleware.Recoverer)
 	router.AddConsumerHandler("outbox_to_jetstream", table, sub, f.handle)
@@ -75,7 +81,11 @@ func (f *Forwarder) classify(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		out, err := h(msg)
 		if err != nil {
-			outbox.SetFailed(msg, err, Classify(err))
+			class := Classify(err)
+			if class == outbox.Retryable && f.connected != nil && !f.connected() {
+				class = outbox.Unavailable
+			}
+			outbox.SetFailed(msg, err, class)
 		}
 		return out, err
 	}

@@ -94,7 +94,7 @@ func (b *bundle) startRelay(t *testing.T, owner string) *relay {
 	require.NoError(t, err)
 	pub, err := sink.New(js, sink.Config{Marshaler: forwarder.NewPublisherMarshaler()})
 	require.NoError(t, err)
-	fwd, err := forwarder.New(sub, b.store.Table(), pub, logger, forwarder.Config{CloseTimeout: 10 * time.Second})
+	fwd, err := forwarder.New(sub, b.store.Table(), pub, logger, forwarder.Config{CloseTimeout: 10 * time.Second, Connected: nc.IsConnected})
 	require.NoError(t, err)
 
 	ctx, cancel := context.WithCancel(context.Background())

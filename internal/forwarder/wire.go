@@ -4,6 +4,7 @@ import (
 	"log/slog"
 
 	"github.com/google/wire"
+	"github.com/nats-io/nats.go"
 
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/outbox"
@@ -14,6 +15,7 @@ import (
 var ProviderSet = wire.NewSet(ProvideForwarder, NewPublisherMarshaler)
 
 // ProvideForwarder builds the router, closing within shutdown_timeout.
-func ProvideForwarder(sub *outbox.Subscriber, store *outbox.Store, pub *sink.Publisher, cfg *config.Config, logger *slog.Logger) (*Forwarder, error) {
-	return New(sub, store.Table(), pub, logger, Config{CloseTimeout: cfg.ShutdownTimeout})
+// Failures while nc is disconnected do not count as attempts.
+func ProvideForwarder(sub *outbox.Subscriber, store *outbox.Store, pub *sink.Publisher, nc *nats.Conn, cfg *config.Config, logger *slog.Logger) (*Forwarder, error) {
+	return New(sub, store.Table(), pub, logger, Config{CloseTimeout: cfg.ShutdownTimeout, Connected: nc.IsConnected})
 }

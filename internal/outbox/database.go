@@ -50,6 +50,8 @@ func Open(ctx context.Context, rawURL string) (*DB, error) {
 		return openPostgres(ctx, rawURL)
 	case strings.HasPrefix(rawURL, "sqlite:"):
 		return openSQLite(ctx, strings.TrimPrefix(rawURL, "sqlite:"))
+	case strings.HasPrefix(rawURL, "mysql://"):
+		return nil, fmt.Errorf("%w: %q: MySQL/MariaDB outboxes are not supported by this version yet; accepted: %s", ErrUnknownScheme, RedactURL(rawURL), AcceptedSchemes)
 	}
 	return nil, fmt.Errorf("%w: %q; accepted: %s", ErrUnknownScheme, RedactURL(rawURL), AcceptedSchemes)
 }

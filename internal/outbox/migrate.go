@@ -30,6 +30,10 @@ func Migrate(ctx context.Context, db *DB, table string) ([]MigrationResult, erro
 		return nil, err
 	}
 	results, err := p.Up(ctx)
+	if pgCode(err) == "3F000" { // invalid_schema_name
+		t, _ := ParseTableName(table)
+		return nil, fmt.Errorf("migrate outbox table %s: schema %q does not exist; create it first (CREATE SCHEMA %s) or use an unqualified table name: %w", table, t.schema, t.schema, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("migrate outbox table %s: %w", table, err)
 	}

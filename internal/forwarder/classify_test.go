@@ -1,0 +1,85 @@
+package forwarder_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-bridge/bridge/internal/bridgetest"
+	"github.com/outbox-bridge/bridge/internal/forwarder"
+	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/sink"
+)
+
+// TestClassifyAgainstARealServer makes a real nats-server produce each
+// failure and checks its class.
+func TestClassifyAgainstARealServer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := bridgetest.StartNATS(t)
+	_, admin := n.JetStream(t)
+	_, err := admin.CreateStream(ctx, jetstream.StreamConfig{Name: "SMALL", Subjects: []string{"small.>"}, MaxMsgSize: 100})
+	require.NoError(t, err)
+	_, err = admin.CreateStream(ctx, jetstream.StreamConfig{Name: "FULL", Subjects: []string{"full.>"}, MaxMsgs: 1, Discard: jetstream.DiscardNew})
+	require.NoError(t, err)
+	_, err = admin.CreateStream(ctx, jetstream.StreamConfig{Name: "OK", Subjects: []string{"ok.>"}})
+	require.NoError(t, err)
+
+	nc, err := nats.Connect(n.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(time.Second))
+	require.NoError(t, err)
+	pub, err := sink.New(js, sink.Config{PublishTimeout: 500 * time.Millisecond})
+	require.NoError(t, err)
+
+	// A core subscriber on a subject no stream covers: no 503 comes back,
+	// the publish times out (nats.go#1781).
+	sub, err := nc.SubscribeSync("slow.x")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+
+	publish := func(subject string, size int) error {
+		msg := message.NewMessage("id-"+subject, bytes.Repeat([]byte("x"), size))
+		_, err := pub.PublishMsg(ctx, subject, msg)
+		return err
+	}
+	_, err = pub.PublishMsg(ctx, "full.a", message.NewMessage("fill", []byte("x")))
+	require.NoError(t, err)
+
+	cases := []struct {
+		name    string
+		subject string
+		size    int
+		want    outbox.FailureClass
+	}{
+		{"payload over max_payload", "ok.big", 2 << 20, outbox.Permanent},
+		{"over the stream's max_msg_size", "small.a", 200, outbox.Permanent},
+		{"no stream for the subject", "nostream.a", 10, outbox.Retryable},
+		{"stream full with discard new", "full.b", 10, outbox.Retryable},
+		{"publish timeout", "slow.x", 10, outbox.Retryable},
+	}
+	for _, c := range cases {
+		err := publish(c.subject, c.size)
+		require.Error(t, err, c.name)
+		require.Equal(t, c.want, forwarder.Classify(err), "%s: %v", c.name, err)
+	}
+
+	// The server stops: whatever the client reports, it is never permanent,
+	// and a disconnect does not count as an attempt.
+	n.Stop()
+	require.Eventually(t, func() bool { return !nc.IsConnected() }, 5*time.Second, 10*time.Millisecond)
+	err = publish("ok.a", 10)
+	require.Error(t, err)
+	require.Contains(t, []outbox.FailureClass{outbox.Unavailable, outbox.Retryable}, forwarder.Classify(err), "server stopped: %v", err)
+	nc.Close()
+	err = publish("ok.a", 10)
+	require.Error(t, err)
+	require.Equal(t, outbox.Unavailable, forwarder.Classify(err), "connection closed: %v", err)
+}
