@@ -101,6 +101,13 @@ func (f *Forwarder) Run(ctx context.Context) error {
 		// cancelled context would abort publishes that should finish.
 		errc <- f.router.Run(context.WithoutCancel(ctx))
 	}()
+	// Closing a router that has not subscribed yet leaves its handlers
+	// running until the close timeout: wait for it to run first.
+	select {
+	case <-f.router.Running():
+	case err := <-errc:
+		return fmt.Errorf("relay: start router: %w", err)
+	}
 	select {
 	case <-ctx.Done():
 		f.logger.Info("relay stopping: draining publishes in progress")

@@ -162,13 +162,22 @@ func TestRowsThatCannotBePublishedAreDeadLetters(t *testing.T) {
 		"number value":  {"events.ok", `{"X-N": 5}`, "neither a string"},
 	}
 	for key, p := range poison {
-		_, err := b.prod.Exec(b.insertSQL(), key, p.subject, []byte("x"), p.headers, nil)
+		// Poison rows share ordering keys with good rows: a dead letter
+		// blocks nothing.
+		_, err := b.prod.Exec(b.insertSQL(), key, p.subject, []byte("x"), p.headers, "k"+strconv.Itoa(len(key)%7))
 		require.NoError(t, err)
 	}
-	_, err := b.prod.Exec(b.insertSQL(), "good", "events.ok", []byte("x"), `{"X-Ok": ["1", "2"]}`, nil)
+	// Over the server's max_payload (1 MiB by default).
+	poison["max_payload"] = struct{ subject, headers, want string }{"events.big", "{}", "maximum payload"}
+	_, err := b.prod.Exec(b.insertSQL(), "max_payload", "events.big", make([]byte, 1536*1024), "{}", nil)
 	require.NoError(t, err)
+	const good = 1000
+	for i := range good {
+		_, err := b.prod.Exec(b.insertSQL(), fmt.Sprintf("good-%d", i), "events.ok", []byte("x"), `{"X-Ok": ["1", "2"]}`, "k"+strconv.Itoa(i%7))
+		require.NoError(t, err)
+	}
 	b.startRelay(t, "relay-1")
-	b.waitDone(t, 1)
+	b.waitDone(t, good)
 	require.Eventually(t, func() bool {
 		st, err := b.store.Stats(context.Background(), 0)
 		require.NoError(t, err)
@@ -181,6 +190,41 @@ func TestRowsThatCannotBePublishedAreDeadLetters(t *testing.T) {
 		require.Contains(t, lastError, p.want, key)
 	}
 	msgs := bridgetest.Messages(t, b.js, "EVENTS")
-	require.Len(t, msgs, 1)
-	require.Equal(t, "good", msgs[0].Headers().Get("Outbox-Idempotency-Key"))
+	require.Len(t, msgs, good)
+	for _, m := range msgs {
+		require.Contains(t, m.Headers().Get("Outbox-Idempotency-Key"), "good-")
+		require.Equal(t, []string{"1", "2"}, m.Headers()["X-Ok"])
+	}
+}
+
+func TestRetryableFailureHoldsBackItsKeyOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "postgres")
+	ctx := context.Background()
+	// Key A publishes to a subject no stream covers yet; key B to EVENTS.
+	for i := range 20 {
+		_, err := b.prod.Exec(b.insertSQL(), fmt.Sprintf("a-%d", i), "audit.a", []byte(strconv.Itoa(i)), "{}", "A")
+		require.NoError(t, err)
+		_, err = b.prod.Exec(b.insertSQL(), fmt.Sprintf("b-%d", i), "events.b", []byte(strconv.Itoa(i)), "{}", "B")
+		require.NoError(t, err)
+	}
+	b.startRelay(t, "relay-1")
+	b.waitDone(t, 20) // all of B
+
+	var aDone, aFailed int
+	require.NoError(t, b.db.SQL.QueryRow("SELECT count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'failed') FROM "+b.store.Table()+" WHERE ordering_key = 'A'").Scan(&aDone, &aFailed))
+	require.Zero(t, aDone)
+	require.Equal(t, 1, aFailed, "only A's first row is tried; the others wait behind it")
+	var lastError string
+	require.NoError(t, b.db.SQL.QueryRow("SELECT last_error FROM "+b.store.Table()+" WHERE idempotency_key = 'a-0'").Scan(&lastError))
+	require.Contains(t, lastError, "no response from stream")
+
+	_, err := b.js.CreateStream(ctx, jetstream.StreamConfig{Name: "AUDIT", Subjects: []string{"audit.>"}})
+	require.NoError(t, err)
+	b.waitDone(t, 40)
+	msgs := bridgetest.Messages(t, b.js, "AUDIT")
+	require.Len(t, msgs, 20)
+	for i, m := range msgs {
+		require.Equal(t, strconv.Itoa(i), string(m.Data()), "A's rows arrive in order")
+	}
 }
