@@ -2,7 +2,10 @@ package bridgetest
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,4 +110,74 @@ func Messages(t testing.TB, js jetstream.JetStream, stream string) []jetstream.M
 		require.NoError(t, batch.Error())
 	}
 	return out
+}
+
+// Cluster is three in-process NATS servers with JetStream, routed to each
+// other on loopback.
+type Cluster struct {
+	Servers []*server.Server
+}
+
+// StartCluster starts a 3-node JetStream cluster and waits until it has a
+// meta leader. Servers are shut down when the test ends.
+func StartCluster(t testing.TB) *Cluster {
+	t.Helper()
+	const size = 3
+	routePorts := make([]int, size)
+	for i := range routePorts {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		routePorts[i] = l.Addr().(*net.TCPAddr).Port
+		require.NoError(t, l.Close())
+	}
+	var routes []*url.URL
+	for _, p := range routePorts {
+		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", p)})
+	}
+	c := &Cluster{}
+	for i := range size {
+		srv, err := server.NewServer(&server.Options{
+			ServerName: fmt.Sprintf("n%d", i+1),
+			Host:       "127.0.0.1", Port: -1,
+			JetStream: true, StoreDir: t.TempDir(),
+			Cluster: server.ClusterOpts{Name: "bridge-test", Host: "127.0.0.1", Port: routePorts[i]},
+			Routes:  routes,
+			NoSigs:  true, NoLog: true,
+		})
+		require.NoError(t, err)
+		go srv.Start()
+		c.Servers = append(c.Servers, srv)
+		t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	}
+	for _, srv := range c.Servers {
+		require.True(t, srv.ReadyForConnections(10*time.Second))
+	}
+	require.Eventually(t, func() bool {
+		for _, srv := range c.Servers {
+			if srv.JetStreamIsLeader() {
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 50*time.Millisecond, "no JetStream meta leader")
+	return c
+}
+
+// URLs is the comma-separated client URLs of all servers.
+func (c *Cluster) URLs() string {
+	urls := make([]string, len(c.Servers))
+	for i, s := range c.Servers {
+		urls[i] = s.ClientURL()
+	}
+	return strings.Join(urls, ",")
+}
+
+// Server returns the server named name (n1, n2, n3).
+func (c *Cluster) Server(name string) *server.Server {
+	for _, s := range c.Servers {
+		if s.Name() == name {
+			return s
+		}
+	}
+	return nil
 }
