@@ -20,12 +20,13 @@ import (
 
 // Relay is the assembled daemon of `bridge run`.
 type Relay struct {
-	Forwarder *forwarder.Forwarder
-	Health    *health.Server
-	Store     *outbox.Store
-	Streams   broker.Streams
-	Config    *config.Config
-	Logger    *slog.Logger
+	Forwarder  *forwarder.Forwarder
+	Subscriber *outbox.Subscriber
+	Health     *health.Server
+	Store      *outbox.Store
+	Streams    broker.Streams
+	Config     *config.Config
+	Logger     *slog.Logger
 }
 
 // Run relays until ctx ends, then drains: /readyz turns 503 at once,
@@ -49,6 +50,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		slog.String("outbox", r.Store.DB().Redacted), slog.String("table", r.Store.Table()),
 		slog.Any("streams", streams), slog.String("http", r.Health.Addr()), slog.String("owner", r.Config.Relay.Owner))
 
+	if r.Store.DB().Dialect() == "postgres" {
+		go outbox.ListenPostgres(ctx, r.Config.DatabaseURL(), r.Store.Table(), r.Subscriber.Wake, r.Logger)
+	}
 	if !r.Config.Relay.DeleteOnRelay {
 		retention := r.Config.Relay.Retention
 		go outbox.RunRetention(ctx, r.Store, retention, min(max(retention/10, time.Second), time.Minute), r.Logger)

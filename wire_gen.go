@@ -82,12 +82,13 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*Re
 		return nil, nil, err
 	}
 	relay := &Relay{
-		Forwarder: forwarderForwarder,
-		Health:    server,
-		Store:     store,
-		Streams:   streams,
-		Config:    cfg,
-		Logger:    logger,
+		Forwarder:  forwarderForwarder,
+		Subscriber: subscriber,
+		Health:     server,
+		Store:      store,
+		Streams:    streams,
+		Config:     cfg,
+		Logger:     logger,
 	}
 	return relay, func() {
 		cleanup2()

@@ -88,28 +88,48 @@ func CreateStream(t testing.TB, js jetstream.JetStream, name string, subjects ..
 // Messages reads every message of a stream in sequence order.
 func Messages(t testing.TB, js jetstream.JetStream, stream string) []jetstream.Msg {
 	t.Helper()
+	// A cluster that just lost a server may answer "no responders" for a
+	// while; read again until the deadline.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		msgs, err := readStream(js, stream)
+		if err == nil || time.Now().After(deadline) {
+			require.NoError(t, err, "read stream %s", stream)
+			return msgs
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func readStream(js jetstream.JetStream, stream string) ([]jetstream.Msg, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	s, err := js.Stream(ctx, stream)
-	require.NoError(t, err)
-	info, err := s.Info(ctx)
-	require.NoError(t, err)
-	total := int(info.State.Msgs)
+	if err != nil {
+		return nil, err
+	}
+	total := int(s.CachedInfo().State.Msgs)
 	if total == 0 {
-		return nil
+		return nil, nil
 	}
 	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	require.NoError(t, err)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]jetstream.Msg, 0, total)
 	for len(out) < total {
 		batch, err := c.Fetch(min(total-len(out), 1000), jetstream.FetchMaxWait(5*time.Second))
-		require.NoError(t, err)
+		if err != nil {
+			return nil, err
+		}
 		for m := range batch.Messages() {
 			out = append(out, m)
 		}
-		require.NoError(t, batch.Error())
+		if err := batch.Error(); err != nil {
+			return nil, err
+		}
 	}
-	return out
+	return out, nil
 }
 
 // Cluster is three in-process NATS servers with JetStream, routed to each

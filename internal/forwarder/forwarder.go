@@ -76,18 +76,23 @@ func (f *Forwarder) handle(msg *message.Message) error {
 	return nil
 }
 
-// classify records a handler error on the message for the subscriber.
+// classify records a handler error and its class on the message and nacks
+// it. It returns no error to the router: the subscriber logs failures, one
+// line per settled batch, where the router would log one per message —
+// thousands of lines in an outage.
 func (f *Forwarder) classify(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		out, err := h(msg)
-		if err != nil {
-			class := Classify(err)
-			if class == outbox.Retryable && f.connected != nil && !f.connected() {
-				class = outbox.Unavailable
-			}
-			outbox.SetFailed(msg, err, class)
+		if err == nil {
+			return out, nil
 		}
-		return out, err
+		class := Classify(err)
+		if class == outbox.Retryable && f.connected != nil && !f.connected() {
+			class = outbox.Unavailable
+		}
+		outbox.SetFailed(msg, err, class)
+		msg.Nack()
+		return nil, nil
 	}
 }
 

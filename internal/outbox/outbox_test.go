@@ -141,10 +141,13 @@ func TestFencingRejectsMarksOfALostLease(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, a, 1)
 
-			// Relay A stalls past its lease; B takes the row over.
-			n, err := s.RequeueInflightOlderThan(ctx, 0)
-			require.NoError(t, err)
-			require.Equal(t, 1, n)
+			// Relay A stalls past its lease (any age > 0 here; SQLite's
+			// clock has millisecond steps); B takes the row over.
+			require.Eventually(t, func() bool {
+				n, err := s.RequeueInflightOlderThan(ctx, 0)
+				require.NoError(t, err)
+				return n == 1
+			}, 5*time.Second, time.Millisecond)
 			r := get(t, s, id)
 			require.Equal(t, "failed", r.status)
 			require.Equal(t, "requeued after inflight timeout", r.lastError.String)
@@ -240,9 +243,11 @@ func TestRetryAndPurge(t *testing.T) {
 			n, err = s.PurgeDoneOlderThan(ctx, time.Hour, 10)
 			require.NoError(t, err)
 			require.Zero(t, n, "relayed just now")
-			n, err = s.PurgeDoneOlderThan(ctx, 0, 1)
-			require.NoError(t, err)
-			require.Equal(t, 1, n)
+			require.Eventually(t, func() bool { // older than 0: once the clock ticked
+				n, err := s.PurgeDoneOlderThan(ctx, 0, 1)
+				require.NoError(t, err)
+				return n == 1
+			}, 5*time.Second, time.Millisecond)
 			st, err := s.Stats(ctx, 5)
 			require.NoError(t, err)
 			require.Equal(t, int64(2), st.Rows[outbox.StatusPending])

@@ -61,6 +61,7 @@ func (s *Subscriber) flush(batch []settlement) {
 		}
 		failures = append(failures, s.failure(st))
 	}
+	s.logFailures(failures)
 	s.retry(len(batch), func() error { return s.writeDone(done, duplicates) })
 	s.retry(len(batch), func() error { return s.writeFailures(failures) })
 }
@@ -144,11 +145,29 @@ func (s *Subscriber) failure(st settlement) Failure {
 	default:
 		f.Backoff = s.backoff(st.row.Attempt)
 	}
-	if f.Permanent {
-		s.logger.Warn("row is a dead letter", slog.Int64("row_id", f.ID), slog.Int("attempt", f.Attempt), slog.String("error", f.Err))
-	} else if !f.Refund {
-		s.logger.Info("publish failed, will retry", slog.Int64("row_id", f.ID), slog.Int("attempt", f.Attempt),
-			slog.Duration("backoff", f.Backoff), slog.String("error", f.Err))
-	}
 	return f
+}
+
+// logFailures logs a batch's failures: each dead letter on its own line,
+// the others as one line per kind with the first row's error.
+func (s *Subscriber) logFailures(failures []Failure) {
+	var retry, released []Failure
+	for _, f := range failures {
+		switch {
+		case f.Permanent:
+			s.logger.Warn("row is a dead letter", slog.Int64("row_id", f.ID), slog.Int("attempt", f.Attempt), slog.String("error", f.Err))
+		case f.Refund:
+			released = append(released, f)
+		default:
+			retry = append(retry, f)
+		}
+	}
+	if len(retry) > 0 {
+		s.logger.Warn("publish failed, will retry after backoff", slog.Int("rows", len(retry)),
+			slog.Int64("first_row_id", retry[0].ID), slog.Int("attempt", retry[0].Attempt), slog.String("error", retry[0].Err))
+	}
+	if len(released) > 0 {
+		s.logger.Info("rows released without counting the attempt", slog.Int("rows", len(released)),
+			slog.Int64("first_row_id", released[0].ID), slog.String("reason", released[0].Err))
+	}
 }
