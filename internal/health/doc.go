@@ -1,4 +1,5 @@
 // Package health serves the relay's operational HTTP endpoints:
 // /healthz (the process is alive), /readyz (every readiness check passes
-// and the relay is not draining) and /metrics (Prometheus).
+// and the relay is not draining), /metrics (Prometheus) and /debug/pprof/
+// (Go's profiler).
 package health

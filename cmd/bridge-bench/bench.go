@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-bridge/bridge/internal/outbox"
+)
+
+// env is what every phase uses: the database, NATS and a unique suffix for
+// the tables and streams of this run.
+type env struct {
+	s       settings
+	db      *outbox.DB
+	dbURL   string
+	schema  string // PostgreSQL schema of this run, or ""
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	natsURL string
+	suffix  string
+	payload []byte
+	tmp     string
+}
+
+func bench(ctx context.Context, s settings) (*results, error) {
+	e := &env{s: s, suffix: randomHex(4), payload: make([]byte, s.PayloadBytes)}
+	_, _ = rand.Read(e.payload)
+	var err error
+	if e.tmp, err = os.MkdirTemp("", "bridge-bench-"); err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(e.tmp)
+
+	stopNATS, err := e.startNATS()
+	if err != nil {
+		return nil, err
+	}
+	defer stopNATS()
+	closeDB, err := e.openDB(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer closeDB()
+
+	res := &results{Settings: s, Date: time.Now().UTC().Format("2006-01-02")}
+	res.Settings.Database = e.db.Redacted
+	res.Versions = versions{Go: runtime.Version(), NATSServer: e.nc.ConnectedServerVersion(), Database: e.databaseVersion(ctx)}
+
+	phases := strings.Split(s.Phases, ",")
+	if slices.Contains(phases, "limit") {
+		if res.LimitMsgsPerS, err = e.limit(ctx); err != nil {
+			return nil, fmt.Errorf("limit: %w", err)
+		}
+	}
+	if slices.Contains(phases, "bridge") {
+		if res.BridgeRowsPerS, res.PeakRSSMiB, err = e.bridge(ctx); err != nil {
+			return nil, fmt.Errorf("bridge: %w", err)
+		}
+	}
+	if slices.Contains(phases, "latency") {
+		var l latencies
+		if l, err = e.latency(ctx); err != nil {
+			return nil, fmt.Errorf("latency: %w", err)
+		}
+		res.LatencyP50Ms, res.LatencyP90Ms, res.LatencyP99Ms, res.LatencyMaxMs = l.quantile(0.50), l.quantile(0.90), l.quantile(0.99), l.quantile(1)
+	}
+	if slices.Contains(phases, "baseline") {
+		if e.db.Dialect() != "postgres" {
+			progress("baseline: skipped, it needs PostgreSQL (watermill-sql's PostgreSQL subscriber)")
+		} else if res.BaselineRowsPerS, err = e.baseline(ctx); err != nil {
+			return nil, fmt.Errorf("baseline: %w", err)
+		}
+	}
+	if res.LimitMsgsPerS > 0 {
+		res.RatioBridgeLimit = res.BridgeRowsPerS / res.LimitMsgsPerS
+	}
+	if res.BaselineRowsPerS > 0 {
+		res.RatioBridgeBaseline = res.BridgeRowsPerS / res.BaselineRowsPerS
+	}
+	return res, nil
+}
+
+func (e *env) startNATS() (func(), error) {
+	stop := func() {}
+	var err error
+	e.natsURL = e.s.NATSURL
+	if e.natsURL == "" {
+		srv, err := server.NewServer(&server.Options{
+			Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: filepath.Join(e.tmp, "jetstream"),
+			NoSigs: true, NoLog: true,
+		})
+		if err != nil {
+			return nil, err
+		}
+		go srv.Start()
+		if !srv.ReadyForConnections(10 * time.Second) {
+			return nil, fmt.Errorf("in-process nats-server did not start")
+		}
+		e.natsURL = srv.ClientURL()
+		stop = func() { srv.Shutdown(); srv.WaitForShutdown() }
+	}
+	if e.nc, err = nats.Connect(e.natsURL); err != nil {
+		stop()
+		return nil, fmt.Errorf("connect to %s: %w", e.natsURL, err)
+	}
+	if e.js, err = jetstream.New(e.nc, jetstream.WithPublishAsyncMaxPending(4096)); err != nil {
+		stop()
+		return nil, err
+	}
+	return func() { e.nc.Close(); stop() }, nil
+}
+
+// stream creates a fresh R1 file stream for one phase and returns its
+// name and subject prefix; it is deleted when the run ends.
+func (e *env) stream(ctx context.Context, phase string) (name, prefix string, err error) {
+	name = strings.ToUpper(phase) + "_" + e.suffix
+	prefix = phase + "_" + e.suffix
+	_, err = e.js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: name, Subjects: []string{prefix + ".>"}, Storage: jetstream.FileStorage, Replicas: 1,
+		Duplicates: 2 * time.Minute,
+	})
+	return name, prefix, err
+}
+
+func (e *env) deleteStream(name string) {
+	_ = e.js.DeleteStream(context.Background(), name)
+}
+
+func (e *env) openDB(ctx context.Context) (func(), error) {
+	url := e.s.DatabaseURL
+	if url == "" {
+		url = "sqlite:" + filepath.Join(e.tmp, "outbox.db")
+	}
+	e.dbURL = url
+	var err error
+	if e.db, err = outbox.Open(ctx, url); err != nil {
+		return nil, err
+	}
+	if e.db.Dialect() == "postgres" {
+		e.schema = "bench_" + e.suffix
+		if _, err := e.db.SQL.ExecContext(ctx, "CREATE SCHEMA "+e.schema); err != nil {
+			e.db.Close()
+			return nil, err
+		}
+	}
+	return func() {
+		if e.schema != "" {
+			_, _ = e.db.SQL.Exec("DROP SCHEMA " + e.schema + " CASCADE")
+		}
+		e.db.Close()
+	}, nil
+}
+
+// table creates a migrated outbox table for one phase.
+func (e *env) table(ctx context.Context, phase string) (*outbox.Store, error) {
+	name := "outbox_" + phase
+	if e.schema != "" {
+		name = e.schema + "." + name
+	}
+	if _, err := outbox.Migrate(ctx, e.db, name); err != nil {
+		return nil, err
+	}
+	return outbox.NewStore(e.db, name)
+}
+
+func (e *env) databaseVersion(ctx context.Context) string {
+	var v string
+	q := "SELECT version()"
+	if e.db.Dialect() == "sqlite" {
+		q = "SELECT 'SQLite ' || sqlite_version()"
+	}
+	if err := e.db.SQL.QueryRowContext(ctx, q).Scan(&v); err != nil {
+		return e.db.Dialect()
+	}
+	if i := strings.Index(v, " on "); i > 0 {
+		v = v[:i]
+	}
+	return v
+}
+
+// fill commits n rows with distinct keys and subjects <prefix>.<0..15>.
+func (e *env) fill(ctx context.Context, store *outbox.Store, prefix string, n int) error {
+	q := `INSERT INTO ` + store.Table() + ` (idempotency_key, subject, payload, headers)
+		SELECT 'k-' || g, $1 || '.' || (g % 16), $2, '{}' FROM generate_series(1, $3::int) AS g`
+	if e.db.Dialect() == "sqlite" {
+		q = `INSERT INTO ` + store.Table() + ` (idempotency_key, subject, payload, headers)
+		WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < ?3)
+		SELECT 'k-' || g, ?1 || '.' || (g % 16), ?2, '{}' FROM s`
+	}
+	if _, err := e.db.SQL.ExecContext(ctx, q, prefix, e.payload, n); err != nil {
+		return fmt.Errorf("insert %d rows: %w", n, err)
+	}
+	if e.db.Dialect() == "postgres" {
+		_, err := e.db.SQL.ExecContext(ctx, "ANALYZE "+store.Table())
+		return err
+	}
+	return nil
+}
+
+// waitDone polls until n rows of store are done, printing progress.
+func waitDone(ctx context.Context, store *outbox.Store, n int, what string, child *child) error {
+	last := time.Now()
+	for {
+		st, err := store.Stats(ctx, 0)
+		if err != nil {
+			return err
+		}
+		done := st.Rows[outbox.StatusDone]
+		if done >= int64(n) {
+			return nil
+		}
+		if err := child.err(); err != nil {
+			return err
+		}
+		if time.Since(last) > 2*time.Second {
+			progress("%s: %d of %d rows relayed", what, done, n)
+			last = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// span returns the first claim and the last PubAck mark of a table, from the
+// database clock.
+func span(ctx context.Context, store *outbox.Store) (time.Duration, error) {
+	var first, last any
+	err := store.DB().SQL.QueryRowContext(ctx, "SELECT min(first_claimed_at), max(relayed_at) FROM "+store.Table()).Scan(&first, &last)
+	if err != nil {
+		return 0, err
+	}
+	a, err := asTime(first)
+	if err != nil {
+		return 0, err
+	}
+	b, err := asTime(last)
+	if err != nil {
+		return 0, err
+	}
+	return b.Sub(a), nil
+}
+
+func asTime(v any) (time.Time, error) {
+	switch t := v.(type) {
+	case time.Time:
+		return t, nil
+	case string:
+		return time.Parse("2006-01-02T15:04:05.999Z07:00", t)
+	case []byte:
+		return time.Parse("2006-01-02T15:04:05.999Z07:00", string(t))
+	}
+	return time.Time{}, fmt.Errorf("unexpected time value %T", v)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	bridge "github.com/outbox-bridge/bridge"
+	"github.com/outbox-bridge/bridge/internal/config"
+)
+
+// childCommand is the hidden first argument that makes this binary run the
+// relay, as `bridge run` would, until SIGTERM; it then prints its peak RSS.
+const childCommand = "__relay"
+
+type childReport struct {
+	PeakRSSKiB int64  `json:"peak_rss_kib"`
+	Error      string `json:"error,omitempty"`
+}
+
+func runChild(args []string) int {
+	fs := flag.NewFlagSet(childCommand, flag.ContinueOnError)
+	dbURL := fs.String("database-url", "", "")
+	table := fs.String("table", "", "")
+	natsURL := fs.String("nats-url", "", "")
+	batch := fs.Int("batch-size", 500, "")
+	inflight := fs.Int("max-in-flight", 2000, "")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	cfg := config.Default()
+	cfg.Database.URL, cfg.Database.Table, cfg.NATS.URL = *dbURL, *table, *natsURL
+	cfg.Relay.BatchSize, cfg.Relay.MaxInFlight = *batch, *inflight
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	report := childReport{}
+	if err := cfg.Validate(); err != nil {
+		report.Error = err.Error()
+	} else if relay, cleanup, err := bridge.NewRelay(ctx, &cfg, quietLogger()); err != nil {
+		report.Error = err.Error()
+	} else {
+		fmt.Println("ready")
+		if err := relay.Run(ctx); err != nil {
+			report.Error = err.Error()
+		}
+		cleanup()
+	}
+	report.PeakRSSKiB = peakRSSKiB()
+	out, _ := json.Marshal(report)
+	fmt.Println(string(out))
+	if report.Error != "" {
+		return 1
+	}
+	return 0
+}
+
+// peakRSSKiB reads VmHWM, the peak resident set size, from /proc.
+func peakRSSKiB() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// child is a relay running in a child process.
+type child struct {
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	lines  []string
+	exited chan struct{}
+}
+
+func (e *env) startRelay(table string) (*child, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	c := &child{exited: make(chan struct{})}
+	c.cmd = exec.Command(self, childCommand, "--database-url", e.dbURL, "--table", table, "--nats-url", e.natsURL,
+		"--batch-size", strconv.Itoa(e.s.BatchSize), "--max-in-flight", strconv.Itoa(e.s.MaxInFlight))
+	c.cmd.Stderr = os.Stderr
+	out, err := c.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.cmd.Start(); err != nil {
+		return nil, err
+	}
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			c.mu.Lock()
+			c.lines = append(c.lines, sc.Text())
+			c.mu.Unlock()
+			if sc.Text() == "ready" {
+				close(ready)
+			}
+		}
+		_ = c.cmd.Wait()
+		close(c.exited)
+	}()
+	select {
+	case <-ready:
+		return c, nil
+	case <-c.exited:
+		return nil, fmt.Errorf("relay exited before it was ready: %v", c.report().Error)
+	case <-time.After(30 * time.Second):
+		_ = c.cmd.Process.Kill()
+		return nil, fmt.Errorf("relay not ready after 30s")
+	}
+}
+
+// err reports a relay that exited early.
+func (c *child) err() error {
+	if c == nil {
+		return nil
+	}
+	select {
+	case <-c.exited:
+		return fmt.Errorf("relay exited: %s", c.report().Error)
+	default:
+		return nil
+	}
+}
+
+// stop sends SIGTERM, waits for the drain and returns the relay's report.
+func (c *child) stop() (childReport, error) {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.exited:
+	case <-time.After(60 * time.Second):
+		_ = c.cmd.Process.Kill()
+		return childReport{}, fmt.Errorf("relay did not stop within 60s")
+	}
+	r := c.report()
+	if r.Error != "" {
+		return r, fmt.Errorf("relay: %s", r.Error)
+	}
+	return r, nil
+}
+
+func (c *child) report() childReport {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var r childReport
+	for _, l := range c.lines {
+		_ = json.Unmarshal([]byte(l), &r)
+	}
+	return r
+}

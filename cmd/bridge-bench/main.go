@@ -1,0 +1,155 @@
+// Command bridge-bench measures the relay against what JetStream itself
+// accepts on the same machine, and against the way Watermill users relay an
+// outbox today. One run prints one table (or JSON with --json):
+//
+//	limit     N messages published straight to a stream, asynchronously
+//	bridge    N committed rows drained by the relay (first claim to last mark)
+//	latency   commit-to-PubAck time while a producer commits R rows/s for T
+//	baseline  rows relayed by watermill-sql + Watermill's forwarder + a
+//	          synchronous JetStream publisher
+//
+// The relay runs in a child process (this binary, re-executed) so that its
+// peak RSS is its own. See docs/BENCHMARKS.md for figures.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// settings are the knobs of one run, printed with the results.
+type settings struct {
+	DatabaseURL  string        `json:"-"`
+	Database     string        `json:"database"`
+	NATSURL      string        `json:"nats_url"`
+	Rows         int           `json:"rows"`
+	PayloadBytes int           `json:"payload_bytes"`
+	BaselineRows int           `json:"baseline_rows"`
+	Rate         int           `json:"latency_rate_rows_per_s"`
+	Duration     time.Duration `json:"-"`
+	DurationText string        `json:"latency_duration"`
+	BatchSize    int           `json:"batch_size"`
+	MaxInFlight  int           `json:"max_in_flight"`
+	Phases       string        `json:"phases"`
+}
+
+// results is what the JSON output holds; keys are fixed by the issue.
+type results struct {
+	LimitMsgsPerS       float64  `json:"limit_msgs_per_s"`
+	BridgeRowsPerS      float64  `json:"bridge_rows_per_s"`
+	BaselineRowsPerS    float64  `json:"baseline_rows_per_s"`
+	RatioBridgeLimit    float64  `json:"ratio_bridge_limit"`
+	RatioBridgeBaseline float64  `json:"ratio_bridge_baseline"`
+	LatencyP50Ms        float64  `json:"latency_p50_ms"`
+	LatencyP90Ms        float64  `json:"latency_p90_ms"`
+	LatencyP99Ms        float64  `json:"latency_p99_ms"`
+	LatencyMaxMs        float64  `json:"latency_max_ms"`
+	PeakRSSMiB          float64  `json:"peak_rss_mib"`
+	Settings            settings `json:"settings"`
+	Versions            versions `json:"versions"`
+	Date                string   `json:"date"`
+}
+
+type versions struct {
+	Go         string `json:"go"`
+	NATSServer string `json:"nats_server"`
+	Database   string `json:"database"`
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == childCommand {
+		os.Exit(runChild(os.Args[2:]))
+	}
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("bridge-bench", flag.ContinueOnError)
+	var s settings
+	var asJSON bool
+	fs.StringVar(&s.DatabaseURL, "database-url", os.Getenv("BRIDGE_TEST_POSTGRES_URL"),
+		"outbox database: postgres://… (a schema bench_* is created and dropped) or sqlite:PATH; default $BRIDGE_TEST_POSTGRES_URL, else SQLite in a temp dir")
+	fs.StringVar(&s.NATSURL, "nats-url", "", "NATS server with JetStream; default an in-process server storing in a temp dir")
+	fs.IntVar(&s.Rows, "n", 100000, "rows for the limit and bridge phases")
+	fs.IntVar(&s.PayloadBytes, "size", 256, "payload bytes per message")
+	fs.IntVar(&s.BaselineRows, "baseline-n", 20000, "rows for the baseline phase (it is slow; the rate is per second either way)")
+	fs.IntVar(&s.Rate, "rate", 1000, "rows per second committed during the latency phase")
+	fs.DurationVar(&s.Duration, "duration", 10*time.Second, "length of the latency phase")
+	fs.IntVar(&s.BatchSize, "batch-size", 500, "relay.batch_size of the relay")
+	fs.IntVar(&s.MaxInFlight, "max-in-flight", 2000, "relay.max_in_flight of the relay")
+	fs.StringVar(&s.Phases, "phases", "limit,bridge,latency,baseline", "comma-separated phases to run")
+	fs.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	fs.SetOutput(os.Stderr)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "bridge-bench: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	s.DurationText = s.Duration.String()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	res, err := bench(ctx, s)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bridge-bench:", err)
+		return 1
+	}
+	if asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(res)
+		return 0
+	}
+	printTable(os.Stdout, res)
+	return 0
+}
+
+// progress writes a line to stderr, so that long runs show they move.
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s  "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+func quietLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+func printTable(w io.Writer, r *results) {
+	s := r.Settings
+	fmt.Fprintf(w, "bridge-bench %s — %s, nats-server %s, %s\n", r.Date, r.Versions.Go, r.Versions.NATSServer, r.Versions.Database)
+	fmt.Fprintf(w, "settings: %d rows of %d B, batch_size %d, max_in_flight %d, latency %d rows/s for %s, baseline %d rows\n\n",
+		s.Rows, s.PayloadBytes, s.BatchSize, s.MaxInFlight, s.Rate, s.DurationText, s.BaselineRows)
+	fmt.Fprintf(w, "%-10s %s\n", "phase", "result")
+	if r.LimitMsgsPerS > 0 {
+		fmt.Fprintf(w, "%-10s %10.0f msg/s   JetStream async publish, distinct Nats-Msg-Id\n", "limit", r.LimitMsgsPerS)
+	}
+	if r.BridgeRowsPerS > 0 {
+		fmt.Fprintf(w, "%-10s %10.0f rows/s  first claim to last mark\n", "bridge", r.BridgeRowsPerS)
+	}
+	if r.BaselineRowsPerS > 0 {
+		fmt.Fprintf(w, "%-10s %10.0f rows/s  watermill-sql + forwarder + sync JetStream publish\n", "baseline", r.BaselineRowsPerS)
+	}
+	if r.LatencyMaxMs > 0 {
+		fmt.Fprintf(w, "%-10s p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms (commit to PubAck)\n", "latency",
+			r.LatencyP50Ms, r.LatencyP90Ms, r.LatencyP99Ms, r.LatencyMaxMs)
+	}
+	fmt.Fprintln(w)
+	if r.RatioBridgeLimit > 0 {
+		fmt.Fprintf(w, "bridge/limit     %.2f\n", r.RatioBridgeLimit)
+	}
+	if r.RatioBridgeBaseline > 0 {
+		fmt.Fprintf(w, "bridge/baseline  %.1f\n", r.RatioBridgeBaseline)
+	}
+	if r.PeakRSSMiB > 0 {
+		fmt.Fprintf(w, "peak RSS of the relay  %.1f MiB\n", r.PeakRSSMiB)
+	}
+}
