@@ -22,6 +22,14 @@ func (postgresDialect) indexName(t tableName, suffix string) string {
 	return t.name + "_" + suffix + "_idx"
 }
 
+// sqlFor renders the statements. The marks write
+// "coalesce(o.status, '') = 'in_flight'" rather than "o.status =
+// 'in_flight'" on purpose: the plain form lets the planner drive the join
+// from the in-flight partial index, whose row estimate is stale during a
+// burst (1 row against thousands), and join every in-flight row with every
+// array element — measured 2.3 s for 1,000 marks among 3,000 in-flight
+// rows. The coalesce form leaves the primary key lookup per array element
+// as the only plan: 25 ms.
 func (postgresDialect) sqlFor(t tableName) statements {
 	T := t.String()
 	return statements{
@@ -54,16 +62,16 @@ VALUES ($1, $2, $3, $4::jsonb, $5) ON CONFLICT (idempotency_key) DO NOTHING RETU
 		markDone: `UPDATE ` + T + ` o SET status = 'done', relayed_at = now(), owner = NULL,
 	stream = m.stream, stream_seq = m.seq, last_error = NULL
 FROM unnest($2::bigint[], $3::int[], $4::text[], $5::bigint[]) AS m(id, attempt, stream, seq)
-WHERE o.id = m.id AND o.attempts = m.attempt AND o.status = 'in_flight' AND o.owner = $1`,
+WHERE o.id = m.id AND o.attempts = m.attempt AND coalesce(o.status, '') = 'in_flight' AND o.owner = $1`,
 		deleteDone: `DELETE FROM ` + T + ` o
 USING unnest($2::bigint[], $3::int[]) AS m(id, attempt)
-WHERE o.id = m.id AND o.attempts = m.attempt AND o.status = 'in_flight' AND o.owner = $1`,
+WHERE o.id = m.id AND o.attempts = m.attempt AND coalesce(o.status, '') = 'in_flight' AND o.owner = $1`,
 		markFailed: `UPDATE ` + T + ` o SET status = m.status, last_error = m.err, owner = NULL,
 	available_at = now() + m.delay * interval '1 microsecond',
 	attempts = o.attempts - CASE WHEN m.refund THEN 1 ELSE 0 END
 FROM unnest($2::bigint[], $3::int[], $4::text[], $5::text[], $6::bigint[], $7::bool[])
 	AS m(id, attempt, status, err, delay, refund)
-WHERE o.id = m.id AND o.attempts = m.attempt AND o.status = 'in_flight' AND o.owner = $1`,
+WHERE o.id = m.id AND o.attempts = m.attempt AND coalesce(o.status, '') = 'in_flight' AND o.owner = $1`,
 	}
 }
 

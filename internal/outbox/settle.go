@@ -62,8 +62,10 @@ func (s *Subscriber) flush(batch []settlement) {
 		failures = append(failures, s.failure(st))
 	}
 	s.logFailures(failures)
+	start := time.Now()
 	s.retry(len(batch), func() error { return s.writeDone(done, duplicates) })
 	s.retry(len(batch), func() error { return s.writeFailures(failures) })
+	s.logger.Debug("settled", slog.Int("done", len(done)), slog.Int("failed", len(failures)), slog.Duration("took", time.Since(start)))
 }
 
 // retry runs write until it succeeds, waiting longer after each failure. It

@@ -296,10 +296,12 @@ func (s *Subscriber) tick(ctx context.Context, out chan<- *message.Message) (ful
 		s.logger.Warn("requeued in-flight rows past their lease", slog.Int("rows", requeued), slog.Duration("inflight_timeout", s.cfg.InflightTimeout))
 	}
 	limit := min(s.cfg.BatchSize, room)
+	start := time.Now()
 	rows, err := s.store.Claim(ctx, s.cfg.Owner, limit)
 	if err != nil {
 		return false, err
 	}
+	s.logger.Debug("claimed", slog.Int("rows", len(rows)), slog.Int("limit", limit), slog.Duration("took", time.Since(start)))
 	s.Counters.Claimed.Add(int64(len(rows)))
 	for i, row := range rows {
 		if !s.emit(row, out) {
