@@ -13,6 +13,7 @@ import (
 
 	"github.com/outbox-bridge/bridge/internal/broker"
 	"github.com/outbox-bridge/bridge/internal/config"
+	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/forwarder"
 	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
@@ -22,6 +23,7 @@ import (
 type Relay struct {
 	Forwarder  *forwarder.Forwarder
 	Subscriber *outbox.Subscriber
+	Guard      *dedup.Guard
 	Health     *health.Server
 	Store      *outbox.Store
 	Streams    broker.Streams
@@ -58,7 +60,22 @@ func (r *Relay) Run(ctx context.Context) error {
 		go outbox.RunRetention(ctx, r.Store, retention, min(max(retention/10, time.Second), time.Minute), r.Logger)
 	}
 
-	err := r.Forwarder.Run(ctx)
+	// The guard stops the relay when it finds an unsafe stream in refuse mode.
+	relayCtx, stopRelay := context.WithCancel(ctx)
+	defer stopRelay()
+	guardErr := make(chan error, 1)
+	go func() {
+		err := r.Guard.Run(relayCtx, dedup.GuardIntervalDefault)
+		if err != nil {
+			r.Logger.Error("dedup guard: stopping the relay", slog.Any("error", err))
+			stopRelay()
+		}
+		guardErr <- err
+	}()
+
+	err := r.Forwarder.Run(relayCtx)
+	stopRelay()
+	err = errors.Join(<-guardErr, err)
 	stopHTTP()
 	if herr := <-httpErr; herr != nil && !errors.Is(herr, context.Canceled) {
 		err = errors.Join(err, herr)
@@ -73,11 +90,14 @@ func (r *Relay) Run(ctx context.Context) error {
 // connection is not connected.
 func claimGate(nc *nats.Conn) outbox.ClaimGate { return nc.IsConnected }
 
-// provideRegistry registers the relay's metrics, Watermill-independent Go
-// runtime and process collectors.
-func provideRegistry(sub *outbox.Subscriber) (*prometheus.Registry, error) {
+// provideRegistry registers the relay's metrics and the Go runtime and
+// process collectors.
+func provideRegistry(sub *outbox.Subscriber, guard *dedup.Guard) (*prometheus.Registry, error) {
 	reg := prometheus.NewRegistry()
-	cs := append(sub.Collectors(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cs := append(sub.Collectors(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bridge_dedup_guard_violations_total",
+			Help: "Streams found unable to deduplicate the relay's republishes (dedup.guard)."},
+			func() float64 { return float64(guard.Violations.Load()) }))
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, err

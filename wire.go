@@ -11,6 +11,7 @@ import (
 
 	"github.com/outbox-bridge/bridge/internal/broker"
 	"github.com/outbox-bridge/bridge/internal/config"
+	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/forwarder"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
@@ -25,6 +26,7 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*Re
 		broker.ProviderSet,
 		sink.ProviderSet,
 		forwarder.ProviderSet,
+		dedup.ProviderSet,
 		claimGate,
 		provideRegistry,
 		provideHealth,

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/outbox-bridge/bridge/internal/broker"
 	"github.com/outbox-bridge/bridge/internal/config"
+	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/forwarder"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
@@ -57,19 +58,25 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*Re
 		cleanup()
 		return nil, nil, err
 	}
-	forwarderForwarder, err := forwarder.ProvideForwarder(subscriber, store, publisher, conn, cfg, logger)
-	if err != nil {
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	registry, err := provideRegistry(subscriber)
-	if err != nil {
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
 	streams, err := broker.ProvideStreams(ctx, jetStream, cfg, logger)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	guard, err := dedup.ProvideGuard(ctx, jetStream, streams, cfg, logger)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	forwarderForwarder, err := forwarder.ProvideForwarder(subscriber, store, publisher, conn, guard, cfg, logger)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	registry, err := provideRegistry(subscriber, guard)
 	if err != nil {
 		cleanup2()
 		cleanup()
@@ -84,6 +91,7 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*Re
 	relay := &Relay{
 		Forwarder:  forwarderForwarder,
 		Subscriber: subscriber,
+		Guard:      guard,
 		Health:     server,
 		Store:      store,
 		Streams:    streams,

@@ -13,6 +13,7 @@ import (
 
 	bridge "github.com/outbox-bridge/bridge"
 	"github.com/outbox-bridge/bridge/internal/config"
+	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
@@ -115,7 +116,11 @@ func newLogger(cfg *config.Config, w io.Writer, daemon bool) *slog.Logger {
 // classify turns errors the user can fix by changing the input into usage
 // errors (exit 2).
 func classify(err error) error {
-	if errors.Is(err, outbox.ErrUnknownScheme) {
+	if err == nil {
+		return nil
+	}
+	var unsafe *dedup.UnsafeStreamError
+	if errors.Is(err, outbox.ErrUnknownScheme) || errors.As(err, &unsafe) {
 		return usageError{err}
 	}
 	return err

@@ -43,7 +43,7 @@ on --nats-listen storing in <data-dir>/jetstream, and stream EVENTS on events.>.
 				return classify(err)
 			}
 			defer cleanup()
-			return relay.Run(ctx)
+			return classify(relay.Run(ctx))
 		},
 	}
 	cmd.Flags().BoolVar(&checkOnly, "check-config", false, "validate the configuration and exit (0 valid, 2 invalid)")

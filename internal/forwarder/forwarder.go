@@ -29,6 +29,9 @@ type Config struct {
 	// row is retried when the connection is back, without counting the
 	// attempt. Defaults to nil: failures are classified by Classify alone.
 	Connected func() bool
+	// StreamSeen, when set, is told the stream of every PubAck (the
+	// duplicate-window guard watches those streams). Defaults to nil.
+	StreamSeen func(stream string)
 }
 
 // Forwarder connects an outbox subscriber to a JetStream publisher with a
@@ -38,6 +41,7 @@ type Forwarder struct {
 	pub       *sink.Publisher
 	logger    *slog.Logger
 	connected func() bool
+	seen      func(stream string)
 }
 
 // NewPublisherMarshaler is the marshaler that turns the subscriber's
@@ -59,7 +63,7 @@ func New(sub *outbox.Subscriber, table string, pub *sink.Publisher, logger *slog
 	if err != nil {
 		return nil, fmt.Errorf("create router: %w", err)
 	}
-	f := &Forwarder{router: router, pub: pub, logger: logger, connected: cfg.Connected}
+	f := &Forwarder{router: router, pub: pub, logger: logger, connected: cfg.Connected, seen: cfg.StreamSeen}
 	// First added is outermost: classification sees recovered panics too.
 	router.AddMiddleware(f.classify, middleware.Recoverer)
 	router.AddConsumerHandler("outbox_to_jetstream", table, sub, f.handle)
@@ -73,6 +77,9 @@ func (f *Forwarder) handle(msg *message.Message) error {
 		return err
 	}
 	outbox.SetPublished(msg, ack.Stream, ack.Sequence, ack.Duplicate)
+	if f.seen != nil {
+		f.seen(ack.Stream)
+	}
 	return nil
 }
 

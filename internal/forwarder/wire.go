@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/outbox-bridge/bridge/internal/config"
+	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
 )
@@ -16,6 +17,7 @@ var ProviderSet = wire.NewSet(ProvideForwarder, NewPublisherMarshaler)
 
 // ProvideForwarder builds the router, closing within shutdown_timeout.
 // Failures while nc is disconnected do not count as attempts.
-func ProvideForwarder(sub *outbox.Subscriber, store *outbox.Store, pub *sink.Publisher, nc *nats.Conn, cfg *config.Config, logger *slog.Logger) (*Forwarder, error) {
-	return New(sub, store.Table(), pub, logger, Config{CloseTimeout: cfg.ShutdownTimeout, Connected: nc.IsConnected})
+// The guard learns every stream a PubAck names.
+func ProvideForwarder(sub *outbox.Subscriber, store *outbox.Store, pub *sink.Publisher, nc *nats.Conn, guard *dedup.Guard, cfg *config.Config, logger *slog.Logger) (*Forwarder, error) {
+	return New(sub, store.Table(), pub, logger, Config{CloseTimeout: cfg.ShutdownTimeout, Connected: nc.IsConnected, StreamSeen: guard.Observe})
 }
