@@ -23,7 +23,7 @@ func (postgresDialect) indexName(t tableName, suffix string) string {
 }
 
 // sqlFor renders the statements. The marks write
-// "coalesce(o.status, '') = 'in_flight'" rather than "o.status =
+// "coalesce(o.status, ”) = 'in_flight'" rather than "o.status =
 // 'in_flight'" on purpose: the plain form lets the planner drive the join
 // from the in-flight partial index, whose row estimate is stale during a
 // burst (1 row against thousands), and join every in-flight row with every
