@@ -15,6 +15,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/forwarder"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
+	"github.com/outbox-bridge/bridge/internal/telemetry"
 )
 
 // NewRelay builds the daemon of `bridge run`. The cleanup closes the NATS
@@ -27,6 +28,7 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*Re
 		sink.ProviderSet,
 		forwarder.ProviderSet,
 		dedup.ProviderSet,
+		telemetry.ProviderSet,
 		claimGate,
 		provideRegistry,
 		provideHealth,

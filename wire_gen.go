@@ -15,6 +15,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/forwarder"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
+	"github.com/outbox-bridge/bridge/internal/telemetry"
 	"log/slog"
 )
 
@@ -39,14 +40,22 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*Re
 		return nil, nil, err
 	}
 	outboxClaimGate := claimGate(conn)
-	subscriber, err := outbox.ProvideSubscriber(store, cfg, logger, outboxClaimGate)
+	tracer, cleanup3, err := telemetry.ProvideTracer(ctx, logger)
 	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	subscriber, err := outbox.ProvideSubscriber(store, cfg, logger, outboxClaimGate, tracer)
+	if err != nil {
+		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
 	jetStream, err := broker.ProvideJetStream(conn, cfg)
 	if err != nil {
+		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
@@ -54,36 +63,42 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*Re
 	marshaler := forwarder.NewPublisherMarshaler()
 	publisher, err := sink.ProvidePublisher(jetStream, cfg, marshaler)
 	if err != nil {
+		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
 	streams, err := broker.ProvideStreams(ctx, jetStream, cfg, logger)
 	if err != nil {
+		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
 	guard, err := dedup.ProvideGuard(ctx, jetStream, streams, cfg, logger)
 	if err != nil {
+		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
-	forwarderForwarder, err := forwarder.ProvideForwarder(subscriber, store, publisher, conn, guard, cfg, logger)
+	forwarderForwarder, err := forwarder.ProvideForwarder(subscriber, store, publisher, conn, guard, tracer, cfg, logger)
 	if err != nil {
+		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
 	registry, err := provideRegistry(subscriber, guard)
 	if err != nil {
+		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
 	server, err := provideHealth(cfg, registry, db, conn, jetStream, streams, logger)
 	if err != nil {
+		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
@@ -99,6 +114,7 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*Re
 		Logger:     logger,
 	}
 	return relay, func() {
+		cleanup3()
 		cleanup2()
 		cleanup()
 	}, nil

@@ -10,6 +10,10 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
@@ -32,6 +36,10 @@ type Config struct {
 	// StreamSeen, when set, is told the stream of every PubAck (the
 	// duplicate-window guard watches those streams). Defaults to nil.
 	StreamSeen func(stream string)
+	// Tracer records a "publish" span for every message whose context
+	// carries a trace (a row with a traceparent header). Defaults to a
+	// no-op tracer.
+	Tracer trace.Tracer
 }
 
 // Forwarder connects an outbox subscriber to a JetStream publisher with a
@@ -42,6 +50,7 @@ type Forwarder struct {
 	logger    *slog.Logger
 	connected func() bool
 	seen      func(stream string)
+	tracer    trace.Tracer
 }
 
 // NewPublisherMarshaler is the marshaler that turns the subscriber's
@@ -55,6 +64,9 @@ func New(sub *outbox.Subscriber, table string, pub *sink.Publisher, logger *slog
 	if cfg.CloseTimeout == 0 {
 		cfg.CloseTimeout = CloseTimeoutDefault
 	}
+	if cfg.Tracer == nil {
+		cfg.Tracer = noop.NewTracerProvider().Tracer("")
+	}
 	wlog := watermill.NewSlogLoggerWithLevelMapping(logger.With(slog.String("component", "watermill")), map[slog.Level]slog.Level{
 		// Watermill logs every message and handler at info; keep those at debug.
 		slog.LevelInfo: slog.LevelDebug,
@@ -63,7 +75,7 @@ func New(sub *outbox.Subscriber, table string, pub *sink.Publisher, logger *slog
 	if err != nil {
 		return nil, fmt.Errorf("create router: %w", err)
 	}
-	f := &Forwarder{router: router, pub: pub, logger: logger, connected: cfg.Connected, seen: cfg.StreamSeen}
+	f := &Forwarder{router: router, pub: pub, logger: logger, connected: cfg.Connected, seen: cfg.StreamSeen, tracer: cfg.Tracer}
 	// First added is outermost: classification sees recovered panics too.
 	router.AddMiddleware(f.classify, middleware.Recoverer)
 	router.AddConsumerHandler("outbox_to_jetstream", table, sub, f.handle)
@@ -72,10 +84,23 @@ func New(sub *outbox.Subscriber, table string, pub *sink.Publisher, logger *slog
 
 // handle publishes one row's message and records its PubAck.
 func (f *Forwarder) handle(msg *message.Message) error {
-	ack, err := f.pub.PublishMsg(msg.Context(), outbox.Subject(msg), msg)
+	subject := outbox.Subject(msg)
+	ctx, span := msg.Context(), trace.SpanFromContext(msg.Context())
+	if span.SpanContext().IsValid() {
+		ctx, span = f.tracer.Start(ctx, "publish "+subject, trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(attribute.String("messaging.system", "nats"),
+				attribute.String("messaging.destination.name", subject),
+				attribute.String("messaging.message.id", msg.UUID)))
+		defer span.End()
+	}
+	ack, err := f.pub.PublishMsg(ctx, subject, msg)
 	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
 		return err
 	}
+	span.SetAttributes(attribute.String("nats.stream", ack.Stream), attribute.Int64("nats.stream_seq", int64(ack.Sequence)),
+		attribute.Bool("nats.duplicate", ack.Duplicate))
 	outbox.SetPublished(msg, ack.Stream, ack.Sequence, ack.Duplicate)
 	if f.seen != nil {
 		f.seen(ack.Stream)

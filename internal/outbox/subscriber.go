@@ -11,6 +11,11 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/outbox-bridge/bridge/internal/telemetry"
 )
 
 // Defaults of SubscriberConfig.
@@ -68,6 +73,10 @@ type SubscriberConfig struct {
 	// false nothing is claimed (the relay's network probe). Defaults to nil:
 	// always claim.
 	CanClaim func() bool
+	// Tracer records an "outbox claim" span for every row whose headers
+	// carry a W3C traceparent, as a child of that trace, and puts the trace
+	// into the message's context. Defaults to a no-op tracer.
+	Tracer trace.Tracer
 }
 
 func (c *SubscriberConfig) setDefaults() {
@@ -80,6 +89,9 @@ func (c *SubscriberConfig) setDefaults() {
 	setDefault(&c.BackoffInitial, BackoffInitialDefault)
 	setDefault(&c.BackoffMax, BackoffMaxDefault)
 	setDefault(&c.DrainTimeout, DrainTimeoutDefault)
+	if c.Tracer == nil {
+		c.Tracer = noop.NewTracerProvider().Tracer("")
+	}
 }
 
 func setDefault[T comparable](field *T, def T) {
@@ -303,8 +315,9 @@ func (s *Subscriber) tick(ctx context.Context, out chan<- *message.Message) (ful
 	}
 	s.logger.Debug("claimed", slog.Int("rows", len(rows)), slog.Int("limit", limit), slog.Duration("took", time.Since(start)))
 	s.Counters.Claimed.Add(int64(len(rows)))
+	claimed := claimWindow{start, time.Now()}
 	for i, row := range rows {
-		if !s.emit(row, out) {
+		if !s.emit(row, claimed, out) {
 			s.release(rows[i:])
 			return false, nil
 		}
@@ -315,7 +328,7 @@ func (s *Subscriber) tick(ctx context.Context, out chan<- *message.Message) (ful
 // emit hands one row to the router, or settles it at once when the row can
 // never be published. It returns false when closing interrupted it; the row
 // was then not emitted.
-func (s *Subscriber) emit(row Row, out chan<- *message.Message) bool {
+func (s *Subscriber) emit(row Row, claimed claimWindow, out chan<- *message.Message) bool {
 	headers, err := ParseHeaders(row.Headers)
 	if err == nil {
 		err = CheckSubject(row.Subject)
@@ -329,7 +342,7 @@ func (s *Subscriber) emit(row Row, out chan<- *message.Message) bool {
 		s.settleCh <- settlement{row: row, err: err.Error(), permanent: true}
 		return true
 	}
-	msg.SetContext(s.hardCtx)
+	msg.SetContext(s.traceClaim(row, headers, claimed))
 	s.outstanding.Add(1)
 	select {
 	case out <- msg:
@@ -422,4 +435,23 @@ func (s *Subscriber) backoff(attempt int) time.Duration {
 	}
 	d = min(d, s.cfg.BackoffMax)
 	return time.Duration(float64(d) * (0.5 + rand.Float64()/2))
+}
+
+// claimWindow is when the claim that took a row ran, on this process's clock.
+type claimWindow struct{ start, end time.Time }
+
+// traceClaim returns the context of a row's message: hardCtx, carrying the
+// row's trace when its headers have a traceparent, in which it records the
+// claim as a span.
+func (s *Subscriber) traceClaim(row Row, headers map[string][]string, claimed claimWindow) context.Context {
+	ctx := telemetry.Parent(s.hardCtx, headers)
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return s.hardCtx
+	}
+	_, span := s.cfg.Tracer.Start(ctx, "outbox claim", trace.WithTimestamp(claimed.start),
+		trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(attribute.Int64("outbox.row_id", row.ID), attribute.Int("outbox.attempt", row.Attempt),
+			attribute.String("outbox.table", s.store.Table())))
+	span.End(trace.WithTimestamp(claimed.end))
+	return ctx
 }
