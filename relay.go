@@ -86,18 +86,27 @@ func (r *Relay) Run(ctx context.Context) error {
 	return err
 }
 
+// reconciler is the dedup.Reconciler as the subscriber sees it.
+func reconciler(r *dedup.Reconciler) outbox.Reconciler { return r }
+
 // claimGate is the network probe: nothing is claimed while the NATS
 // connection is not connected.
 func claimGate(nc *nats.Conn) outbox.ClaimGate { return nc.IsConnected }
 
 // provideRegistry registers the relay's metrics and the Go runtime and
 // process collectors.
-func provideRegistry(sub *outbox.Subscriber, guard *dedup.Guard) (*prometheus.Registry, error) {
+func provideRegistry(sub *outbox.Subscriber, guard *dedup.Guard, rec *dedup.Reconciler) (*prometheus.Registry, error) {
 	reg := prometheus.NewRegistry()
 	cs := append(sub.Collectors(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bridge_dedup_guard_violations_total",
 			Help: "Streams found unable to deduplicate the relay's republishes (dedup.guard)."},
-			func() float64 { return float64(guard.Violations.Load()) }))
+			func() float64 { return float64(guard.Violations.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bridge_rows_reconciled_total",
+			Help: "Rows in doubt found in their stream and marked relayed without publishing again."},
+			func() float64 { return float64(rec.Reconciled.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bridge_reconcile_incomplete_total",
+			Help: "Reconcile scans stopped by dedup.reconcile_max_messages or dedup.reconcile_timeout."},
+			func() float64 { return float64(rec.Incomplete.Load()) }))
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -30,6 +30,7 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*Re
 		dedup.ProviderSet,
 		telemetry.ProviderSet,
 		claimGate,
+		reconciler,
 		provideRegistry,
 		provideHealth,
 		wire.Struct(new(Relay), "*"),

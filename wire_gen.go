@@ -46,14 +46,16 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*Re
 		cleanup()
 		return nil, nil, err
 	}
-	subscriber, err := outbox.ProvideSubscriber(store, cfg, logger, outboxClaimGate, tracer)
+	jetStream, err := broker.ProvideJetStream(conn, cfg)
 	if err != nil {
 		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
-	jetStream, err := broker.ProvideJetStream(conn, cfg)
+	dedupReconciler := dedup.ProvideReconciler(jetStream, cfg, logger)
+	outboxReconciler := reconciler(dedupReconciler)
+	subscriber, err := outbox.ProvideSubscriber(store, cfg, logger, outboxClaimGate, tracer, outboxReconciler)
 	if err != nil {
 		cleanup3()
 		cleanup2()
@@ -89,7 +91,7 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*Re
 		cleanup()
 		return nil, nil, err
 	}
-	registry, err := provideRegistry(subscriber, guard)
+	registry, err := provideRegistry(subscriber, guard, dedupReconciler)
 	if err != nil {
 		cleanup3()
 		cleanup2()

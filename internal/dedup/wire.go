@@ -12,7 +12,7 @@ import (
 )
 
 // ProviderSet builds the duplicate-window guard.
-var ProviderSet = wire.NewSet(ProvideGuard)
+var ProviderSet = wire.NewSet(ProvideGuard, ProvideReconciler)
 
 // ProvideGuard checks the ensured streams at start (dedup.guard); in refuse
 // mode an unsafe stream fails start-up with *UnsafeStreamError.
@@ -30,4 +30,15 @@ func ProvideGuard(ctx context.Context, js jetstream.JetStream, streams broker.St
 		return nil, err
 	}
 	return g, nil
+}
+
+// ProvideReconciler bounds stream scans by dedup.reconcile_max_messages and
+// dedup.reconcile_timeout.
+func ProvideReconciler(js jetstream.JetStream, cfg *config.Config, logger *slog.Logger) *Reconciler {
+	return NewReconciler(js, logger.With(slog.String("component", "dedup")), ReconcilerConfig{
+		Namespace:      cfg.Dedup.Namespace,
+		PublishTimeout: cfg.Relay.PublishTimeout,
+		MaxMessages:    cfg.Dedup.ReconcileMaxMessages,
+		Timeout:        cfg.Dedup.ReconcileTimeout,
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -58,12 +59,34 @@ func isMissingColumn(err error) bool {
 // order. A row is claimable when it is pending or failed, its available_at
 // has passed on the database clock, and no earlier row of its ordering key
 // is pending, in_flight or failed. Claimed rows become in_flight with
-// claimed_at = now() and attempts + 1. One statement, one short transaction.
+// claimed_at = now() and attempts + 1. One short transaction: one statement
+// on PostgreSQL and SQLite, a few on MySQL (see mysqlDialect.claim).
 func (s *Store) Claim(ctx context.Context, owner string, limit int) ([]Row, error) {
+	if c, ok := s.db.dialect.(claimer); ok {
+		out, err := c.claim(ctx, s.db.SQL, &s.sql, owner, limit)
+		if err != nil {
+			return nil, fmt.Errorf("claim outbox rows: %w", err)
+		}
+		return out, nil
+	}
 	rows, err := s.db.SQL.QueryContext(ctx, s.sql.claim, owner, limit)
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox rows: %w", err)
 	}
+	return scanClaimed(rows)
+}
+
+// claimer is a dialect whose claim is not one statement returning the
+// claimed rows (MySQL has no UPDATE … RETURNING). It returns the claimed
+// rows in id order.
+type claimer interface {
+	claim(ctx context.Context, db *sql.DB, s *statements, owner string, limit int) ([]Row, error)
+}
+
+// scanClaimed reads and closes the result of a claim: id, idempotency_key,
+// subject, payload, headers, ordering_key, attempts, created_at,
+// claimed_at. It returns the rows in id order.
+func scanClaimed(rows *sql.Rows) ([]Row, error) {
 	defer rows.Close()
 	var out []Row
 	for rows.Next() {
@@ -229,7 +252,12 @@ func (s *Store) Enqueue(ctx context.Context, e Entry) (int64, error) {
 		ordering = sql.NullString{String: e.OrderingKey, Valid: true}
 	}
 	var id int64
-	err := s.db.SQL.QueryRowContext(ctx, s.sql.insert, e.IdempotencyKey, e.Subject, e.Payload, string(headers), ordering).Scan(&id)
+	var err error
+	if ins, ok := s.db.dialect.(inserter); ok {
+		id, err = ins.insert(ctx, s.db.SQL, &s.sql, e.IdempotencyKey, e.Subject, e.Payload, string(headers), ordering)
+	} else {
+		err = s.db.SQL.QueryRowContext(ctx, s.sql.insert, e.IdempotencyKey, e.Subject, e.Payload, string(headers), ordering).Scan(&id)
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("idempotency key %q: %w", e.IdempotencyKey, ErrAlreadyEnqueued)
 	}
@@ -237,6 +265,13 @@ func (s *Store) Enqueue(ctx context.Context, e Entry) (int64, error) {
 		return 0, fmt.Errorf("insert outbox row: %w", err)
 	}
 	return id, nil
+}
+
+// inserter is a dialect whose INSERT cannot return the new id (MySQL has
+// no INSERT … RETURNING). insert takes the arguments of statements.insert
+// and returns the new id, or sql.ErrNoRows when the key exists.
+type inserter interface {
+	insert(ctx context.Context, db *sql.DB, s *statements, args ...any) (int64, error)
 }
 
 // RetryDead puts the permanent_failed rows among ids back to pending, with
@@ -282,4 +317,20 @@ func (s *Store) exec(ctx context.Context, what, query string, args ...any) (int,
 		return 0, fmt.Errorf("%s: %w", what, err)
 	}
 	return int(n), nil
+}
+
+// ClaimTimes returns first_claimed_at and claimed_at (database clock) of a
+// claimed row. It is one query per row, for the rare rows claimed more than
+// once (see Subscriber's in-doubt check); the claim itself does not read
+// first_claimed_at.
+func (s *Store) ClaimTimes(ctx context.Context, id int64) (first, current time.Time, err error) {
+	q := "SELECT first_claimed_at, claimed_at FROM " + s.table.String() + " WHERE id = ?"
+	if s.db.dialect.name() == "postgres" {
+		q = strings.Replace(q, "?", "$1", 1)
+	}
+	err = s.db.SQL.QueryRowContext(ctx, q, id).Scan(dbTime{&first}, dbTime{&current})
+	if err != nil {
+		return first, current, fmt.Errorf("read claim times of row %d: %w", id, err)
+	}
+	return first, current, nil
 }

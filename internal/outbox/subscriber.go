@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/telemetry"
 )
 
@@ -73,6 +74,12 @@ type SubscriberConfig struct {
 	// false nothing is claimed (the relay's network probe). Defaults to nil:
 	// always claim.
 	CanClaim func() bool
+	// Reconciler, when set, is asked about every row claimed more than once
+	// whether its earlier publish may be stored beyond the stream's
+	// duplicate window; such rows are looked up in the stream first, and
+	// those found are settled as relayed without publishing. Defaults to
+	// nil: rows are republished and deduplicated within the window only.
+	Reconciler Reconciler
 	// Tracer records an "outbox claim" span for every row whose headers
 	// carry a W3C traceparent, as a child of that trace, and puts the trace
 	// into the message's context. Defaults to a no-op tracer.
@@ -316,6 +323,7 @@ func (s *Subscriber) tick(ctx context.Context, out chan<- *message.Message) (ful
 	s.logger.Debug("claimed", slog.Int("rows", len(rows)), slog.Int("limit", limit), slog.Duration("took", time.Since(start)))
 	s.Counters.Claimed.Add(int64(len(rows)))
 	claimed := claimWindow{start, time.Now()}
+	rows = s.reconcile(ctx, rows)
 	for i, row := range rows {
 		if !s.emit(row, claimed, out) {
 			s.release(rows[i:])
@@ -454,4 +462,61 @@ func (s *Subscriber) traceClaim(row Row, headers map[string][]string, claimed cl
 			attribute.String("outbox.table", s.store.Table())))
 	span.End(trace.WithTimestamp(claimed.end))
 	return ctx
+}
+
+// Reconciler settles rows whose earlier publish may have been stored beyond
+// the duplicate window; see dedup.Reconciler.
+type Reconciler interface {
+	InDoubt(ctx context.Context, c dedup.Candidate) (bool, error)
+	Reconcile(ctx context.Context, candidates []dedup.Candidate) (map[int64]dedup.Stored, error)
+}
+
+// reconcile settles the in-doubt rows found in their stream as relayed and
+// returns the rows still to publish. Only rows claimed before (attempt > 1)
+// are examined, so first attempts cost nothing. On any error the rows are
+// published as usual.
+func (s *Subscriber) reconcile(ctx context.Context, rows []Row) []Row {
+	if s.cfg.Reconciler == nil {
+		return rows
+	}
+	var doubt []dedup.Candidate
+	for _, row := range rows {
+		if row.Attempt <= 1 {
+			continue
+		}
+		first, current, err := s.store.ClaimTimes(ctx, row.ID)
+		if err != nil {
+			s.logger.Warn("reconcile: read claim times", slog.Int64("row_id", row.ID), slog.Any("error", err))
+			continue
+		}
+		c := dedup.Candidate{ID: row.ID, IdempotencyKey: row.IdempotencyKey, Subject: row.Subject, FirstClaimedAt: first, ClaimedAt: current}
+		inDoubt, err := s.cfg.Reconciler.InDoubt(ctx, c)
+		if err != nil {
+			s.logger.Warn("reconcile: cannot tell whether the row is in doubt; publishing it", slog.Int64("row_id", row.ID), slog.Any("error", err))
+			continue
+		}
+		if inDoubt {
+			doubt = append(doubt, c)
+		}
+	}
+	if len(doubt) == 0 {
+		return rows
+	}
+	found, err := s.cfg.Reconciler.Reconcile(ctx, doubt)
+	if err != nil {
+		s.logger.Warn("reconcile failed; publishing the rows in doubt", slog.Int("rows", len(doubt)), slog.Any("error", err))
+		return rows
+	}
+	s.logger.Info("reconciled rows in doubt against the stream", slog.Int("in_doubt", len(doubt)), slog.Int("found", len(found)))
+	out := rows[:0:0]
+	for _, row := range rows {
+		stored, ok := found[row.ID]
+		if !ok {
+			out = append(out, row)
+			continue
+		}
+		s.outstanding.Add(1)
+		s.settleCh <- settlement{row: row, done: true, stream: stored.Stream, seq: stored.Seq}
+	}
+	return out
 }

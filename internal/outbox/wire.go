@@ -53,7 +53,7 @@ func ProvideStore(ctx context.Context, db *DB, cfg *config.Config) (*Store, erro
 
 // ProvideSubscriber builds the subscriber from relay.* and dedup.namespace.
 // It drains for shutdown_timeout less 3 s, leaving the router time to stop.
-func ProvideSubscriber(store *Store, cfg *config.Config, logger *slog.Logger, gate ClaimGate, tracer trace.Tracer) (*Subscriber, error) {
+func ProvideSubscriber(store *Store, cfg *config.Config, logger *slog.Logger, gate ClaimGate, tracer trace.Tracer, reconciler Reconciler) (*Subscriber, error) {
 	r := cfg.Relay
 	return NewSubscriber(store, logger, SubscriberConfig{
 		Owner:           r.Owner,
@@ -70,5 +70,6 @@ func ProvideSubscriber(store *Store, cfg *config.Config, logger *slog.Logger, ga
 		DrainTimeout:    max(cfg.ShutdownTimeout-3*time.Second, cfg.ShutdownTimeout/2),
 		CanClaim:        gate,
 		Tracer:          tracer,
+		Reconciler:      reconciler,
 	})
 }
