@@ -263,18 +263,12 @@ func (s *Subscriber) isClosing() bool {
 	}
 }
 
-// claimLoop runs ticks until closing.
+// claimLoop runs ticks until closing. A tick in progress when closing
+// begins is not cancelled: a claim cut short after its commit would leave
+// its rows leased to nobody until their lease expires; finished, its rows
+// are released at once.
 func (s *Subscriber) claimLoop(out chan<- *message.Message) {
-	ctx, cancel := context.WithCancel(s.hardCtx)
-	defer cancel()
-	go func() {
-		select {
-		case <-s.closing:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-
+	ctx := s.hardCtx
 	var failures int
 	for !s.isClosing() {
 		full, err := s.tick(ctx, out)
