@@ -2,8 +2,12 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -81,7 +85,7 @@ func Connect(ctx context.Context, cfg ConnectConfig, logger *slog.Logger) (*nats
 	select {
 	case r := <-ch:
 		if r.err != nil {
-			return nil, fmt.Errorf("connect to NATS at %s: %w", redactNATSURL(cfg.URL), r.err)
+			return nil, fmt.Errorf("connect to NATS at %s: %w%s", redactNATSURL(cfg.URL), r.err, clientCertHint(cfg, r.err))
 		}
 		return r.nc, nil
 	case <-ctx.Done():
@@ -92,4 +96,26 @@ func Connect(ctx context.Context, cfg ConnectConfig, logger *slog.Logger) (*nats
 		}()
 		return nil, fmt.Errorf("connect to NATS at %s: %w", redactNATSURL(cfg.URL), ctx.Err())
 	}
+}
+
+// clientCertHint explains a connection refused during TLS setup when no
+// client certificate is configured. A server that requires one (mutual
+// TLS) rejects the client right after the handshake, which reaches the
+// client, depending on timing, as the server's alert ("remote error: tls:
+// certificate required") or as a connection closed after the handshake
+// (nats.ErrTLS wrapping EOF, a broken pipe or a reset), which does not say
+// why.
+func clientCertHint(cfg ConnectConfig, err error) string {
+	if cfg.CertFile != "" {
+		return ""
+	}
+	var op *net.OpError
+	alert := errors.As(err, &op) && op.Op == "remote error"
+	closed := errors.Is(err, nats.ErrTLS) &&
+		(errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET))
+	if !alert && !closed {
+		return ""
+	}
+	return "; no client certificate is configured: if the server requires one (mutual TLS), " +
+		"set nats.tls.cert_file and nats.tls.key_file (BRIDGE_NATS_TLS_CERT_FILE, BRIDGE_NATS_TLS_KEY_FILE)"
 }
