@@ -55,6 +55,8 @@ func setup(t *testing.T, kind string) *bundle {
 		url, table = bridgetest.SQLiteURL(t), "outbox"
 	case "postgres":
 		url, table = bridgetest.PostgresTable(t)
+	case "mysql":
+		url, table = bridgetest.MySQLTable(t)
 	}
 	db, err := outbox.Open(ctx, url)
 	require.NoError(t, err)
@@ -163,7 +165,7 @@ func payloadFor(i int) []byte {
 }
 
 func TestRelayDeliversEveryRowOnce(t *testing.T) {
-	for _, kind := range []string{"sqlite", "postgres"} {
+	for _, kind := range []string{"sqlite", "postgres", "mysql"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, kind)

@@ -9,19 +9,27 @@
 // nacked (failed with backoff, or permanent_failed: a dead letter).
 //
 // Main types:
-//   - DB: an open outbox database (PostgreSQL or SQLite) and its dialect.
+//   - DB: an open outbox database (PostgreSQL, MySQL/MariaDB or SQLite) and
+//     its dialect; a reader finds a database's SQL in dialect_<name>.go.
 //   - Store: the table's operations: Claim, MarkDone, MarkFailed,
 //     RequeueInflightOlderThan, Stats, Enqueue.
 //   - Subscriber: a Watermill message.Subscriber over a Store.
 //
 // Guarantees:
 //   - A claim is one short transaction (FOR UPDATE SKIP LOCKED on
-//     PostgreSQL), so several relays can share one table; no transaction is
-//     held while a message is published.
+//     PostgreSQL and MySQL/MariaDB), so several relays can share one table;
+//     no transaction is held while a message is published. On MySQL the
+//     ordering condition is evaluated by a non-locking read and only the
+//     chosen rows are locked (see mysqlDialect.claim).
 //   - Every mark is fenced by status, owner and attempt number: a relay whose
 //     lease was taken over cannot overwrite the new owner's result.
 //   - A row with an ordering key is not claimed while an earlier row (smaller
 //     id) of the same key is pending, in_flight or failed, so per key at most
 //     one row is in flight and rows are published in id order.
-//   - Times (leases, backoff) come from the database clock.
+//   - Times (leases, backoff) come from the database clock (UTC: now() on
+//     PostgreSQL, UTC_TIMESTAMP(6) on MySQL, strftime on SQLite).
+//
+// MySQL/MariaDB specifics: idempotency and ordering keys are at most 255
+// bytes and compare byte for byte (VARBINARY); the relay's sessions run at
+// READ COMMITTED in strict SQL mode with time_zone '+00:00' (see Open).
 package outbox

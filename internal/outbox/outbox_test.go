@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"))
 }
 
-var kinds = []string{"sqlite", "postgres"}
+var kinds = []string{"sqlite", "postgres", "mysql"}
 
 func setup(t *testing.T, kind string) *outbox.Store {
 	t.Helper()
@@ -34,6 +34,8 @@ func setup(t *testing.T, kind string) *outbox.Store {
 		url, table = bridgetest.SQLiteURL(t), "outbox"
 	case "postgres":
 		url, table = bridgetest.PostgresTable(t)
+	case "mysql":
+		url, table = bridgetest.MySQLTable(t)
 	}
 	db, err := outbox.Open(ctx, url)
 	require.NoError(t, err)
@@ -68,8 +70,11 @@ type row struct {
 func get(t *testing.T, s *outbox.Store, id int64) row {
 	t.Helper()
 	q := "SELECT status, attempts, last_error, owner, available_at > now() FROM " + s.Table() + " WHERE id = $1"
-	if s.DB().Dialect() == "sqlite" {
+	switch s.DB().Dialect() {
+	case "sqlite":
 		q = "SELECT status, attempts, last_error, owner, available_at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now') FROM " + s.Table() + " WHERE id = ?"
+	case "mysql":
+		q = "SELECT status, attempts, last_error, owner, available_at > UTC_TIMESTAMP(6) FROM " + s.Table() + " WHERE id = ?"
 	}
 	var r row
 	require.NoError(t, s.DB().SQL.QueryRow(q, id).Scan(&r.status, &r.attempts, &r.lastError, &r.owner, &r.future))
@@ -94,8 +99,11 @@ func TestMissingTableSaysMigrate(t *testing.T) {
 			t.Parallel()
 			url := bridgetest.SQLiteURL(t)
 			table := "outbox"
-			if kind == "postgres" {
+			switch kind {
+			case "postgres":
 				url, table = bridgetest.PostgresTable(t)
+			case "mysql":
+				url, table = bridgetest.MySQLTable(t)
 			}
 			db, err := outbox.Open(context.Background(), url)
 			require.NoError(t, err)

@@ -1,0 +1,48 @@
+package outbox
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestMySQLURLBecomesDriverConfig(t *testing.T) {
+	t.Parallel()
+	cfg, err := mysqlConfig("mysql://app:p%40ss%3Aw%2Frd@db.example:3307/shop?tls=skip-verify&timeout=5s&wait_timeout=600")
+	require.NoError(t, err)
+	require.Equal(t, "app", cfg.User)
+	require.Equal(t, "p@ss:w/rd", cfg.Passwd)
+	require.Equal(t, "tcp", cfg.Net)
+	require.Equal(t, "db.example:3307", cfg.Addr)
+	require.Equal(t, "shop", cfg.DBName)
+	require.Equal(t, "skip-verify", cfg.TLSConfig)
+	require.NotNil(t, cfg.TLS)
+	require.Equal(t, "5s", cfg.Timeout.String())
+	require.Equal(t, "600", cfg.Params["wait_timeout"], "unknown parameters are session variables")
+	require.Equal(t, "'+00:00'", cfg.Params["time_zone"])
+	require.Contains(t, cfg.Params["sql_mode"], "STRICT_ALL_TABLES")
+	require.False(t, cfg.ParseTime)
+	require.False(t, cfg.MultiStatements)
+	// The DSN the driver would be given, password and all.
+	require.Contains(t, cfg.FormatDSN(), "app:p@ss:w/rd@tcp(db.example:3307)/shop?")
+
+	cfg, err = mysqlConfig("mysql://root@127.0.0.1/test?tls=true&time_zone=%27%2B02%3A00%27&clientFoundRows=true&multiStatements=true")
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:3306", cfg.Addr, "default port")
+	require.Equal(t, "127.0.0.1", cfg.TLS.ServerName, "tls=true verifies the URL's host")
+	require.Equal(t, "'+02:00'", cfg.Params["time_zone"], "the URL's time_zone wins")
+	require.False(t, cfg.ClientFoundRows, "affected rows must be changed rows")
+	require.False(t, cfg.MultiStatements)
+
+	for _, bad := range []string{"mysql:///db", "mysql://h/db?tls=maybe", "mysql://u:se/cret@h/db"} {
+		_, err := mysqlConfig(bad)
+		require.Error(t, err, bad)
+		require.NotContains(t, err.Error(), "cret", "no password in errors")
+	}
+}
+
+func TestMySQLExpand(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "a IN (?, ?, ?) AND CASE id WHEN ? THEN ? WHEN ? THEN ? WHEN ? THEN ? END",
+		mysqlExpand("a IN ("+mysqlIDs+") AND CASE id "+mysqlArms+" END", 3))
+}

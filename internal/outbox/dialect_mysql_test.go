@@ -1,0 +1,239 @@
+package outbox_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-bridge/bridge/internal/outbox"
+)
+
+func TestMySQLSessionSettings(t *testing.T) {
+	t.Parallel()
+	s := setup(t, "mysql")
+	var tz, mode string
+	var skew float64
+	require.NoError(t, s.DB().SQL.QueryRow("SELECT @@time_zone, @@sql_mode, ABS(TIMESTAMPDIFF(SECOND, NOW(), UTC_TIMESTAMP()))").Scan(&tz, &mode, &skew))
+	require.Equal(t, "+00:00", tz)
+	require.Contains(t, mode, "STRICT_ALL_TABLES")
+	require.Zero(t, skew, "NOW() is UTC in the relay's sessions")
+	var isolation string
+	err := s.DB().SQL.QueryRow("SELECT @@transaction_isolation").Scan(&isolation)
+	if err != nil { // MariaDB before 11.1
+		require.NoError(t, s.DB().SQL.QueryRow("SELECT @@tx_isolation").Scan(&isolation))
+	}
+	require.Equal(t, "READ-COMMITTED", isolation)
+}
+
+// A producer's session time zone does not matter: defaults are
+// UTC_TIMESTAMP(6), not NOW().
+func TestMySQLTimesAreUTCWhateverTheProducerSession(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t, "mysql")
+	conn, err := s.DB().SQL.Conn(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	_, err = conn.ExecContext(ctx, "SET time_zone = '+05:00'")
+	require.NoError(t, err)
+	_, err = conn.ExecContext(ctx, "INSERT INTO "+s.Table()+" (idempotency_key, subject, payload) VALUES ('k', 'events.t', 'x')")
+	require.NoError(t, err)
+	_, err = conn.ExecContext(ctx, "SET time_zone = '+00:00'") // the pool's default again
+	require.NoError(t, err)
+
+	st, err := s.Stats(ctx, 0)
+	require.NoError(t, err)
+	require.Less(t, st.OldestPending, time.Minute, "created_at is UTC")
+	rows, err := s.Claim(ctx, "r", 10)
+	require.NoError(t, err)
+	require.Len(t, rows, 1, "available_at is not five hours ahead")
+	require.WithinDuration(t, time.Now().UTC(), rows[0].CreatedAt, time.Minute)
+	require.WithinDuration(t, time.Now().UTC(), rows[0].ClaimedAt, time.Minute)
+	require.Equal(t, time.UTC, rows[0].ClaimedAt.Location())
+}
+
+// utf8mb4_bin pads with spaces ('k' = 'k '); the key columns are
+// VARBINARY so that two keys differing in trailing spaces stay two events.
+func TestMySQLKeysCompareByteForByte(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t, "mysql")
+	a := enqueue(t, s, "k", "A")
+	b := enqueue(t, s, "k ", "A ")
+	c := enqueue(t, s, "K", "a")
+	require.Equal(t, []int64{a, b, c}, claimIDs(t, s, "r"), "three keys, three ordering keys")
+
+	_, err := s.Enqueue(ctx, outbox.Entry{IdempotencyKey: "k", Subject: "events.t"})
+	require.ErrorIs(t, err, outbox.ErrAlreadyEnqueued)
+
+	_, err = s.Enqueue(ctx, outbox.Entry{IdempotencyKey: strings.Repeat("x", 256), Subject: "events.t"})
+	require.ErrorContains(t, err, "at most 255 bytes")
+	_, err = s.Enqueue(ctx, outbox.Entry{IdempotencyKey: "long-ordering", Subject: "events.t", OrderingKey: strings.Repeat("é", 128)})
+	require.ErrorContains(t, err, "ordering key")
+	// A producer writing its own INSERT is refused by the database
+	// (strict mode) rather than having its key cut.
+	_, err = s.DB().SQL.Exec("INSERT INTO "+s.Table()+" (idempotency_key, subject, payload) VALUES (?, 'events.t', '')", strings.Repeat("y", 256))
+	require.ErrorContains(t, err, "Data too long")
+
+	// 255 bytes is fine.
+	enqueue(t, s, strings.Repeat("z", 255), "")
+}
+
+func TestMySQLHeadersMustBeJSON(t *testing.T) {
+	t.Parallel()
+	s := setup(t, "mysql")
+	_, err := s.DB().SQL.Exec("INSERT INTO "+s.Table()+" (idempotency_key, subject, payload, headers) VALUES ('k', 'events.t', '', ?)", "{not json")
+	require.Error(t, err, "the JSON column (MariaDB: a CHECK) refuses a malformed document")
+	_, err = s.DB().SQL.Exec("INSERT INTO " + s.Table() + " (idempotency_key, subject, payload) VALUES ('k2', 'events.t', '')")
+	require.NoError(t, err)
+	rows, err := s.Claim(context.Background(), "r", 1)
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	require.Equal(t, "{}", string(rows[0].Headers), "headers default to an empty object")
+	require.Equal(t, []byte{}, rows[0].Payload)
+	require.False(t, rows[0].OrderingKey.Valid)
+}
+
+// The mark statements are built per batch: ids repeat across claims of one
+// row and batches can exceed one statement's placeholders.
+func TestMarksOfLargeBatchesAndRepeatedIDs(t *testing.T) {
+	t.Parallel()
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			s := setup(t, kind)
+			tx, err := s.DB().SQL.Begin()
+			require.NoError(t, err)
+			q := "INSERT INTO " + s.Table() + " (idempotency_key, subject, payload, headers) VALUES (?, 'events.t', '', '{}')"
+			if kind == "postgres" {
+				q = "INSERT INTO " + s.Table() + " (idempotency_key, subject, payload, headers) VALUES ($1, 'events.t', '', '{}')"
+			}
+			const n = 1200
+			for i := range n {
+				_, err := tx.Exec(q, fmt.Sprintf("k%04d", i))
+				require.NoError(t, err)
+			}
+			require.NoError(t, tx.Commit())
+			rows, err := s.Claim(ctx, "r", n)
+			require.NoError(t, err)
+			require.Len(t, rows, n)
+
+			var failures []outbox.Failure
+			for i, r := range rows {
+				failures = append(failures, outbox.Failure{ID: r.ID, Attempt: r.Attempt, Err: "e" + itoa(i), Permanent: i%2 == 0, Refund: i%3 == 0})
+			}
+			changed, err := s.MarkFailed(ctx, "r", failures)
+			require.NoError(t, err)
+			require.Equal(t, int64(n), changed)
+			st, err := s.Stats(ctx, 0)
+			require.NoError(t, err)
+			require.Equal(t, int64(n/2), st.Rows[outbox.StatusPermanentFailed])
+			require.Equal(t, int64(n/2), st.Rows[outbox.StatusFailed])
+			r := get(t, s, rows[3].ID) // refunded, retryable
+			require.Equal(t, "failed", r.status)
+			require.Zero(t, r.attempts)
+			require.Equal(t, "e3", r.lastError.String)
+			r = get(t, s, rows[1].ID)
+			require.Equal(t, 1, r.attempts)
+
+			// Row 1 is claimed again (attempt 2); a batch carries a stale mark
+			// of attempt 1 before the live one for the same id.
+			require.NoError(t, setAvailable(s, rows[1].ID))
+			again, err := s.Claim(ctx, "r", 1)
+			require.NoError(t, err)
+			require.Len(t, again, 1)
+			require.Equal(t, rows[1].ID, again[0].ID)
+			require.Equal(t, 2, again[0].Attempt)
+			changed, err = s.MarkDone(ctx, "r", []outbox.Done{
+				{ID: rows[1].ID, Attempt: 1, Stream: "S", Seq: 1},
+				{ID: rows[1].ID, Attempt: 2, Stream: "S", Seq: 2},
+			}, false)
+			require.NoError(t, err)
+			require.Equal(t, int64(1), changed)
+			require.Equal(t, "done", get(t, s, rows[1].ID).status)
+			var seq int64
+			require.NoError(t, s.DB().SQL.QueryRow("SELECT stream_seq FROM "+s.Table()+" WHERE id = "+itoa(int(rows[1].ID))).Scan(&seq))
+			require.Equal(t, int64(2), seq)
+
+			n2, err := s.RetryDead(ctx, []int64{rows[0].ID, rows[2].ID, rows[1].ID})
+			require.NoError(t, err)
+			require.Equal(t, 2, n2, "two dead letters; the done row stays done")
+		})
+	}
+}
+
+func setAvailable(s *outbox.Store, id int64) error {
+	_, err := s.DB().SQL.Exec("UPDATE " + s.Table() + " SET available_at = created_at WHERE id = " + itoa(int(id)))
+	return err
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestMySQLClaimPlanWithManyDoneRows loads 200,000 relayed rows and 2,000
+// queued ones (half of them behind 50 ordering keys), then prints the plan
+// of the claim's candidate query: it must not scan the table or an index
+// from end to end, whatever the number of relayed rows. Durations are
+// logged, not asserted.
+func TestMySQLClaimPlanWithManyDoneRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t, "mysql")
+	db := s.DB().SQL
+	digits := "(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)"
+	n := "(a.d + 10*b.d + 100*c.d + 1000*e.d + 10000*f.d)"
+	from := " FROM " + digits + " a, " + digits + " b, " + digits + " c, " + digits + " e, " + digits + " f"
+	for batch := range 2 {
+		_, err := db.ExecContext(ctx, `INSERT INTO `+s.Table()+` (idempotency_key, subject, payload, ordering_key, status, attempts, relayed_at, stream, stream_seq)
+			SELECT CONCAT('done-`+itoa(batch)+`-', `+n+`), 'events.x', '', IF(`+n+` % 2 = 0, CONCAT('k', `+n+` % 50), NULL), 'done', 1, UTC_TIMESTAMP(6), 'EVENTS', `+n+from)
+		require.NoError(t, err)
+	}
+	_, err := db.ExecContext(ctx, `INSERT INTO `+s.Table()+` (idempotency_key, subject, payload, ordering_key)
+		SELECT CONCAT('pending-', `+n+`), 'events.x', '', IF(`+n+` % 2 = 0, CONCAT('k', `+n+` % 50), NULL)`+from+` WHERE `+n+` < 2000`)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, "ANALYZE TABLE "+s.Table())
+	require.NoError(t, err)
+
+	q, ok := outbox.MySQLCandidatesSQL(s.Table())
+	require.True(t, ok)
+	q = strings.ReplaceAll(q, "LIMIT ?", "LIMIT 1000")
+	rows, err := db.QueryContext(ctx, "EXPLAIN "+q)
+	require.NoError(t, err)
+	cols, err := rows.Columns()
+	require.NoError(t, err)
+	var plan strings.Builder
+	plan.WriteString(strings.Join(cols, "\t") + "\n")
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		require.NoError(t, rows.Scan(ptrs...))
+		line := map[string]string{}
+		for i, c := range cols {
+			line[c] = vals[i].String
+			plan.WriteString(vals[i].String + "\t")
+		}
+		plan.WriteString("\n")
+		if !strings.HasPrefix(line["table"], "<") { // a base table, not a derived one
+			require.NotContains(t, []string{"ALL", "index"}, line["type"], "full scan of %s", line["table"])
+		}
+	}
+	require.NoError(t, rows.Err())
+	t.Logf("candidates with 200,000 done rows:\n%s", plan.String())
+
+	for range 3 {
+		start := time.Now()
+		claimed, err := s.Claim(ctx, "plan-test", 500)
+		require.NoError(t, err)
+		require.NotEmpty(t, claimed)
+		t.Logf("claimed %d rows in %s", len(claimed), time.Since(start))
+	}
+}

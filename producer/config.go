@@ -1,0 +1,73 @@
+package producer
+
+import (
+	"fmt"
+	"regexp"
+)
+
+// Defaults of Config.
+const (
+	// TableDefault is the outbox table of a zero Config.Table, the same
+	// default as the relay's database.table.
+	TableDefault = "outbox"
+	// DialectDefault is the database of a zero Config.Dialect.
+	DialectDefault = Postgres
+)
+
+// tableName is an SQL identifier (a letter or _, then letters, digits or _,
+// at most 63 bytes), optionally qualified by a schema (or, on MySQL, a
+// database) as schema.table: the rule the relay applies to database.table.
+var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
+
+// Config configures a Writer.
+type Config struct {
+	// Table is the outbox table, optionally schema-qualified as
+	// "schema.table" (on MySQL the qualifier is a database). It is written
+	// into SQL unquoted, so it follows the database's case folding, and must
+	// be the table the relay reads (its database.table). Defaults to
+	// "outbox" (TableDefault).
+	Table string
+	// Dialect is the database the rows are written to: Postgres, MySQL
+	// (also MariaDB) or SQLite. It decides the placeholders, how an existing
+	// idempotency key is detected and the key length limits. Defaults to
+	// Postgres (DialectDefault).
+	Dialect Dialect
+}
+
+// Writer writes outbox rows in its caller's transactions. It holds no
+// connection and is safe for concurrent use; build one with New and share it.
+type Writer struct {
+	table   string
+	dialect Dialect
+	impl    dialect
+	insert  string
+}
+
+// New returns a Writer for cfg. Zero fields take their defaults
+// (TableDefault, DialectDefault).
+//
+// It fails with "invalid config: Table: …" when the table is not an SQL
+// identifier optionally qualified as schema.table, and with "invalid config:
+// Dialect: …" for a dialect other than Postgres, MySQL and SQLite.
+func New(cfg Config) (*Writer, error) {
+	if cfg.Table == "" {
+		cfg.Table = TableDefault
+	}
+	if cfg.Dialect == "" {
+		cfg.Dialect = DialectDefault
+	}
+	if !tableName.MatchString(cfg.Table) {
+		return nil, fmt.Errorf("invalid config: Table: %q is not an SQL identifier (a letter or _, then letters, digits or _, at most 63 bytes), optionally schema-qualified as schema.table", cfg.Table)
+	}
+	impl, ok := dialects[cfg.Dialect]
+	if !ok {
+		return nil, fmt.Errorf("invalid config: Dialect: %q is not one of %q, %q, %q", string(cfg.Dialect), Postgres, MySQL, SQLite)
+	}
+	return &Writer{table: cfg.Table, dialect: cfg.Dialect, impl: impl, insert: impl.insertSQL(cfg.Table)}, nil
+}
+
+// Table is the outbox table the Writer inserts into.
+func (w *Writer) Table() string { return w.table }
+
+// Dialect is the database the Writer writes SQL for.
+func (w *Writer) Dialect() Dialect { return w.dialect }

@@ -1,0 +1,211 @@
+package producer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// Event is one message to publish: one outbox row.
+type Event struct {
+	// Subject is the NATS subject the message is published to: dot-separated
+	// tokens such as "events.order.created", with no whitespace, no empty
+	// token and no wildcard token ("*", ">"). Required.
+	Subject string
+	// Payload is the message body, stored in the payload column and relayed
+	// byte for byte. Nil is an empty body.
+	Payload []byte
+	// Headers are copied to the NATS message. Names are HTTP tokens;
+	// values hold no CR, LF or NUL. Nats-Msg-Id and Outbox-* are set by the
+	// relay and may not be set here. A name with no values is left out.
+	Headers Header
+	// OrderingKey groups events that must be published in order, usually the
+	// id of the aggregate they belong to ("order-42"). Events of one key are
+	// published in row id order, one at a time; write them one transaction
+	// after another. Empty: no order.
+	OrderingKey string
+	// IdempotencyKey identifies one logical operation; the relay derives the
+	// message's Nats-Msg-Id from it, and a second row with the same key is
+	// not written (Result.AlreadyEnqueued). Make it deterministic from the
+	// business operation ("order-42-created"), never a fresh value per
+	// retry. Empty: a new UUIDv7, which only deduplicates the relay's own
+	// repeats.
+	IdempotencyKey string
+}
+
+// Header is a message's headers: a name maps to its values, in order, as
+// in nats.Header and http.Header. Names are kept as written (not
+// canonicalized). A map[string][]string literal is a Header.
+type Header map[string][]string
+
+// Result is what Write did with one event, in the order of the events.
+type Result struct {
+	// ID is the new row's id (the relay's order within an ordering key);
+	// 0 when AlreadyEnqueued.
+	ID int64
+	// IdempotencyKey is the key the row was written with: the event's, or
+	// the UUIDv7 generated for an event without one.
+	IdempotencyKey string
+	// AlreadyEnqueued is true when the table already held a row with this
+	// idempotency key, written earlier by this transaction or by a committed
+	// one, so nothing was written for this event. It is not an error: the
+	// event is (or was) relayed once, from the earlier row. A row counts only
+	// while it is in the table; the relay deletes relayed rows after its
+	// relay.retention (24h by default).
+	AlreadyEnqueued bool
+}
+
+// ErrInvalidEvent is matched by errors.Is for every *InvalidEventError.
+var ErrInvalidEvent = errors.New("invalid outbox event")
+
+// InvalidEventError is an event Write refused before writing anything.
+type InvalidEventError struct {
+	// Index is the event's position among Write's events, from 0.
+	Index int
+	// Field is the Event field at fault: "Subject", "Headers",
+	// "IdempotencyKey" or "OrderingKey".
+	Field string
+	// Reason names the value and what would be accepted.
+	Reason string
+}
+
+func (e *InvalidEventError) Error() string {
+	return fmt.Sprintf("outbox event %d: %s: %s", e.Index, e.Field, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalidEvent) true.
+func (e *InvalidEventError) Is(target error) bool { return target == ErrInvalidEvent }
+
+// reservedHeaderPrefix begins the headers the relay sets on every message
+// (Outbox-Id, Outbox-Idempotency-Key, Outbox-Created-At, Outbox-Attempt).
+const reservedHeaderPrefix = "Outbox-"
+
+// headerMsgID is JetStream's deduplication header, set by the relay from
+// the idempotency key.
+const headerMsgID = "Nats-Msg-Id"
+
+// check validates e for a table with limits lim. It mirrors the checks the
+// relay makes when it reads the row (a row that fails them is a dead
+// letter), and adds what a database would refuse or alter: NUL bytes and
+// invalid UTF-8 in text, keys too long for the column.
+func check(e *Event, lim limits) (field, reason string) {
+	if reason := checkSubject(e.Subject, lim.subject); reason != "" {
+		return "Subject", reason
+	}
+	if e.IdempotencyKey != "" {
+		if reason := checkKey(e.IdempotencyKey, lim.key); reason != "" {
+			return "IdempotencyKey", reason
+		}
+	}
+	if e.OrderingKey != "" {
+		if reason := checkKey(e.OrderingKey, lim.orderingKey); reason != "" {
+			return "OrderingKey", reason
+		}
+	}
+	for name, values := range e.Headers {
+		if reason := checkHeader(name, values); reason != "" {
+			return "Headers", reason
+		}
+	}
+	return "", ""
+}
+
+func checkSubject(s string, max int) string {
+	const form = "subjects are dot-separated tokens such as events.order.created"
+	if s == "" {
+		return "is empty; " + form
+	}
+	if !utf8.ValidString(s) {
+		return fmt.Sprintf("%q is not valid UTF-8", s)
+	}
+	if max > 0 && len(s) > max {
+		return fmt.Sprintf("%.40q… is %d bytes; this table holds subjects of at most %d bytes", s, len(s), max)
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c == 0x7f {
+			return fmt.Sprintf("%q contains whitespace or a control byte; %s", s, form)
+		}
+	}
+	for _, token := range strings.Split(s, ".") {
+		switch token {
+		case "":
+			return fmt.Sprintf("%q has an empty token; %s", s, form)
+		case "*", ">":
+			return fmt.Sprintf("%q contains the wildcard %q; an event names one concrete subject", s, token)
+		}
+	}
+	return ""
+}
+
+func checkKey(k string, max int) string {
+	if !utf8.ValidString(k) {
+		return fmt.Sprintf("%q is not valid UTF-8", k)
+	}
+	if strings.IndexByte(k, 0) >= 0 {
+		return fmt.Sprintf("%q contains a NUL byte", k)
+	}
+	if max > 0 && len(k) > max {
+		return fmt.Sprintf("%.40q… is %d bytes; this table holds keys of at most %d bytes", k, len(k), max)
+	}
+	return ""
+}
+
+func checkHeader(name string, values []string) string {
+	if name == "" {
+		return "a header name is empty"
+	}
+	for i := 0; i < len(name); i++ {
+		if !isTokenChar(name[i]) {
+			return fmt.Sprintf("header name %q: byte %q is not allowed; names are HTTP tokens (letters, digits, !#$%%&'*+-.^_`|~)", name, name[i])
+		}
+	}
+	if strings.EqualFold(name, headerMsgID) ||
+		(len(name) >= len(reservedHeaderPrefix) && strings.EqualFold(name[:len(reservedHeaderPrefix)], reservedHeaderPrefix)) {
+		return fmt.Sprintf("header %q is set by the relay (Nats-Msg-Id from the idempotency key, Outbox-* from the row); an event may not set it", name)
+	}
+	for _, v := range values {
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return fmt.Sprintf("header %q: value %q contains CR, LF or NUL", name, v)
+		}
+		if !utf8.ValidString(v) {
+			return fmt.Sprintf("header %q: value %q is not valid UTF-8", name, v)
+		}
+	}
+	return ""
+}
+
+// isTokenChar reports whether c may appear in an HTTP token (RFC 9110
+// section 5.6.2), the rule the relay applies to header names.
+func isTokenChar(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// headersJSON encodes h for the headers column: a JSON object mapping a
+// name to its value (one value) or to an array of its values (several).
+// Names without values are left out; no headers is {}.
+func headersJSON(h Header) (string, error) {
+	obj := make(map[string]any, len(h))
+	for name, values := range h {
+		switch len(values) {
+		case 0:
+		case 1:
+			obj[name] = values[0]
+		default:
+			obj[name] = values
+		}
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(obj); err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(b.String(), "\n"), nil
+}

@@ -1,0 +1,160 @@
+package producer_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/producer"
+)
+
+func TestWriteRefusesInvalidEvents(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "sqlite")
+	ok := producer.Event{Subject: "events.ok", IdempotencyKey: "fine"}
+	for _, tc := range []struct {
+		event        producer.Event
+		field, value string // value: a quoted part of the message
+	}{
+		{producer.Event{}, "Subject", "is empty"},
+		{producer.Event{Subject: "events.*"}, "Subject", `"events.*" contains the wildcard "*"`},
+		{producer.Event{Subject: "events.>"}, "Subject", `"events.>" contains the wildcard ">"`},
+		{producer.Event{Subject: "events..order"}, "Subject", `"events..order" has an empty token`},
+		{producer.Event{Subject: ".events"}, "Subject", "empty token"},
+		{producer.Event{Subject: "events."}, "Subject", "empty token"},
+		{producer.Event{Subject: "events order"}, "Subject", `"events order" contains whitespace`},
+		{producer.Event{Subject: "events.\torder"}, "Subject", "whitespace or a control byte"},
+		{producer.Event{Subject: "events.\xff"}, "Subject", "not valid UTF-8"},
+		{producer.Event{Subject: "events.a", IdempotencyKey: "k\x00"}, "IdempotencyKey", "NUL byte"},
+		{producer.Event{Subject: "events.a", IdempotencyKey: "k\xff"}, "IdempotencyKey", "not valid UTF-8"},
+		{producer.Event{Subject: "events.a", OrderingKey: "o\x00"}, "OrderingKey", "NUL byte"},
+		{producer.Event{Subject: "events.a", Headers: producer.Header{"": {"v"}}}, "Headers", "a header name is empty"},
+		{producer.Event{Subject: "events.a", Headers: producer.Header{"Bad Name": {"v"}}}, "Headers", `header name "Bad Name": byte ' ' is not allowed`},
+		{producer.Event{Subject: "events.a", Headers: producer.Header{"Bad:Name": {"v"}}}, "Headers", "HTTP tokens"},
+		{producer.Event{Subject: "events.a", Headers: producer.Header{"X": {"ok", "a\r\nInjected: yes"}}}, "Headers", `header "X": value "a\r\nInjected: yes" contains CR, LF or NUL`},
+		{producer.Event{Subject: "events.a", Headers: producer.Header{"X": {"a\x00"}}}, "Headers", "CR, LF or NUL"},
+		{producer.Event{Subject: "events.a", Headers: producer.Header{"X": {"\xff"}}}, "Headers", "not valid UTF-8"},
+		{producer.Event{Subject: "events.a", Headers: producer.Header{"Nats-Msg-Id": {"x"}}}, "Headers", `header "Nats-Msg-Id" is set by the relay`},
+		{producer.Event{Subject: "events.a", Headers: producer.Header{"nats-msg-id": {"x"}}}, "Headers", `header "nats-msg-id" is set by the relay`},
+		{producer.Event{Subject: "events.a", Headers: producer.Header{"Outbox-Id": {"1"}}}, "Headers", `header "Outbox-Id" is set by the relay`},
+		{producer.Event{Subject: "events.a", Headers: producer.Header{"OUTBOX-ATTEMPT": {"1"}}}, "Headers", "set by the relay"},
+		{producer.Event{Subject: "events.a", Headers: producer.Header{"outbox-anything": {"1"}}}, "Headers", "set by the relay"},
+	} {
+		ctx := context.Background()
+		tx, err := b.prod.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		// A valid event first: nothing is written when a later one is invalid.
+		res, err := b.w.Write(ctx, tx, ok, tc.event)
+		require.Nil(t, res)
+		require.ErrorIs(t, err, producer.ErrInvalidEvent, "%+v", tc.event)
+		var invalid *producer.InvalidEventError
+		require.True(t, errors.As(err, &invalid))
+		require.Equal(t, 1, invalid.Index)
+		require.Equal(t, tc.field, invalid.Field, err.Error())
+		require.True(t, strings.HasPrefix(err.Error(), "outbox event 1: "+tc.field+": "), err.Error())
+		require.Contains(t, err.Error(), tc.value)
+		var n int
+		require.NoError(t, tx.QueryRow("SELECT COUNT(*) FROM "+b.w.Table()).Scan(&n))
+		require.Zero(t, n, "nothing is written in the transaction")
+		require.NoError(t, tx.Rollback())
+	}
+}
+
+// TestValidationMatchesRelay checks the producer against the relay's own
+// checks of a row: what Write accepts, the relay publishes; what the relay
+// would make a dead letter, Write refuses. Write is stricter in two ways,
+// marked: text must be valid UTF-8 (PostgreSQL and JSON need it), and every
+// Outbox-* name is reserved, not only the four the relay sets today.
+func TestValidationMatchesRelay(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "sqlite")
+
+	subjects := []struct {
+		subject  string
+		stricter bool
+	}{
+		{subject: "events.order.created"}, {subject: "a"}, {subject: "events.a*b"}, {subject: "events.a>"},
+		{subject: "ünïcode.subject"}, {subject: "events.$sys"}, {subject: ""}, {subject: "events.*"},
+		{subject: ">"}, {subject: "a..b"}, {subject: "a b"}, {subject: "a\x7f"}, {subject: "a\x00"},
+		{subject: "a.\xff", stricter: true},
+	}
+	for i, tc := range subjects {
+		relayErr := outbox.CheckSubject(tc.subject)
+		res, err := b.try(t, producer.Event{Subject: tc.subject, IdempotencyKey: fmt.Sprintf("s%d", i)})
+		switch {
+		case err == nil:
+			require.NoError(t, relayErr, "Write accepted subject %q, the relay refuses it", tc.subject)
+			require.False(t, res[0].AlreadyEnqueued)
+		case tc.stricter:
+			require.ErrorIs(t, err, producer.ErrInvalidEvent)
+		default:
+			require.ErrorIs(t, err, producer.ErrInvalidEvent)
+			require.Error(t, relayErr, "Write refused subject %q, the relay accepts it: %v", tc.subject, err)
+		}
+	}
+
+	headers := []struct {
+		h        producer.Header
+		stricter bool
+	}{
+		{h: producer.Header{"Content-Type": {"application/json"}}},
+		{h: producer.Header{"X-Many": {"a", "b", ""}}},
+		{h: producer.Header{"traceparent": {"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}},
+		{h: producer.Header{"!#$%&'*+-.^_`|~09azAZ": {"tokens"}}},
+		{h: producer.Header{"X": {`quotes " and \ backslash, <html> & ünïcode`}}},
+		{h: producer.Header{"Nats-Expected-Stream": {"EVENTS"}}},
+		{h: producer.Header{"Outbox": {"not reserved"}}},
+		{h: producer.Header{"Nats-Msg-Id": {"x"}}},
+		{h: producer.Header{"outbox-id": {"1"}}},
+		{h: producer.Header{"Outbox-Idempotency-Key": {"k"}}},
+		{h: producer.Header{"Outbox-Created-At": {"t"}}},
+		{h: producer.Header{"Outbox-Attempt": {"1"}}},
+		{h: producer.Header{"Outbox-Future": {"1"}}, stricter: true},
+		{h: producer.Header{"a b": {"1"}}},
+		{h: producer.Header{"a:b": {"1"}}},
+		{h: producer.Header{"ü": {"1"}}},
+		{h: producer.Header{"X": {"a\nb"}}},
+		{h: producer.Header{"X": {"a\rb"}}},
+		{h: producer.Header{"X": {"a\x00b"}}},
+		{h: producer.Header{"X": {"\xff"}}, stricter: true},
+	}
+	for i, tc := range headers {
+		res, err := b.try(t, producer.Event{Subject: "events.h", Headers: tc.h, IdempotencyKey: fmt.Sprintf("h%d", i)})
+		relayErr := relayHeaders(tc.h)
+		switch {
+		case err == nil:
+			require.NoError(t, relayErr, "Write accepted headers %q, the relay refuses them", tc.h)
+			require.Equal(t, map[string][]string(tc.h), b.row(t, res[0].ID).headers, "the relay reads the headers back as written")
+		case tc.stricter:
+			require.ErrorIs(t, err, producer.ErrInvalidEvent)
+		default:
+			require.ErrorIs(t, err, producer.ErrInvalidEvent)
+			require.Error(t, relayErr, "Write refused headers %q, the relay accepts them: %v", tc.h, err)
+		}
+	}
+}
+
+// relayHeaders is what the relay says of a row whose headers column holds
+// h, written as the table contract describes.
+func relayHeaders(h producer.Header) error {
+	obj := map[string]any{}
+	for name, values := range h {
+		if len(values) == 1 {
+			obj[name] = values[0]
+		} else {
+			obj[name] = values
+		}
+	}
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		return err
+	}
+	_, err = outbox.ParseHeaders(raw)
+	return err
+}
