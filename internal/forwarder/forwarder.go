@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/metrics"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -36,6 +38,10 @@ type Config struct {
 	// StreamSeen, when set, is told the stream of every PubAck (the
 	// duplicate-window guard watches those streams). Defaults to nil.
 	StreamSeen func(stream string)
+	// Registerer, when set, receives bridge_publish_duration_seconds and
+	// Watermill's router metrics (namespace "watermill"). Defaults to nil:
+	// no metrics.
+	Registerer prometheus.Registerer
 	// Tracer records a "publish" span for every message whose context
 	// carries a trace (a row with a traceparent header). Defaults to a
 	// no-op tracer.
@@ -51,6 +57,7 @@ type Forwarder struct {
 	connected func() bool
 	seen      func(stream string)
 	tracer    trace.Tracer
+	duration  prometheus.Observer
 }
 
 // NewPublisherMarshaler is the marshaler that turns the subscriber's
@@ -78,6 +85,18 @@ func New(sub *outbox.Subscriber, table string, pub *sink.Publisher, logger *slog
 	f := &Forwarder{router: router, pub: pub, logger: logger, connected: cfg.Connected, seen: cfg.StreamSeen, tracer: cfg.Tracer}
 	// First added is outermost: classification sees recovered panics too.
 	router.AddMiddleware(f.classify, middleware.Recoverer)
+	if cfg.Registerer != nil {
+		h := prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "bridge_publish_duration_seconds",
+			Help:    "Time from publishing a message to its PubAck (or failure).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5 ms to 16 s
+		})
+		if err := cfg.Registerer.Register(h); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+		f.duration = h
+		metrics.NewPrometheusMetricsBuilder(cfg.Registerer, "watermill", "").AddPrometheusRouterMetrics(router)
+	}
 	router.AddConsumerHandler("outbox_to_jetstream", table, sub, f.handle)
 	return f, nil
 }
@@ -93,7 +112,11 @@ func (f *Forwarder) handle(msg *message.Message) error {
 				attribute.String("messaging.message.id", msg.UUID)))
 		defer span.End()
 	}
+	start := time.Now()
 	ack, err := f.pub.PublishMsg(ctx, subject, msg)
+	if f.duration != nil {
+		f.duration.Observe(time.Since(start).Seconds())
+	}
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
