@@ -80,15 +80,20 @@ type relay struct {
 	stop func()
 }
 
-// startRelay runs a relay over b until the test ends or stop is called.
-func (b *bundle) startRelay(t *testing.T, owner string) *relay {
+// startRelay runs a relay over b until the test ends or stop is called;
+// options adjust the subscriber's configuration.
+func (b *bundle) startRelay(t *testing.T, owner string, options ...func(*outbox.SubscriberConfig)) *relay {
 	t.Helper()
 	logger := testLogger()
-	sub, err := outbox.NewSubscriber(b.store, logger, outbox.SubscriberConfig{
+	cfg := outbox.SubscriberConfig{
 		Owner: owner, BatchSize: 200, MaxInFlight: 500, PollInterval: 20 * time.Millisecond,
 		BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		DrainTimeout: 5 * time.Second,
-	})
+	}
+	for _, o := range options {
+		o(&cfg)
+	}
+	sub, err := outbox.NewSubscriber(b.store, logger, cfg)
 	require.NoError(t, err)
 	nc, err := nats.Connect(b.nats.URL(), nats.MaxReconnects(-1))
 	require.NoError(t, err)

@@ -230,3 +230,25 @@ func TestRetryableFailureHoldsBackItsKeyOnly(t *testing.T) {
 		require.Equal(t, strconv.Itoa(i), string(m.Data()), "A's rows arrive in order")
 	}
 }
+
+func TestDeleteOnRelay(t *testing.T) {
+	for _, kind := range []string{"sqlite", "postgres", "mysql"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, kind)
+			ctx := context.Background()
+			for i := range 50 {
+				_, err := b.store.Enqueue(ctx, outbox.Entry{IdempotencyKey: fmt.Sprint("d-", i), Subject: "events.d", Payload: []byte("x")})
+				require.NoError(t, err)
+			}
+			r := b.startRelay(t, "relay-1", func(c *outbox.SubscriberConfig) { c.DeleteOnRelay = true })
+			require.Eventually(t, func() bool { return r.sub.Counters.Relayed.Load() == 50 }, 30*time.Second, 10*time.Millisecond)
+			st, err := b.store.Stats(ctx, 0)
+			require.NoError(t, err)
+			for _, status := range outbox.Statuses {
+				require.Zero(t, st.Rows[status], "no %s row left: relayed rows are deleted at their PubAck", status)
+			}
+			require.Len(t, bridgetest.Messages(t, b.js, "EVENTS"), 50)
+		})
+	}
+}
