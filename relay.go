@@ -17,6 +17,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/forwarder"
 	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/wmsource"
 )
 
 // Relay is the assembled daemon of `bridge run`.
@@ -136,4 +137,56 @@ func provideHealth(cfg *config.Config, reg *prometheus.Registry, db *outbox.DB, 
 		}},
 	}
 	return health.Listen(cfg.HTTP.Listen, reg, checks, logger)
+}
+
+// Daemon is what `bridge run` runs: the relay of the configured source.
+type Daemon interface {
+	Run(ctx context.Context) error
+}
+
+// NewDaemon builds the relay of source: NewRelay for the bridge table
+// (source: table), NewWatermillRelay for the tables of a Watermill
+// forwarder (source: watermill-forwarder). The cleanup is the injector's.
+func NewDaemon(ctx context.Context, cfg *config.Config, logger *slog.Logger) (Daemon, func(), error) {
+	if cfg.Source == config.SourceWatermillForwarder {
+		relay, cleanup, err := NewWatermillRelay(ctx, cfg, logger)
+		if err != nil {
+			return nil, nil, err
+		}
+		return relay, cleanup, nil
+	}
+	relay, cleanup, err := NewRelay(ctx, cfg, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	return relay, cleanup, nil
+}
+
+// provideWatermillRegistry registers the watermill-forwarder relay's
+// metrics and the Go runtime and process collectors.
+func provideWatermillRegistry(f *wmsource.Forwarder, guard *dedup.Guard) (*prometheus.Registry, error) {
+	reg := prometheus.NewRegistry()
+	cs := append(f.Collectors(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bridge_dedup_guard_violations_total",
+			Help: "Streams found unable to deduplicate the relay's republishes (dedup.guard)."},
+			func() float64 { return float64(guard.Violations.Load()) }))
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return reg, nil
+}
+
+// provideTableStore is outbox.ProvideStore for the commands that work on
+// the bridge table (enqueue, status, requeue, retry, purge): with source:
+// watermill-forwarder there is no such table to work on, which is a
+// configuration error (exit 2).
+func provideTableStore(ctx context.Context, db *outbox.DB, cfg *config.Config) (*outbox.Store, error) {
+	if cfg.Source != config.SourceTable {
+		return nil, &config.Error{Key: "source", Value: cfg.Source,
+			Allowed: "this command works on the bridge table only (source: table); with watermill-forwarder the relay reads " +
+				wmsource.MessagesTable(cfg.Watermill.ForwarderTopic) + " through watermill-sql's consumer-group offset, which keeps no state per message"}
+	}
+	return outbox.ProvideStore(ctx, db, cfg)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
 	"github.com/outbox-bridge/bridge/internal/telemetry"
+	"github.com/outbox-bridge/bridge/internal/wmsource"
 )
 
 // NewRelay builds the daemon of `bridge run`. The cleanup closes the NATS
@@ -38,15 +39,35 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*Re
 	return nil, nil, nil
 }
 
+// NewWatermillRelay builds the daemon of `bridge run` with source:
+// watermill-forwarder: watermill-sql's subscriber of the forwarder topic,
+// the JetStream publisher, the guard and the health server. The cleanup
+// closes the NATS connection, stops the embedded server and closes the
+// database; call it after Run returned.
+func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*wmsource.Relay, func(), error) {
+	wire.Build(
+		outbox.ProvideDB,
+		broker.ProviderSet,
+		sink.ProviderSet,
+		wmsource.ProviderSet,
+		dedup.ProviderSet,
+		provideWatermillRegistry,
+		provideHealth,
+		wire.Struct(new(wmsource.Relay), "*"),
+	)
+	return nil, nil, nil
+}
+
 // NewDB opens the configured outbox database (for `bridge migrate`).
 func NewDB(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*outbox.DB, func(), error) {
 	wire.Build(outbox.ProvideDB)
 	return nil, nil, nil
 }
 
-// NewStore opens the configured outbox table (for enqueue and status).
+// NewStore opens the configured outbox table (for enqueue and status); a
+// *config.Error with source: watermill-forwarder.
 func NewStore(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*outbox.Store, func(), error) {
-	wire.Build(outbox.ProvideDB, outbox.ProvideStore)
+	wire.Build(outbox.ProvideDB, provideTableStore)
 	return nil, nil, nil
 }
 

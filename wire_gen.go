@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
 	"github.com/outbox-bridge/bridge/internal/telemetry"
+	"github.com/outbox-bridge/bridge/internal/wmsource"
 	"log/slog"
 )
 
@@ -122,6 +123,84 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*Re
 	}, nil
 }
 
+// NewWatermillRelay builds the daemon of `bridge run` with source:
+// watermill-forwarder: watermill-sql's subscriber of the forwarder topic,
+// the JetStream publisher, the guard and the health server. The cleanup
+// closes the NATS connection, stops the embedded server and closes the
+// database; call it after Run returned.
+func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*wmsource.Relay, func(), error) {
+	db, cleanup, err := outbox.ProvideDB(ctx, cfg, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	subscriber, err := wmsource.ProvideSubscriber(ctx, db, cfg, logger)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	conn, cleanup2, err := broker.ProvideConn(ctx, cfg, logger)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	jetStream, err := broker.ProvideJetStream(conn, cfg)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	marshaler := wmsource.ProvideMarshaler(cfg)
+	publisher, err := sink.ProvidePublisher(jetStream, cfg, marshaler)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	streams, err := broker.ProvideStreams(ctx, jetStream, cfg, logger)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	guard, err := dedup.ProvideGuard(ctx, jetStream, streams, cfg, logger)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	wmsourceForwarder, err := wmsource.ProvideForwarder(subscriber, publisher, conn, guard, cfg, logger)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	registry, err := provideWatermillRegistry(wmsourceForwarder, guard)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	server, err := provideHealth(cfg, registry, db, conn, jetStream, streams, logger)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	relay := &wmsource.Relay{
+		Forwarder: wmsourceForwarder,
+		Guard:     guard,
+		Health:    server,
+		DB:        db,
+		Streams:   streams,
+		Config:    cfg,
+		Logger:    logger,
+	}
+	return relay, func() {
+		cleanup2()
+		cleanup()
+	}, nil
+}
+
 // NewDB opens the configured outbox database (for `bridge migrate`).
 func NewDB(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*outbox.DB, func(), error) {
 	db, cleanup, err := outbox.ProvideDB(ctx, cfg, logger)
@@ -133,13 +212,14 @@ func NewDB(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*outbo
 	}, nil
 }
 
-// NewStore opens the configured outbox table (for enqueue and status).
+// NewStore opens the configured outbox table (for enqueue and status); a
+// *config.Error with source: watermill-forwarder.
 func NewStore(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*outbox.Store, func(), error) {
 	db, cleanup, err := outbox.ProvideDB(ctx, cfg, logger)
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := outbox.ProvideStore(ctx, db, cfg)
+	store, err := provideTableStore(ctx, db, cfg)
 	if err != nil {
 		cleanup()
 		return nil, nil, err

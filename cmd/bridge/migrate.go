@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	bridge "github.com/outbox-bridge/bridge"
+	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
@@ -15,11 +16,17 @@ func newMigrateCommand() *cobra.Command {
 		Short: "Create or upgrade the outbox table",
 		Long: `Create or upgrade the outbox table (--table) in the configured database
 (--database-url) with its indexes. Migrations are versioned and embedded; applied
-versions are recorded in the table <table>_migrations. Safe to run again.`,
+versions are recorded in the table <table>_migrations. Safe to run again.
+
+With source: watermill-forwarder it creates the offsets table
+watermill_offsets_<watermill.forwarder_topic> instead (watermill-sql's own DDL).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cfg, logger, err := setup(cmd, false)
 			if err != nil {
 				return err
+			}
+			if cfg.Source == config.SourceWatermillForwarder {
+				return migrateWatermill(ctx, cmd, cfg, logger)
 			}
 			db, cleanup, err := bridge.NewDB(ctx, cfg, logger)
 			if err != nil {

@@ -120,7 +120,7 @@ func classify(err error) error {
 		return nil
 	}
 	var unsafe *dedup.UnsafeStreamError
-	if errors.Is(err, outbox.ErrUnknownScheme) || errors.As(err, &unsafe) {
+	if errors.Is(err, outbox.ErrUnknownScheme) || errors.As(err, &unsafe) || config.IsError(err) {
 		return usageError{err}
 	}
 	return err

@@ -32,7 +32,7 @@ on --nats-listen storing in <data-dir>/jetstream, and stream EVENTS on events.>.
 				fmt.Fprintln(cmd.OutOrStdout(), "configuration is valid")
 				return nil
 			}
-			relay, cleanup, err := bridge.NewRelay(ctx, cfg, logger)
+			relay, cleanup, err := bridge.NewDaemon(ctx, cfg, logger)
 			if err != nil {
 				// A SIGTERM or SIGINT while starting is a clean stop (exit
 				// 0), not a failure to start.

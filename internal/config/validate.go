@@ -346,6 +346,14 @@ func (c *Config) validateSource() error {
 			Allowed: "must be a watermill-sql topic: letters, digits, -, $, :, . or _",
 		}
 	}
+	// watermill-sql has schema adapters for PostgreSQL and MySQL only.
+	if c.Source == SourceWatermillForwarder && strings.HasPrefix(c.DatabaseURL(), "sqlite:") {
+		return &Error{
+			Key:     "database.url",
+			Value:   c.DatabaseURL(),
+			Allowed: "must be a postgres://… or mysql://… URL with source: watermill-forwarder (watermill-sql has no SQLite schema)",
+		}
+	}
 	return nil
 }
 
