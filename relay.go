@@ -96,9 +96,10 @@ func claimGate(nc *nats.Conn) outbox.ClaimGate { return nc.IsConnected }
 
 // provideRegistry registers the relay's metrics and the Go runtime and
 // process collectors.
-func provideRegistry(sub *outbox.Subscriber, guard *dedup.Guard, rec *dedup.Reconciler) (*prometheus.Registry, error) {
+func provideRegistry(sub *outbox.Subscriber, store *outbox.Store, guard *dedup.Guard, rec *dedup.Reconciler) (*prometheus.Registry, error) {
 	reg := prometheus.NewRegistry()
 	cs := append(sub.Collectors(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		outbox.NewTableCollector(store, 15*time.Second),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bridge_dedup_guard_violations_total",
 			Help: "Streams found unable to deduplicate the relay's republishes (dedup.guard)."},
 			func() float64 { return float64(guard.Violations.Load()) }),

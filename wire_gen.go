@@ -85,14 +85,14 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*Re
 		cleanup()
 		return nil, nil, err
 	}
-	forwarderForwarder, err := forwarder.ProvideForwarder(subscriber, store, publisher, conn, guard, tracer, cfg, logger)
+	registry, err := provideRegistry(subscriber, store, guard, dedupReconciler)
 	if err != nil {
 		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
-	registry, err := provideRegistry(subscriber, guard, dedupReconciler)
+	forwarderForwarder, err := forwarder.ProvideForwarder(subscriber, store, publisher, conn, guard, tracer, registry, cfg, logger)
 	if err != nil {
 		cleanup3()
 		cleanup2()

@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/wire"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-bridge/bridge/internal/config"
@@ -19,6 +20,7 @@ var ProviderSet = wire.NewSet(ProvideForwarder, NewPublisherMarshaler)
 // ProvideForwarder builds the router, closing within shutdown_timeout.
 // Failures while nc is disconnected do not count as attempts.
 // The guard learns every stream a PubAck names.
-func ProvideForwarder(sub *outbox.Subscriber, store *outbox.Store, pub *sink.Publisher, nc *nats.Conn, guard *dedup.Guard, tracer trace.Tracer, cfg *config.Config, logger *slog.Logger) (*Forwarder, error) {
-	return New(sub, store.Table(), pub, logger, Config{CloseTimeout: cfg.ShutdownTimeout, Connected: nc.IsConnected, StreamSeen: guard.Observe, Tracer: tracer})
+func ProvideForwarder(sub *outbox.Subscriber, store *outbox.Store, pub *sink.Publisher, nc *nats.Conn, guard *dedup.Guard, tracer trace.Tracer, reg *prometheus.Registry, cfg *config.Config, logger *slog.Logger) (*Forwarder, error) {
+	return New(sub, store.Table(), pub, logger, Config{CloseTimeout: cfg.ShutdownTimeout, Connected: nc.IsConnected,
+		StreamSeen: guard.Observe, Tracer: tracer, Registerer: reg})
 }
