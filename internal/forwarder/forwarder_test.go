@@ -142,14 +142,15 @@ type produced struct {
 	orderingKey  string
 }
 
-// waitDone waits until n rows are done.
+// waitDone waits until n rows are done. The bound is generous: SQLite
+// (C translated to Go) runs many times slower under the race detector.
 func (b *bundle) waitDone(t *testing.T, n int64) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		st, err := b.store.Stats(context.Background(), 0)
 		require.NoError(t, err)
 		return st.Rows[outbox.StatusDone] == n
-	}, 120*time.Second, 20*time.Millisecond)
+	}, 300*time.Second, 20*time.Millisecond)
 }
 
 func payloadFor(i int) []byte {
