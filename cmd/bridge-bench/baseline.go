@@ -57,6 +57,8 @@ func (e *env) baseline(ctx context.Context) (float64, error) {
 		SchemaAdapter:  wsql.DefaultPostgreSQLSchema{},
 		OffsetsAdapter: wsql.DefaultPostgreSQLOffsetsAdapter{},
 		PollInterval:   10 * time.Millisecond,
+		// Creates the consumer-group offsets table, as a Watermill user would.
+		InitializeSchema: true,
 	}, logger)
 	if err != nil {
 		return 0, err
