@@ -205,7 +205,7 @@ func (r *Reconciler) scan(ctx context.Context, streamName string, cs []Candidate
 				found[id] = Stored{Stream: streamName, Seq: meta.Sequence.Stream}
 				delete(want, m.Headers().Get(jetstream.MsgIDHeader))
 			}
-			if meta.Sequence.Stream >= last {
+			if meta.Sequence.Stream >= last || meta.NumPending == 0 {
 				done = true
 			}
 		}
@@ -216,8 +216,22 @@ func (r *Reconciler) scan(ctx context.Context, streamName string, cs []Candidate
 			}
 			return fmt.Errorf("reconcile against stream %s: %w", streamName, err)
 		}
-		if done || n == 0 {
+		if done {
 			return nil
+		}
+		if n == 0 {
+			// An empty fetch is not the end: a busy server may be slow to
+			// deliver. Ask the consumer whether anything is left.
+			info, err := cons.Info(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return r.incomplete(streamName, read, len(want), "dedup.reconcile_timeout")
+				}
+				return fmt.Errorf("reconcile against stream %s: %w", streamName, err)
+			}
+			if info.NumPending == 0 {
+				return nil
+			}
 		}
 	}
 	return nil
