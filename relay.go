@@ -97,18 +97,14 @@ func claimGate(nc *nats.Conn) outbox.ClaimGate { return nc.IsConnected }
 // provideRegistry registers the relay's metrics and the Go runtime and
 // process collectors.
 func provideRegistry(sub *outbox.Subscriber, store *outbox.Store, guard *dedup.Guard, rec *dedup.Reconciler) (*prometheus.Registry, error) {
+	cs := append(sub.Collectors(), outbox.NewTableCollector(store, 15*time.Second), guard.Collector())
+	return newRegistry(append(cs, rec.Collectors()...)...)
+}
+
+// newRegistry registers cs and the Go runtime and process collectors.
+func newRegistry(cs ...prometheus.Collector) (*prometheus.Registry, error) {
 	reg := prometheus.NewRegistry()
-	cs := append(sub.Collectors(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		outbox.NewTableCollector(store, 15*time.Second),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bridge_dedup_guard_violations_total",
-			Help: "Streams found unable to deduplicate the relay's republishes (dedup.guard)."},
-			func() float64 { return float64(guard.Violations.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bridge_rows_reconciled_total",
-			Help: "Rows in doubt found in their stream and marked relayed without publishing again."},
-			func() float64 { return float64(rec.Reconciled.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bridge_reconcile_incomplete_total",
-			Help: "Reconcile scans stopped by dedup.reconcile_max_messages or dedup.reconcile_timeout."},
-			func() float64 { return float64(rec.Incomplete.Load()) }))
+	cs = append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -166,17 +162,7 @@ func NewDaemon(ctx context.Context, cfg *config.Config, logger *slog.Logger) (Da
 // provideWatermillRegistry registers the watermill-forwarder relay's
 // metrics and the Go runtime and process collectors.
 func provideWatermillRegistry(f *wmsource.Forwarder, guard *dedup.Guard) (*prometheus.Registry, error) {
-	reg := prometheus.NewRegistry()
-	cs := append(f.Collectors(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bridge_dedup_guard_violations_total",
-			Help: "Streams found unable to deduplicate the relay's republishes (dedup.guard)."},
-			func() float64 { return float64(guard.Violations.Load()) }))
-	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
-	return reg, nil
+	return newRegistry(append(f.Collectors(), guard.Collector())...)
 }
 
 // provideTableStore is outbox.ProvideStore for the commands that work on

@@ -1,0 +1,23 @@
+package dedup
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Collector exposes bridge_dedup_guard_violations_total.
+func (g *Guard) Collector() prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bridge_dedup_guard_violations_total",
+		Help: "Streams found unable to deduplicate the relay's republishes (dedup.guard)."},
+		func() float64 { return float64(g.Violations.Load()) })
+}
+
+// Collectors expose bridge_rows_reconciled_total and
+// bridge_reconcile_incomplete_total.
+func (r *Reconciler) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bridge_rows_reconciled_total",
+			Help: "Rows in doubt found in their stream and marked relayed without publishing again."},
+			func() float64 { return float64(r.Reconciled.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bridge_reconcile_incomplete_total",
+			Help: "Reconcile scans stopped by dedup.reconcile_max_messages or dedup.reconcile_timeout."},
+			func() float64 { return float64(r.Incomplete.Load()) }),
+	}
+}
