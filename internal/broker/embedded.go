@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"syscall"
 	"time"
@@ -16,18 +17,36 @@ import (
 // address is taken, usually by another NATS server.
 var ErrAddrInUse = errors.New("address already in use")
 
+// ErrStoreInUse is returned (wrapped) by StartEmbedded when another
+// process holds the store directory.
+var ErrStoreInUse = errors.New("JetStream store in use")
+
 // Embedded is an in-process NATS server with JetStream.
 type Embedded struct {
-	srv *server.Server
+	srv  *server.Server
+	lock *os.File
 }
 
 // StartEmbedded starts a NATS server with JetStream in this process,
 // listening for clients on listen (host:port) and storing streams in
 // storeDir. It returns once the server accepts connections (at most 10 s).
 //
-// Errors: ErrAddrInUse (wrapped, naming the address and the flags that
-// change it) when listen is taken; otherwise the server's own error.
-func StartEmbedded(listen, storeDir string, logger *slog.Logger) (*Embedded, error) {
+// The store directory is locked first, so a second process cannot start a
+// server on it.
+//
+// Errors: ErrStoreInUse (wrapped) when another process holds storeDir;
+// ErrAddrInUse (wrapped, naming the address and the flags that change it)
+// when listen is taken; otherwise the server's own error.
+func StartEmbedded(listen, storeDir string, logger *slog.Logger) (_ *Embedded, err error) {
+	lock, err := lockStore(storeDir)
+	if err != nil {
+		return nil, fmt.Errorf("embedded NATS server: %w", err)
+	}
+	defer func() {
+		if err != nil && lock != nil {
+			lock.Close()
+		}
+	}()
 	host, portText, err := net.SplitHostPort(listen)
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS server: listen address %q: %w; expected host:port such as 127.0.0.1:4222", listen, err)
@@ -43,7 +62,8 @@ func StartEmbedded(listen, storeDir string, logger *slog.Logger) (*Embedded, err
 		if err != nil {
 			if errors.Is(err, syscall.EADDRINUSE) {
 				return nil, fmt.Errorf("embedded NATS server: cannot listen on %s: %w (is another NATS server running there?); "+
-					"choose a free address with --nats-listen (BRIDGE_NATS_LISTEN), or use that server with --nats-url nats://%s",
+					"choose a free address with --nats-listen (BRIDGE_NATS_LISTEN), or use that server with --nats-url nats://%s "+
+					"(and --ensure-stream 'EVENTS:events.>' to create the stream there)",
 					listen, ErrAddrInUse, listen)
 			}
 			return nil, fmt.Errorf("embedded NATS server: cannot listen on %s: %w", listen, err)
@@ -71,14 +91,19 @@ func StartEmbedded(listen, storeDir string, logger *slog.Logger) (*Embedded, err
 		return nil, fmt.Errorf("embedded NATS server on %s with store %s did not become ready within 10s", listen, storeDir)
 	}
 	logger.Info("embedded NATS server started", slog.String("client_url", srv.ClientURL()), slog.String("store_dir", storeDir))
-	return &Embedded{srv: srv}, nil
+	return &Embedded{srv: srv, lock: lock}, nil
 }
 
 // ClientURL is the nats:// URL clients connect to.
 func (e *Embedded) ClientURL() string { return e.srv.ClientURL() }
 
-// Shutdown stops the server and waits until it has stopped. Idempotent.
+// Shutdown stops the server, waits until it has stopped and releases the
+// store. Idempotent.
 func (e *Embedded) Shutdown() {
 	e.srv.Shutdown()
 	e.srv.WaitForShutdown()
+	if e.lock != nil {
+		e.lock.Close()
+		e.lock = nil
+	}
 }
