@@ -55,9 +55,12 @@ type Guard struct {
 	horizon time.Duration
 	logger  *slog.Logger
 
-	mu     sync.Mutex
-	seen   []string
-	warned map[string]bool
+	mu      sync.Mutex
+	seen    []string
+	warned  map[string]bool
+	refused chan error // an unsafe stream found by Admit in refuse mode
+
+	admitted sync.Map // subject → struct{}: its stream passed Admit
 
 	// Violations counts unsafe findings (each stream and problem once).
 	Violations atomic.Int64
@@ -71,7 +74,8 @@ func NewGuard(js jetstream.JetStream, mode GuardMode, horizon time.Duration, str
 	default:
 		return nil, fmt.Errorf("invalid config: dedup.guard: %q: must be refuse, warn or off", mode)
 	}
-	return &Guard{js: js, mode: mode, horizon: horizon, logger: logger, seen: slices.Clone(streams), warned: map[string]bool{}}, nil
+	return &Guard{js: js, mode: mode, horizon: horizon, logger: logger, seen: slices.Clone(streams), warned: map[string]bool{},
+		refused: make(chan error, 1)}, nil
 }
 
 // Observe adds a stream the relay published to (from a PubAck). Safe for
@@ -108,15 +112,7 @@ func (g *Guard) Check(ctx context.Context) error {
 			g.Violations.Add(1)
 			return unsafe
 		}
-		g.mu.Lock()
-		first := !g.warned[name+unsafe.Problem]
-		g.warned[name+unsafe.Problem] = true
-		g.mu.Unlock()
-		if first {
-			g.Violations.Add(1)
-			g.logger.Warn("dedup guard: stream cannot deduplicate republishes", slog.String("stream", name),
-				slog.String("problem", unsafe.Problem), slog.String("fix", unsafe.Fix))
-		}
+		g.warn(name, unsafe)
 	}
 	return nil
 }
@@ -140,8 +136,58 @@ func (g *Guard) inspect(name string, cfg jetstream.StreamConfig) *UnsafeStreamEr
 	return nil
 }
 
+// Admit is asked before a message is published to subject. The first time
+// a subject is seen, it finds the subject's stream and inspects it; later
+// calls are a map lookup. In refuse mode an unsafe stream returns its
+// *UnsafeStreamError (nothing is published to it) and makes Run stop the
+// relay; in warn mode it is logged once and admitted. A subject that no
+// stream captures is admitted: the publish itself fails then.
+func (g *Guard) Admit(ctx context.Context, subject string) error {
+	if g.mode == GuardOff {
+		return nil
+	}
+	if _, ok := g.admitted.Load(subject); ok {
+		return nil
+	}
+	name, err := g.js.StreamNameBySubject(ctx, subject)
+	if err != nil {
+		return nil
+	}
+	s, err := g.js.Stream(ctx, name)
+	if err != nil {
+		return nil
+	}
+	g.Observe(name)
+	if unsafe := g.inspect(name, s.CachedInfo().Config); unsafe != nil {
+		if g.mode == GuardRefuse {
+			g.Violations.Add(1)
+			select {
+			case g.refused <- unsafe:
+			default:
+			}
+			return unsafe
+		}
+		g.warn(name, unsafe)
+	}
+	g.admitted.Store(subject, struct{}{})
+	return nil
+}
+
+func (g *Guard) warn(name string, unsafe *UnsafeStreamError) {
+	g.mu.Lock()
+	first := !g.warned[name+unsafe.Problem]
+	g.warned[name+unsafe.Problem] = true
+	g.mu.Unlock()
+	if first {
+		g.Violations.Add(1)
+		g.logger.Warn("dedup guard: stream cannot deduplicate republishes", slog.String("stream", name),
+			slog.String("problem", unsafe.Problem), slog.String("fix", unsafe.Fix))
+	}
+}
+
 // Run checks the streams every interval until ctx ends. In refuse mode it
-// returns the first *UnsafeStreamError, so the relay stops.
+// returns the first *UnsafeStreamError, found by a check or by Admit, so
+// the relay stops.
 func (g *Guard) Run(ctx context.Context, interval time.Duration) error {
 	if g.mode == GuardOff {
 		return nil
@@ -152,6 +198,8 @@ func (g *Guard) Run(ctx context.Context, interval time.Duration) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case err := <-g.refused:
+			return err
 		case <-t.C:
 		}
 		if err := g.Check(ctx); err != nil && !errors.Is(err, context.Canceled) {

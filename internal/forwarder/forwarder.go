@@ -38,6 +38,11 @@ type Config struct {
 	// StreamSeen, when set, is told the stream of every PubAck (the
 	// duplicate-window guard watches those streams). Defaults to nil.
 	StreamSeen func(stream string)
+	// Admit, when set, is asked before every publish; an error stops that
+	// publish, and the row is given back without counting the attempt
+	// (the duplicate-window guard refusing an unsafe stream). Defaults to
+	// nil.
+	Admit func(ctx context.Context, subject string) error
 	// Registerer, when set, receives bridge_publish_duration_seconds and
 	// Watermill's router metrics (namespace "watermill"). Defaults to nil:
 	// no metrics.
@@ -56,6 +61,7 @@ type Forwarder struct {
 	logger    *slog.Logger
 	connected func() bool
 	seen      func(stream string)
+	admit     func(ctx context.Context, subject string) error
 	tracer    trace.Tracer
 	duration  prometheus.Observer
 }
@@ -82,7 +88,7 @@ func New(sub *outbox.Subscriber, table string, pub *sink.Publisher, logger *slog
 	if err != nil {
 		return nil, fmt.Errorf("create router: %w", err)
 	}
-	f := &Forwarder{router: router, pub: pub, logger: logger, connected: cfg.Connected, seen: cfg.StreamSeen, tracer: cfg.Tracer}
+	f := &Forwarder{router: router, pub: pub, logger: logger, connected: cfg.Connected, seen: cfg.StreamSeen, admit: cfg.Admit, tracer: cfg.Tracer}
 	// First added is outermost: classification sees recovered panics too.
 	router.AddMiddleware(f.classify, middleware.Recoverer)
 	if cfg.Registerer != nil {
@@ -104,6 +110,11 @@ func New(sub *outbox.Subscriber, table string, pub *sink.Publisher, logger *slog
 // handle publishes one row's message and records its PubAck.
 func (f *Forwarder) handle(msg *message.Message) error {
 	subject := outbox.Subject(msg)
+	if f.admit != nil {
+		if err := f.admit(msg.Context(), subject); err != nil {
+			return refusedError{err}
+		}
+	}
 	ctx, span := msg.Context(), trace.SpanFromContext(msg.Context())
 	if span.SpanContext().IsValid() {
 		ctx, span = f.tracer.Start(ctx, "publish "+subject, trace.WithSpanKind(trace.SpanKindProducer),
@@ -142,7 +153,8 @@ func (f *Forwarder) classify(h message.HandlerFunc) message.HandlerFunc {
 			return out, nil
 		}
 		class := Classify(err)
-		if class == outbox.Retryable && f.connected != nil && !f.connected() {
+		var refused refusedError
+		if class == outbox.Retryable && (errors.As(err, &refused) || f.connected != nil && !f.connected()) {
 			class = outbox.Unavailable
 		}
 		outbox.SetFailed(msg, err, class)
@@ -187,3 +199,10 @@ func (f *Forwarder) Run(ctx context.Context) error {
 
 // Running is closed once the router runs.
 func (f *Forwarder) Running() <-chan struct{} { return f.router.Running() }
+
+// refusedError is a publish that Admit refused: not the row's fault, so
+// its attempt is given back.
+type refusedError struct{ err error }
+
+func (e refusedError) Error() string { return "not published: " + e.err.Error() }
+func (e refusedError) Unwrap() error { return e.err }

@@ -22,5 +22,5 @@ var ProviderSet = wire.NewSet(ProvideForwarder, NewPublisherMarshaler)
 // The guard learns every stream a PubAck names.
 func ProvideForwarder(sub *outbox.Subscriber, store *outbox.Store, pub *sink.Publisher, nc *nats.Conn, guard *dedup.Guard, tracer trace.Tracer, reg *prometheus.Registry, cfg *config.Config, logger *slog.Logger) (*Forwarder, error) {
 	return New(sub, store.Table(), pub, logger, Config{CloseTimeout: cfg.ShutdownTimeout, Connected: nc.IsConnected,
-		StreamSeen: guard.Observe, Tracer: tracer, Registerer: reg})
+		StreamSeen: guard.Observe, Admit: guard.Admit, Tracer: tracer, Registerer: reg})
 }
