@@ -2,8 +2,11 @@ package main
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/outbox-bridge/bridge/internal/config"
 )
 
 func newConfigCommand() *cobra.Command {
@@ -18,7 +21,16 @@ shown as REDACTED. Exits 2 naming the key when the configuration is invalid.`,
 			if err != nil {
 				return err
 			}
-			redacted := cfg.Redacted()
+			for _, name := range config.UnknownEnv(os.Environ()) {
+				if !kubernetesServiceLink(name) {
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: ignoring unknown variable %s (misspelled?)\n", name)
+				}
+			}
+			// Show what run would use: the embedded defaults spelled out.
+			effective := *cfg
+			effective.Database.URL = cfg.DatabaseURL()
+			effective.Streams = cfg.EffectiveStreams()
+			redacted := effective.Redacted()
 			out, err := redacted.YAML()
 			if err != nil {
 				return err

@@ -73,7 +73,8 @@ inserted again: the command says "already enqueued" and exits 0.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "enqueued row %d: subject %s, key %s, %d bytes\n", id, subject, key, len(payload))
+			fmt.Fprintf(cmd.OutOrStdout(), "enqueued row %d into %s in %s: subject %s, key %s, %d bytes\n",
+				id, store.Table(), store.DB().Redacted, subject, key, len(payload))
 			return nil
 		},
 	}

@@ -101,7 +101,12 @@ func newLogger(cfg *config.Config, w io.Writer, daemon bool) *slog.Logger {
 	if !daemon && cfg.Log.Level == config.LogLevelDefault {
 		level = slog.LevelWarn
 	}
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Value.Kind() == slog.KindDuration { // "30s", not 30000000000
+			a.Value = slog.StringValue(a.Value.Duration().String())
+		}
+		return a
+	}}
 	text := cfg.Log.Format == config.LogFormatText
 	if cfg.Log.Format == config.LogFormatAuto {
 		f, ok := w.(*os.File)
@@ -134,7 +139,11 @@ func setup(cmd *cobra.Command, daemon bool) (context.Context, *config.Config, *s
 	}
 	logger := newLogger(cfg, cmd.ErrOrStderr(), daemon)
 	for _, name := range config.UnknownEnv(os.Environ()) {
-		logger.Debug("ignoring unknown BRIDGE_ variable", slog.String("variable", name))
+		level := slog.LevelWarn
+		if kubernetesServiceLink(name) {
+			level = slog.LevelDebug
+		}
+		logger.Log(cmd.Context(), level, "ignoring unknown BRIDGE_ variable (misspelled?)", slog.String("variable", name))
 	}
 	return cmd.Context(), cfg, logger, nil
 }
@@ -152,4 +161,16 @@ func withStore(cmd *cobra.Command, fn func(ctx context.Context, store *outbox.St
 	}
 	defer cleanup()
 	return fn(ctx, store)
+}
+
+// kubernetesServiceLink reports the variables Kubernetes injects for a
+// Service named bridge (BRIDGE_SERVICE_HOST, BRIDGE_PORT_8080_TCP, …), and
+// the test suite's BRIDGE_TEST_*; they are not misspelled settings.
+func kubernetesServiceLink(name string) bool {
+	for _, prefix := range []string{"BRIDGE_SERVICE_", "BRIDGE_PORT", "BRIDGE_TEST_"} {
+		if strings.HasPrefix(name, prefix) {
+			return true
+		}
+	}
+	return false
 }

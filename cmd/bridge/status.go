@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -60,17 +61,21 @@ func newStatusCommand() *cobra.Command {
 				enc.SetIndent("", "  ")
 				return enc.Encode(doc)
 			}
-			fmt.Fprintf(out, "outbox %s in %s\n\n", store.Table(), store.DB().Redacted)
+			fmt.Fprintf(out, "table %s in %s\n\n", store.Table(), store.DB().Redacted)
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			for _, s := range outbox.Statuses {
 				fmt.Fprintf(tw, "%s\t%d\n", s, st.Rows[s])
 			}
 			tw.Flush()
-			fmt.Fprintf(out, "\noldest pending: %s\n", st.OldestPending.Round(1e6))
+			if st.Rows[outbox.StatusPending] > 0 {
+				fmt.Fprintf(out, "\noldest pending: %s\n", st.OldestPending.Round(time.Millisecond))
+			} else {
+				fmt.Fprintln(out, "\noldest pending: none")
+			}
 			if len(st.RecentErrors) > 0 {
 				fmt.Fprintln(out, "\nrecent errors:")
 				for _, e := range st.RecentErrors {
-					fmt.Fprintf(out, "  row %d (%s, %d attempts): %s\n", e.ID, e.Status, e.Attempts, e.LastError)
+					fmt.Fprintf(out, "  row %d (%s, attempts %d): %s\n", e.ID, e.Status, e.Attempts, e.LastError)
 				}
 			}
 			return nil

@@ -25,7 +25,7 @@ func PostgresURL(t testing.TB) string {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("%s is not set; .ci/run must provide PostgreSQL", PostgresURLEnv)
 		}
-		t.Skipf("%s is not set: PostgreSQL tests need a server (see README, Tests)", PostgresURLEnv)
+		t.Skipf("%s is not set: PostgreSQL tests need a server (see README, Run the tests)", PostgresURLEnv)
 	}
 	return url
 }

@@ -384,3 +384,14 @@ func TestYAMLRoundTrip(t *testing.T) {
 		require.Equal(t, want, *got, string(out))
 	}
 }
+
+func TestStreamWindowBelowHorizonRefusedWhenGuardRefuses(t *testing.T) {
+	t.Parallel()
+	yaml := "streams:\n  - name: EVENTS\n    subjects: [\"events.>\"]\n    duplicates: 10s\n"
+	_, err := load(t, yaml, nil)
+	e := requireConfigError(t, err, "streams[0].duplicates")
+	require.Contains(t, e.Allowed, "at least 35s")
+
+	_, err = load(t, yaml+"dedup:\n  guard: warn\n", nil)
+	require.NoError(t, err, "warn and off leave the choice to the operator")
+}

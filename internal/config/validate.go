@@ -332,7 +332,19 @@ func (c *Config) validateDedup() error {
 	if d.ReconcileMaxMessages < 1 {
 		return &Error{Key: "dedup.reconcile_max_messages", Value: strconv.Itoa(d.ReconcileMaxMessages), Allowed: "must be an integer of at least 1"}
 	}
-	return positive("dedup.reconcile_timeout", d.ReconcileTimeout)
+	if err := positive("dedup.reconcile_timeout", d.ReconcileTimeout); err != nil {
+		return err
+	}
+	// A stream the relay would create and then refuse (the guard never
+	// changes an existing stream) is refused here, before it exists.
+	horizon := c.Relay.InflightTimeout + c.Relay.PublishTimeout
+	for i, s := range c.Streams {
+		if d.Guard == GuardRefuse && s.Duplicates < horizon {
+			return &Error{Key: fmt.Sprintf("streams[%d].duplicates", i), Value: fmtDuration(s.Duplicates),
+				Allowed: fmt.Sprintf("must be at least %s (relay.inflight_timeout + relay.publish_timeout) while dedup.guard is refuse", fmtDuration(horizon))}
+		}
+	}
+	return nil
 }
 
 func (c *Config) validateSource() error {
