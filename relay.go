@@ -13,6 +13,7 @@ import (
 
 	"github.com/outbox-bridge/bridge/internal/broker"
 	"github.com/outbox-bridge/bridge/internal/config"
+	"github.com/outbox-bridge/bridge/internal/daemon"
 	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/forwarder"
 	"github.com/outbox-bridge/bridge/internal/health"
@@ -36,15 +37,6 @@ type Relay struct {
 // claiming stops, publishes in progress finish or are released and marks
 // are flushed. It returns nil after a clean drain.
 func (r *Relay) Run(ctx context.Context) error {
-	httpCtx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopHTTP()
-	httpErr := make(chan error, 1)
-	go func() { httpErr <- r.Health.Serve(httpCtx) }()
-	go func() {
-		<-ctx.Done()
-		r.Health.SetDraining()
-	}()
-
 	streams := make([]string, 0, len(r.Streams))
 	for _, s := range r.Streams {
 		streams = append(streams, s.Name)
@@ -60,31 +52,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		retention := r.Config.Relay.Retention
 		go outbox.RunRetention(ctx, r.Store, retention, min(max(retention/10, time.Second), time.Minute), r.Logger)
 	}
-
-	// The guard stops the relay when it finds an unsafe stream in refuse mode.
-	relayCtx, stopRelay := context.WithCancel(ctx)
-	defer stopRelay()
-	guardErr := make(chan error, 1)
-	go func() {
-		err := r.Guard.Run(relayCtx, dedup.GuardIntervalDefault)
-		if err != nil {
-			r.Logger.Error("dedup guard: stopping the relay", slog.Any("error", err))
-			stopRelay()
-		}
-		guardErr <- err
-	}()
-
-	err := r.Forwarder.Run(relayCtx)
-	stopRelay()
-	err = errors.Join(<-guardErr, err)
-	stopHTTP()
-	if herr := <-httpErr; herr != nil && !errors.Is(herr, context.Canceled) {
-		err = errors.Join(err, herr)
-	}
-	if err == nil {
-		r.Logger.Info("relay stopped")
-	}
-	return err
+	return daemon.Run(ctx, r.Health, r.Guard, r.Logger, r.Forwarder.Run)
 }
 
 // reconciler is the dedup.Reconciler as the subscriber sees it.

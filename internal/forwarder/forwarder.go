@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/outbox-bridge/bridge/internal/daemon"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
 )
@@ -167,34 +168,7 @@ func (f *Forwarder) classify(h message.HandlerFunc) message.HandlerFunc {
 // progress (at most CloseTimeout), flushes marks and returns nil. It
 // returns an error when the router stops by itself.
 func (f *Forwarder) Run(ctx context.Context) error {
-	errc := make(chan error, 1)
-	go func() {
-		// The router gets a context that is not cancelled by shutdown: a
-		// cancelled context would abort publishes that should finish.
-		errc <- f.router.Run(context.WithoutCancel(ctx))
-	}()
-	// Closing a router that has not subscribed yet leaves its handlers
-	// running until the close timeout: wait for it to run first.
-	select {
-	case <-f.router.Running():
-	case err := <-errc:
-		return fmt.Errorf("relay: start router: %w", err)
-	}
-	select {
-	case <-ctx.Done():
-		f.logger.Info("relay stopping: draining publishes in progress")
-		closeErr := f.router.Close()
-		runErr := <-errc
-		if err := errors.Join(runErr, closeErr); err != nil {
-			return fmt.Errorf("stop relay: %w", err)
-		}
-		return f.pub.Close()
-	case err := <-errc:
-		if err == nil {
-			err = errors.New("router stopped unexpectedly")
-		}
-		return fmt.Errorf("relay: %w", err)
-	}
+	return daemon.RunRouter(ctx, f.router, f.pub, nil, f.logger, "relay stopping: draining publishes in progress")
 }
 
 // Running is closed once the router runs.

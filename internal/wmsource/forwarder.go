@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/outbox-bridge/bridge/internal/daemon"
 	"github.com/outbox-bridge/bridge/internal/forwarder"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
@@ -239,34 +240,7 @@ func (f *Forwarder) fallback(row *message.Message, u *unwrapped) {
 // error when the router stops by itself.
 func (f *Forwarder) Run(ctx context.Context) error {
 	defer f.subCancel()
-	errc := make(chan error, 1)
-	go func() {
-		// The router's context is not cancelled by shutdown: Close stops it.
-		errc <- f.router.Run(context.WithoutCancel(ctx))
-	}()
-	// Closing a router that has not subscribed yet leaves its handlers
-	// running until the close timeout: wait for it to run first.
-	select {
-	case <-f.router.Running():
-	case err := <-errc:
-		return fmt.Errorf("relay: start router: %w", err)
-	}
-	select {
-	case <-ctx.Done():
-		f.logger.Info("relay stopping: committing the offset of the messages published")
-		closeErr := f.router.Close()
-		f.subCancel()
-		runErr := <-errc
-		if err := errors.Join(runErr, closeErr); err != nil {
-			return fmt.Errorf("stop relay: %w", err)
-		}
-		return f.pub.Close()
-	case err := <-errc:
-		if err == nil {
-			err = errors.New("router stopped unexpectedly")
-		}
-		return fmt.Errorf("relay: %w", err)
-	}
+	return daemon.RunRouter(ctx, f.router, f.pub, f.subCancel, f.logger, "relay stopping: committing the offset of the messages published")
 }
 
 // Running is closed once the router runs.
