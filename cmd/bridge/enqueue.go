@@ -47,6 +47,9 @@ inserted again: the command says "already enqueued" and exits 0.`,
 					return usage("--data-file: %w", err)
 				}
 			}
+			if cmd.Flags().Changed("key") && key == "" {
+				return usage("--key is empty; give a key, or leave the flag out for a new UUIDv7")
+			}
 			if key == "" {
 				id, err := uuid.NewV7()
 				if err != nil {
