@@ -48,10 +48,12 @@ func Listen(addr string, gatherer prometheus.Gatherer, checks []Check, logger *s
 	mux.HandleFunc("GET /readyz", s.ready)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	// Go's profiler, for finding where time goes (go tool pprof
-	// http://HOST/debug/pprof/profile).
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	// http://127.0.0.1:PORT/debug/pprof/profile). Loopback clients only
+	// (kubectl port-forward arrives as one): a profile costs CPU and a
+	// goroutine dump shows internals.
+	mux.HandleFunc("/debug/pprof/", loopbackOnly(pprof.Index))
+	mux.HandleFunc("/debug/pprof/profile", loopbackOnly(pprof.Profile))
+	mux.HandleFunc("/debug/pprof/trace", loopbackOnly(pprof.Trace))
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	return s, nil
 }
@@ -100,4 +102,17 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}
 	_ = json.NewEncoder(w).Encode(result)
+}
+
+// loopbackOnly answers 403 to clients that are not on the loopback
+// interface.
+func loopbackOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			http.Error(w, "/debug/pprof is served to loopback clients only", http.StatusForbidden)
+			return
+		}
+		h(w, r)
+	}
 }
