@@ -59,14 +59,18 @@ type Failure struct {
 	// Backoff is added to the database clock to set available_at.
 	Backoff time.Duration
 	// Refund gives the attempt back: the row was released without a publish
-	// outcome of its own (shutdown, lost connection), so it does not count
-	// towards max_attempts.
+	// outcome of its own (shutdown, lost connection, a stream the guard
+	// refused), so it does not count towards max_attempts, and the row goes
+	// back to pending rather than failed: nothing went wrong with it.
 	Refund bool
 }
 
 func (f Failure) status() Status {
-	if f.Permanent {
+	switch {
+	case f.Permanent:
 		return StatusPermanentFailed
+	case f.Refund:
+		return StatusPending
 	}
 	return StatusFailed
 }
