@@ -142,6 +142,24 @@ type produced struct {
 	orderingKey  string
 }
 
+// commit writes rows in one producer transaction with the plain INSERT.
+func (b *bundle) commit(t *testing.T, rows []produced) {
+	t.Helper()
+	tx, err := b.prod.Begin()
+	require.NoError(t, err)
+	for _, r := range rows {
+		hdr, err := json.Marshal(r.headers)
+		require.NoError(t, err)
+		var ok sql.NullString
+		if r.orderingKey != "" {
+			ok = sql.NullString{String: r.orderingKey, Valid: true}
+		}
+		_, err = tx.Exec(b.insertSQL(), r.key, r.subject, r.payload, string(hdr), ok)
+		require.NoError(t, err)
+	}
+	require.NoError(t, tx.Commit())
+}
+
 // waitDone waits until n rows are done. The bound is generous: SQLite
 // (C translated to Go) runs many times slower under the race detector.
 func (b *bundle) waitDone(t *testing.T, n int64) {
@@ -186,8 +204,6 @@ func TestRelayDeliversEveryRowOnce(t *testing.T) {
 			for p := range producers {
 				wg.Go(func() {
 					for start := 0; start < perProducer; start += perTx {
-						tx, err := b.prod.Begin()
-						require.NoError(t, err)
 						var rows []produced
 						for i := start; i < start+perTx; i++ {
 							n := p*perProducer + i
@@ -207,16 +223,9 @@ func TestRelayDeliversEveryRowOnce(t *testing.T) {
 								// makes a per-key order (DESIGN.md, Ordering).
 								r.orderingKey = fmt.Sprintf("p%d-order-%d", p, n%10)
 							}
-							hdr, _ := json.Marshal(map[string]any{"X-Row": strconv.Itoa(n), "X-Multi": []string{"a", "b"}})
-							var ok sql.NullString
-							if r.orderingKey != "" {
-								ok = sql.NullString{String: r.orderingKey, Valid: true}
-							}
-							_, err := tx.Exec(b.insertSQL(), r.key, r.subject, r.payload, string(hdr), ok)
-							require.NoError(t, err)
 							rows = append(rows, r)
 						}
-						require.NoError(t, tx.Commit())
+						b.commit(t, rows)
 						mu.Lock()
 						for _, r := range rows {
 							want[dedup.MsgID("", r.key)] = r

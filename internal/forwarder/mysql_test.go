@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -58,8 +57,6 @@ func TestMySQLTwoRelaysDeliverEveryRowOnceInKeyOrder(t *testing.T) {
 	for p := range producers {
 		wg.Go(func() {
 			for start := 0; start < perProducer; start += perTx {
-				tx, err := b.prod.Begin()
-				require.NoError(t, err)
 				var rows []produced
 				for i := start; i < start+perTx; i++ {
 					n := p*perProducer + i
@@ -74,16 +71,9 @@ func TestMySQLTwoRelaysDeliverEveryRowOnceInKeyOrder(t *testing.T) {
 						// transactions one after another (DESIGN.md, Ordering).
 						r.orderingKey = fmt.Sprintf("p%d-order-%d", p, n%7)
 					}
-					hdr, _ := json.Marshal(map[string]string{"X-Row": strconv.Itoa(n)})
-					var ok sql.NullString
-					if r.orderingKey != "" {
-						ok = sql.NullString{String: r.orderingKey, Valid: true}
-					}
-					_, err := tx.Exec(b.insertSQL(), r.key, r.subject, r.payload, string(hdr), ok)
-					require.NoError(t, err)
 					rows = append(rows, r)
 				}
-				require.NoError(t, tx.Commit())
+				b.commit(t, rows)
 				mu.Lock()
 				for _, r := range rows {
 					want[dedup.MsgID("", r.key)] = r
