@@ -345,6 +345,9 @@ func (s *Subscriber) emit(row Row, claimed claimWindow, out chan<- *message.Mess
 		return true
 	}
 	msg.SetContext(s.traceClaim(row, headers, claimed))
+	if s.isClosing() { // select below picks at random when both are ready
+		return false
+	}
 	s.outstanding.Add(1)
 	select {
 	case out <- msg:
