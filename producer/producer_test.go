@@ -40,29 +40,11 @@ type bundle struct {
 
 func setup(t *testing.T, kind string) *bundle {
 	t.Helper()
-	ctx := context.Background()
-	var url, table string
-	switch kind {
-	case "sqlite":
-		url, table = bridgetest.SQLiteURL(t), "outbox"
-	case "postgres":
-		url, table = bridgetest.PostgresTable(t)
-	case "mysql":
-		url, table = bridgetest.MySQLTable(t)
-	default:
-		t.Fatalf("unknown database kind %q", kind)
-	}
-	db, err := outbox.Open(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	_, err = outbox.Migrate(ctx, db, table)
-	require.NoError(t, err)
-	store, err := outbox.NewStore(db, table)
-	require.NoError(t, err)
-	prod, err := outbox.Open(ctx, url)
+	url, table, store := bridgetest.Outbox(t, kind)
+	prod, err := outbox.Open(context.Background(), url)
 	require.NoError(t, err)
 	t.Cleanup(func() { prod.Close() })
-	w, err := producer.New(producer.Config{Table: table, Dialect: producer.Dialect(db.Dialect())})
+	w, err := producer.New(producer.Config{Table: table, Dialect: producer.Dialect(store.DB().Dialect())})
 	require.NoError(t, err)
 	return &bundle{url: url, store: store, prod: prod.SQL, w: w}
 }

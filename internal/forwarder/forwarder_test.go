@@ -48,31 +48,15 @@ type bundle struct {
 
 func setup(t *testing.T, kind string) *bundle {
 	t.Helper()
-	ctx := context.Background()
-	var url, table string
-	switch kind {
-	case "sqlite":
-		url, table = bridgetest.SQLiteURL(t), "outbox"
-	case "postgres":
-		url, table = bridgetest.PostgresTable(t)
-	case "mysql":
-		url, table = bridgetest.MySQLTable(t)
-	}
-	db, err := outbox.Open(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	_, err = outbox.Migrate(ctx, db, table)
-	require.NoError(t, err)
-	store, err := outbox.NewStore(db, table)
-	require.NoError(t, err)
-	prod, err := outbox.Open(ctx, url)
+	url, _, store := bridgetest.Outbox(t, kind)
+	prod, err := outbox.Open(context.Background(), url)
 	require.NoError(t, err)
 	t.Cleanup(func() { prod.Close() })
 
 	n := bridgetest.StartNATS(t)
 	_, js := n.JetStream(t)
 	bridgetest.CreateStream(t, js, "EVENTS", "events.>")
-	return &bundle{db: db, store: store, prod: prod.SQL, nats: n, js: js}
+	return &bundle{db: store.DB(), store: store, prod: prod.SQL, nats: n, js: js}
 }
 
 type relay struct {
@@ -142,6 +126,36 @@ type produced struct {
 	orderingKey  string
 }
 
+// produce runs producers goroutines, each committing perProducer rows in
+// transactions of perTx, one transaction after another; row(p, i, n) makes
+// producer p's i-th row, n = p*perProducer + i. Each ordering key must
+// belong to one producer: that is what makes a per-key order (DESIGN.md,
+// Ordering). It returns the rows by Nats-Msg-Id.
+func (b *bundle) produce(t *testing.T, producers, perProducer, perTx int, row func(p, i, n int) produced) map[string]produced {
+	t.Helper()
+	var mu sync.Mutex
+	want := map[string]produced{}
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Go(func() {
+			for start := 0; start < perProducer; start += perTx {
+				var rows []produced
+				for i := start; i < start+perTx; i++ {
+					rows = append(rows, row(p, i, p*perProducer+i))
+				}
+				b.commit(t, rows)
+				mu.Lock()
+				for _, r := range rows {
+					want[dedup.MsgID("", r.key)] = r
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return want
+}
+
 // commit writes rows in one producer transaction with the plain INSERT.
 func (b *bundle) commit(t *testing.T, rows []produced) {
 	t.Helper()
@@ -196,45 +210,23 @@ func TestRelayDeliversEveryRowOnce(t *testing.T) {
 			const producers, perProducer, perTx = 8, 1250, 25
 			big := bytes.Repeat([]byte{0xAB, 0x00, 'x'}, 256*1024/3+1)[:256*1024]
 
-			var mu sync.Mutex
-			want := map[string]produced{}
 			relay := b.startRelay(t, "relay-1")
-
-			var wg sync.WaitGroup
-			for p := range producers {
-				wg.Go(func() {
-					for start := 0; start < perProducer; start += perTx {
-						var rows []produced
-						for i := start; i < start+perTx; i++ {
-							n := p*perProducer + i
-							r := produced{
-								key:     fmt.Sprintf("p%d-%d", p, i),
-								subject: fmt.Sprintf("events.p%d", p),
-								payload: payloadFor(n),
-								headers: map[string][]string{"X-Row": {strconv.Itoa(n)}, "X-Multi": {"a", "b"}},
-							}
-							if n == 4242 {
-								r.payload = big
-								r.key = "key with spaces and ünïcode " + strconv.Itoa(n)
-							}
-							if i%4 == 0 {
-								// Each key belongs to one producer, which commits its
-								// transactions one after another: that is what
-								// makes a per-key order (DESIGN.md, Ordering).
-								r.orderingKey = fmt.Sprintf("p%d-order-%d", p, n%10)
-							}
-							rows = append(rows, r)
-						}
-						b.commit(t, rows)
-						mu.Lock()
-						for _, r := range rows {
-							want[dedup.MsgID("", r.key)] = r
-						}
-						mu.Unlock()
-					}
-				})
-			}
-			wg.Wait()
+			want := b.produce(t, producers, perProducer, perTx, func(p, i, n int) produced {
+				r := produced{
+					key:     fmt.Sprintf("p%d-%d", p, i),
+					subject: fmt.Sprintf("events.p%d", p),
+					payload: payloadFor(n),
+					headers: map[string][]string{"X-Row": {strconv.Itoa(n)}, "X-Multi": {"a", "b"}},
+				}
+				if n == 4242 {
+					r.payload = big
+					r.key = "key with spaces and ünïcode " + strconv.Itoa(n)
+				}
+				if i%4 == 0 {
+					r.orderingKey = fmt.Sprintf("p%d-order-%d", p, n%10)
+				}
+				return r
+			})
 			total := producers * perProducer
 			b.waitDone(t, int64(total))
 			relay.stop()

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
-	"github.com/outbox-bridge/bridge/internal/dedup"
 )
 
 // On MariaDB: 10,000 rows from 8 concurrent producer transactions, some
@@ -51,38 +49,18 @@ func TestMySQLTwoRelaysDeliverEveryRowOnceInKeyOrder(t *testing.T) {
 	}()
 
 	const producers, perProducer, perTx = 8, 1250, 25
-	var mu sync.Mutex
-	want := map[string]produced{}
-	var wg sync.WaitGroup
-	for p := range producers {
-		wg.Go(func() {
-			for start := 0; start < perProducer; start += perTx {
-				var rows []produced
-				for i := start; i < start+perTx; i++ {
-					n := p*perProducer + i
-					r := produced{
-						key:     fmt.Sprintf("p%d-%d", p, i),
-						subject: fmt.Sprintf("events.p%d", p),
-						payload: payloadFor(n),
-						headers: map[string][]string{"X-Row": {strconv.Itoa(n)}},
-					}
-					if i%3 != 0 {
-						// Each key belongs to one producer, which commits its
-						// transactions one after another (DESIGN.md, Ordering).
-						r.orderingKey = fmt.Sprintf("p%d-order-%d", p, n%7)
-					}
-					rows = append(rows, r)
-				}
-				b.commit(t, rows)
-				mu.Lock()
-				for _, r := range rows {
-					want[dedup.MsgID("", r.key)] = r
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
+	want := b.produce(t, producers, perProducer, perTx, func(p, i, n int) produced {
+		r := produced{
+			key:     fmt.Sprintf("p%d-%d", p, i),
+			subject: fmt.Sprintf("events.p%d", p),
+			payload: payloadFor(n),
+			headers: map[string][]string{"X-Row": {strconv.Itoa(n)}},
+		}
+		if i%3 != 0 {
+			r.orderingKey = fmt.Sprintf("p%d-order-%d", p, n%7)
+		}
+		return r
+	})
 	const total = producers * perProducer
 	b.waitDone(t, total)
 	stopWatch()

@@ -28,26 +28,10 @@ var kinds = []string{"sqlite", "postgres", "mysql"}
 func setup(t *testing.T, kind string) *outbox.Store {
 	t.Helper()
 	ctx := context.Background()
-	var url, table string
-	switch kind {
-	case "sqlite":
-		url, table = bridgetest.SQLiteURL(t), "outbox"
-	case "postgres":
-		url, table = bridgetest.PostgresTable(t)
-	case "mysql":
-		url, table = bridgetest.MySQLTable(t)
-	}
-	db, err := outbox.Open(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	applied, err := outbox.Migrate(ctx, db, table)
-	require.NoError(t, err)
-	require.NotEmpty(t, applied)
-	again, err := outbox.Migrate(ctx, db, table)
+	_, table, store := bridgetest.Outbox(t, kind)
+	again, err := outbox.Migrate(ctx, store.DB(), table)
 	require.NoError(t, err)
 	require.Empty(t, again, "a second migrate applies nothing")
-	store, err := outbox.NewStore(db, table)
-	require.NoError(t, err)
 	require.NoError(t, store.CheckSchema(ctx))
 	return store
 }
