@@ -95,7 +95,11 @@ func TestSIGTERMSecondSignalDuringDrain(t *testing.T) {
 		code, body := httpGet(base + "/readyz")
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "draining")
 	}, "/readyz never said draining after SIGTERM")
-	require.Contains(t, p.stderr.String(), "terminated received, stopping")
+	// The notice is written to stderr before the drain starts, but the
+	// pipe reader may not have copied it yet when /readyz already says so.
+	poll(t, 5*time.Second, func() bool {
+		return strings.Contains(p.stderr.String(), "terminated received, stopping")
+	}, "bridge run never said it received SIGTERM")
 
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
 	second := time.Now()
