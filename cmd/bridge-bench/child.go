@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,8 +36,23 @@ func runChild(args []string) int {
 	natsURL := fs.String("nats-url", "", "")
 	batch := fs.Int("batch-size", 500, "")
 	inflight := fs.Int("max-in-flight", 2000, "")
+	cpuprofile := fs.String("cpuprofile", "", "")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bridge-bench: --cpuprofile: %v\n", err)
+			return 1
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -96,7 +112,8 @@ func (e *env) startRelay(table string) (*child, error) {
 	}
 	c := &child{exited: make(chan struct{})}
 	c.cmd = exec.Command(self, childCommand, "--database-url", e.dbURL, "--table", table, "--nats-url", e.natsURL,
-		"--batch-size", strconv.Itoa(e.s.BatchSize), "--max-in-flight", strconv.Itoa(e.s.MaxInFlight))
+		"--batch-size", strconv.Itoa(e.s.BatchSize), "--max-in-flight", strconv.Itoa(e.s.MaxInFlight),
+		"--cpuprofile", e.s.CPUProfile)
 	c.cmd.Stderr = os.Stderr
 	out, err := c.cmd.StdoutPipe()
 	if err != nil {

@@ -39,6 +39,7 @@ type settings struct {
 	BatchSize    int           `json:"batch_size"`
 	MaxInFlight  int           `json:"max_in_flight"`
 	Phases       string        `json:"phases"`
+	CPUProfile   string        `json:"-"`
 }
 
 // results is what the JSON output holds; keys are fixed by the issue.
@@ -87,6 +88,7 @@ func run(args []string) int {
 	fs.IntVar(&s.MaxInFlight, "max-in-flight", 2000, "relay.max_in_flight of the relay")
 	fs.StringVar(&s.Phases, "phases", "limit,bridge,latency,baseline", "comma-separated phases to run")
 	fs.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	fs.StringVar(&s.CPUProfile, "cpuprofile", "", "write a CPU profile of the relay child process to this file (read it with go tool pprof)")
 	fs.SetOutput(os.Stderr)
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -38,6 +38,7 @@ func TestClassifyAgainstARealServer(t *testing.T) {
 	require.NoError(t, err)
 	pub, err := sink.New(js, sink.Config{PublishTimeout: 500 * time.Millisecond})
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
 
 	// A core subscriber on a subject no stream covers: no 503 comes back,
 	// the publish times out (nats.go#1781).

@@ -102,7 +102,10 @@ func New(sub *outbox.Subscriber, table string, pub *sink.Publisher, logger *slog
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
 		f.duration = h
-		metrics.NewPrometheusMetricsBuilder(cfg.Registerer, "watermill", "").AddPrometheusRouterMetrics(router)
+		// The handler middleware only: Watermill's subscriber and publisher
+		// decorators cost a goroutine and a channel hop per message and count
+		// what bridge_rows_* already counts.
+		router.AddMiddleware(metrics.NewPrometheusMetricsBuilder(cfg.Registerer, "watermill", "").NewRouterMiddleware().Middleware)
 	}
 	router.AddConsumerHandler("outbox_to_jetstream", table, sub, f.handle)
 	return f, nil
