@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/metrics"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
@@ -81,10 +80,7 @@ func New(sub *outbox.Subscriber, table string, pub *sink.Publisher, logger *slog
 	if cfg.Tracer == nil {
 		cfg.Tracer = noop.NewTracerProvider().Tracer("")
 	}
-	wlog := watermill.NewSlogLoggerWithLevelMapping(logger.With(slog.String("component", "watermill")), map[slog.Level]slog.Level{
-		// Watermill logs every message and handler at info; keep those at debug.
-		slog.LevelInfo: slog.LevelDebug,
-	})
+	wlog := daemon.WatermillLogger(logger)
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: cfg.CloseTimeout}, wlog)
 	if err != nil {
 		return nil, fmt.Errorf("create router: %w", err)

@@ -30,7 +30,7 @@ var reservedHeaders = []string{HeaderMsgID, HeaderID, HeaderIdempotencyKey, Head
 // column and "null" mean no headers.
 func ParseHeaders(raw []byte) (map[string][]string, error) {
 	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
+	if len(raw) == 0 || string(raw) == "null" || string(raw) == "{}" { // the column default, most rows
 		return nil, nil
 	}
 	var obj map[string]json.RawMessage

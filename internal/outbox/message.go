@@ -45,6 +45,7 @@ const (
 func newMessage(row Row, headers map[string][]string, namespace string) (*message.Message, error) {
 	msgID := dedup.MsgID(namespace, row.IdempotencyKey)
 	msg := message.NewMessage(msgID, row.Payload)
+	msg.Metadata = make(message.Metadata, 8) // the entries below, without growing
 	msg.Metadata.Set(metaSubject, row.Subject)
 	msg.Metadata.Set(HeaderMsgID, msgID)
 	msg.Metadata.Set(HeaderID, strconv.FormatInt(row.ID, 10))

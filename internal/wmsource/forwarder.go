@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/prometheus/client_golang/prometheus"
@@ -93,14 +92,6 @@ type Forwarder struct {
 	afterPublish func(relayed int64)
 }
 
-// WatermillLogger adapts logger for Watermill and watermill-sql: their
-// per-message info lines become debug lines.
-func WatermillLogger(logger *slog.Logger) watermill.LoggerAdapter {
-	return watermill.NewSlogLoggerWithLevelMapping(logger.With(slog.String("component", "watermill")), map[slog.Level]slog.Level{
-		slog.LevelInfo: slog.LevelDebug,
-	})
-}
-
 // New builds the router over sub (a watermill-sql subscriber of cfg.Topic)
 // and pub (a sink.Publisher with a Marshaler). Errors: "invalid config:
 // <field>: <why>", or the router's.
@@ -119,7 +110,7 @@ func New(sub message.Subscriber, pub *sink.Publisher, logger *slog.Logger, cfg C
 		return nil, fmt.Errorf("invalid config: CloseTimeout: %s: must be positive", cfg.CloseTimeout)
 	}
 	logger = logger.With(slog.String("component", "watermill-forwarder"), slog.String("topic", cfg.Topic))
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: cfg.CloseTimeout}, WatermillLogger(logger))
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: cfg.CloseTimeout}, daemon.WatermillLogger(logger))
 	if err != nil {
 		return nil, fmt.Errorf("create router: %w", err)
 	}

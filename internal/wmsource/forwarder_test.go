@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
+	"github.com/outbox-bridge/bridge/internal/daemon"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
 	"github.com/outbox-bridge/bridge/internal/wmsource"
@@ -96,7 +97,7 @@ func (b *bundle) start(t *testing.T, o relayOptions) *running {
 	sub, err := wmsource.NewSubscriber(ctx, b.db, wmsource.SubscriberConfig{
 		Topic: b.svc.Topic, BatchSize: o.batchSize, PollInterval: 20 * time.Millisecond,
 		AckDeadline: 5 * time.Second, RetryInterval: 50 * time.Millisecond,
-	}, wmsource.WatermillLogger(logger))
+	}, daemon.WatermillLogger(logger))
 	require.NoError(t, err)
 	nc, err := nats.Connect(b.nats.URL(), nats.MaxReconnects(-1))
 	require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/outbox-bridge/bridge/internal/config"
+	"github.com/outbox-bridge/bridge/internal/daemon"
 	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
@@ -30,7 +31,7 @@ func ProvideSubscriber(ctx context.Context, db *outbox.DB, cfg *config.Config, l
 		PollInterval:  r.PollInterval,
 		AckDeadline:   r.AckDeadline,
 		RetryInterval: r.BackoffInitial,
-	}, WatermillLogger(logger))
+	}, daemon.WatermillLogger(logger))
 }
 
 // ProvideMarshaler returns the Marshaler with dedup.namespace.
