@@ -17,12 +17,11 @@ type rowMarshaler struct{}
 var _ sink.Marshaler = rowMarshaler{}
 
 func (rowMarshaler) Marshal(subject string, msg *message.Message) (*nats.Msg, error) {
-	m := nats.NewMsg(subject)
-	m.Data = msg.Payload
 	user, err := outbox.UserHeaders(msg)
 	if err != nil {
 		return nil, err
 	}
+	m := &nats.Msg{Subject: subject, Data: msg.Payload, Header: make(nats.Header, len(user)+len(outbox.RelayHeaders))}
 	for name, values := range user {
 		// Assigned as written, not canonicalised: consumers see the row's
 		// header names byte for byte.

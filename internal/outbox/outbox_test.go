@@ -326,6 +326,37 @@ func TestSubscriberSettlesOnAckDeadline(t *testing.T) {
 	require.Contains(t, get(t, s, id).lastError.String, "ack deadline")
 }
 
+// TestSubscriberSettlesBehindASlowMessage holds back the first message of
+// a claimed batch and acks the others: they are marked done while the
+// first is still awaiting its outcome, not after it.
+func TestSubscriberSettlesBehindASlowMessage(t *testing.T) {
+	t.Parallel()
+	s := setup(t, "sqlite")
+	ids := make([]int64, 10)
+	for i := range ids {
+		ids[i] = enqueue(t, s, fmt.Sprint("k", i), "")
+	}
+	release := make(chan struct{})
+	runSubscriber(t, s, outbox.SubscriberConfig{BatchSize: 10}, func(m *message.Message) {
+		if m.Metadata.Get(outbox.HeaderID) == fmt.Sprint(ids[0]) {
+			<-release
+		}
+		outbox.SetPublished(m, "S", 1, false)
+		m.Ack()
+	})
+	require.Eventually(t, func() bool {
+		for _, id := range ids[1:] {
+			if get(t, s, id).status != "done" {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "the acked messages behind the slow one were not settled")
+	require.Equal(t, "in_flight", get(t, s, ids[0]).status)
+	close(release)
+	require.Eventually(t, func() bool { return get(t, s, ids[0]).status == "done" }, 10*time.Second, 10*time.Millisecond)
+}
+
 func TestSubscriberRefundsUnavailable(t *testing.T) {
 	t.Parallel()
 	s := setup(t, "sqlite")

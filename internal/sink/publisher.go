@@ -70,10 +70,11 @@ type Publisher struct {
 
 // send is one message on its way to the client, and the client's answer.
 type send struct {
-	m      *nats.Msg
-	future jetstream.PubAckFuture
-	err    error
-	done   chan struct{} // receives once the writer called the client
+	subject string
+	msg     *message.Message
+	future  jetstream.PubAckFuture
+	err     error
+	done    chan struct{} // receives once the writer called the client
 }
 
 var sendPool = sync.Pool{New: func() any { return &send{done: make(chan struct{}, 1)} }}
@@ -102,27 +103,35 @@ func New(js jetstream.JetStream, cfg Config) (*Publisher, error) {
 	return p, nil
 }
 
-// writer hands each message to the client's PublishMsgAsync, which encodes
-// its headers and writes it to the connection's buffer, and passes back
-// the PubAck future. It runs until Close.
+// writer marshals each message and hands it to the client's
+// PublishMsgAsync, which encodes its headers and writes it to the
+// connection's buffer, and passes back the PubAck future. It runs until
+// Close.
 //
-// It exists for speed: the client's publish path is deep, and run on the
-// caller's goroutine — a new one per message under the Watermill router —
-// it made the Go runtime grow and copy a fresh stack for nearly every
-// message (a sixth of the relay's CPU in a profile of bridge-bench). This
-// goroutine's stack grows once. Waiting for PubAcks stays with the callers,
-// so many still await theirs at once.
+// It exists for speed: marshaling and the client's publish path are deep,
+// and run on the caller's goroutine — a new one per message under the
+// Watermill router — they made the Go runtime grow and copy a fresh stack
+// for nearly every message (a sixth of the relay's CPU in a profile of
+// bridge-bench). This goroutine's stack grows once. Waiting for PubAcks
+// stays with the callers, so many still await theirs at once.
 func (p *Publisher) writer() {
 	for s := range p.sends {
-		s.future, s.err = p.js.PublishMsgAsync(s.m, jetstream.WithRetryAttempts(0))
+		var m *nats.Msg
+		m, s.err = p.cfg.Marshaler.Marshal(s.subject, s.msg)
+		if s.err != nil {
+			s.err = fmt.Errorf("marshal message %s: %w", s.msg.UUID, s.err)
+		} else if s.future, s.err = p.js.PublishMsgAsync(m, jetstream.WithRetryAttempts(0)); s.err != nil {
+			s.err = fmt.Errorf("publish to %s: %w", s.subject, s.err)
+		}
 		s.done <- struct{}{}
 	}
 }
 
-// publishAsync publishes m through the writer and returns its future.
-func (p *Publisher) publishAsync(m *nats.Msg) (jetstream.PubAckFuture, error) {
+// publishAsync marshals and publishes msg through the writer and returns
+// its future.
+func (p *Publisher) publishAsync(subject string, msg *message.Message) (jetstream.PubAckFuture, error) {
 	s := sendPool.Get().(*send)
-	s.m = m
+	s.subject, s.msg = subject, msg
 	p.sends <- s
 	<-s.done
 	future, err := s.future, s.err
@@ -164,13 +173,9 @@ func (p *Publisher) PublishMsg(ctx context.Context, subject string, msg *message
 		return nil, ErrClosed
 	}
 
-	m, err := p.cfg.Marshaler.Marshal(subject, msg)
+	future, err := p.publishAsync(subject, msg)
 	if err != nil {
-		return nil, fmt.Errorf("marshal message %s: %w", msg.UUID, err)
-	}
-	future, err := p.publishAsync(m)
-	if err != nil {
-		return nil, fmt.Errorf("publish to %s: %w", subject, err)
+		return nil, err
 	}
 	timer := time.NewTimer(p.cfg.PublishTimeout)
 	defer timer.Stop()
