@@ -88,7 +88,7 @@ func run(args []string) int {
 	fs.IntVar(&s.MaxInFlight, "max-in-flight", 2000, "relay.max_in_flight of the relay")
 	fs.StringVar(&s.Phases, "phases", "limit,bridge,latency,baseline", "comma-separated phases to run")
 	fs.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
-	fs.StringVar(&s.CPUProfile, "cpuprofile", "", "write a CPU profile of the relay child process to this file (read it with go tool pprof)")
+	fs.StringVar(&s.CPUProfile, "cpuprofile", "", "write a CPU profile of the relay child process to this file, read with go tool pprof (each phase that runs the relay overwrites it: use with --phases bridge)")
 	fs.SetOutput(os.Stderr)
 	if err := fs.Parse(args); err != nil {
 		return 2

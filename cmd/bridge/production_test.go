@@ -444,6 +444,7 @@ func TestMetricsAndReadiness(t *testing.T) {
 	m = metrics()
 	requireMetric(m, "bridge_rows_deduplicated_total", 1)
 	requireMetric(m, "bridge_inflight_rows", 0)
+	require.Contains(t, m, "watermill_handler_execution_time_seconds_count{", "Watermill's router metrics")
 	waitStreamMessages(t, js, "EVENTS", rows) // four new messages and the one published before
 
 	n.Stop()
