@@ -116,14 +116,27 @@ func New(js jetstream.JetStream, cfg Config) (*Publisher, error) {
 // stays with the callers, so many still await theirs at once.
 func (p *Publisher) writer() {
 	for s := range p.sends {
-		var m *nats.Msg
-		m, s.err = p.cfg.Marshaler.Marshal(s.subject, s.msg)
-		if s.err != nil {
-			s.err = fmt.Errorf("marshal message %s: %w", s.msg.UUID, s.err)
-		} else if s.future, s.err = p.js.PublishMsgAsync(m, jetstream.WithRetryAttempts(0)); s.err != nil {
-			s.err = fmt.Errorf("publish to %s: %w", s.subject, s.err)
-		}
+		p.write(s)
 		s.done <- struct{}{}
+	}
+}
+
+// write marshals and publishes one message. A panic in the marshaler or
+// the client becomes the error of that message, as the router's panic
+// recovery would have made it on the caller's goroutine.
+func (p *Publisher) write(s *send) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.future, s.err = nil, fmt.Errorf("publish to %s: panic: %v", s.subject, r)
+		}
+	}()
+	m, err := p.cfg.Marshaler.Marshal(s.subject, s.msg)
+	if err != nil {
+		s.err = fmt.Errorf("marshal message %s: %w", s.msg.UUID, err)
+		return
+	}
+	if s.future, err = p.js.PublishMsgAsync(m, jetstream.WithRetryAttempts(0)); err != nil {
+		s.err = fmt.Errorf("publish to %s: %w", s.subject, err)
 	}
 }
 

@@ -1,0 +1,59 @@
+package sink_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-bridge/bridge/internal/bridgetest"
+	"github.com/outbox-bridge/bridge/internal/sink"
+)
+
+// panicky panics on the message with UUID "boom" and marshals the others.
+type panicky struct{ sink.MetadataMarshaler }
+
+func (p panicky) Marshal(subject string, msg *message.Message) (*nats.Msg, error) {
+	if msg.UUID == "boom" {
+		panic("marshaler bug")
+	}
+	return p.MetadataMarshaler.Marshal(subject, msg)
+}
+
+// TestPublisherSurvivesAPanicAndStopsOnClose: a panic while marshaling is
+// that message's error and later messages are still published; after Close
+// publishes fail with ErrClosed and the publisher's goroutine is gone.
+func TestPublisherSurvivesAPanicAndStopsOnClose(t *testing.T) {
+	n := bridgetest.StartNATS(t)
+	nc, js := n.JetStream(t)
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}})
+	require.NoError(t, err)
+	js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(5*time.Second))
+	require.NoError(t, err)
+
+	pub, err := sink.New(js, sink.Config{Marshaler: panicky{}})
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = pub.PublishMsg(ctx, "s.a", message.NewMessage("boom", []byte("x")))
+	require.ErrorContains(t, err, "panic: marshaler bug")
+
+	ack, err := pub.PublishMsg(ctx, "s.a", message.NewMessage("fine", []byte("y")))
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), ack.Sequence)
+
+	require.NoError(t, pub.Close())
+	require.NoError(t, pub.Close(), "Close is idempotent")
+	_, err = pub.PublishMsg(ctx, "s.a", message.NewMessage("late", []byte("z")))
+	require.True(t, errors.Is(err, sink.ErrClosed), "%v", err)
+	require.Eventually(t, func() bool {
+		buf := make([]byte, 1<<20)
+		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "sink.(*Publisher).writer")
+	}, 5*time.Second, 10*time.Millisecond, "the writer goroutine still runs after Close")
+}
