@@ -15,7 +15,7 @@ import (
 )
 
 // TestReconcileBeyondTheDuplicateWindow: the stream forgets a Nats-Msg-Id
-// one second after storing it. Relay A publishes rows and is frozen
+// three seconds after storing it. Relay A publishes rows and is frozen
 // (SIGSTOP) before marking them; it stays frozen past the window and its
 // lease. Relay B takes the rows over: republishing them would store
 // duplicates, so B first finds them in the stream and marks them relayed.
@@ -25,13 +25,17 @@ func TestReconcileBeyondTheDuplicateWindow(t *testing.T) {
 	ctx := context.Background()
 	n := bridgetest.StartNATS(t)
 	e := newCrashEnv(t, n.URL(), 1)
-	_, err := e.js.UpdateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Duplicates: time.Second})
+	_, err := e.js.UpdateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Duplicates: 3 * time.Second})
 	require.NoError(t, err)
 	const total = 5000
 	e.insert(t, 0, total)
 
-	// Lease and timeouts short enough for the guard to accept a 1 s window.
-	short := []string{"BRIDGE_RELAY_PUBLISH_TIMEOUT=200ms", "BRIDGE_RELAY_ACK_DEADLINE=400ms", "BRIDGE_RELAY_INFLIGHT_TIMEOUT=600ms"}
+	// Lease and timeouts short enough for the guard to accept a 3 s window.
+	// Not shorter: the window only protects a republish when the earlier
+	// publish reached the server within publish_timeout, and on a loaded
+	// 2-core machine under -race a 200 ms publish_timeout (with a 1 s
+	// window) was exceeded, storing duplicates without any relay fault.
+	short := []string{"BRIDGE_RELAY_PUBLISH_TIMEOUT=600ms", "BRIDGE_RELAY_ACK_DEADLINE=1200ms", "BRIDGE_RELAY_INFLIGHT_TIMEOUT=1800ms"}
 	a := e.relay(t, "relay-a", append(short, "BRIDGE_RELAY_BATCH_SIZE=200", "BRIDGE_RELAY_MAX_IN_FLIGHT=400")...)
 	stored := func() int {
 		s, err := e.js.Stream(ctx, "EVENTS")
@@ -49,8 +53,8 @@ func TestReconcileBeyondTheDuplicateWindow(t *testing.T) {
 			return e.count(t, "done") < total && stored() > e.count(t, "done")
 		}, "relay-a never had published rows awaiting their mark")
 		require.NoError(t, a.cmd.Process.Signal(syscall.SIGSTOP))
-		// Past the duplicate window (1 s) and the lease (600 ms).
-		<-time.After(2 * time.Second)
+		// Past the duplicate window (3 s) and the lease (1.8 s).
+		<-time.After(4 * time.Second)
 		if unmarked = stored() - e.count(t, "done"); unmarked == 0 {
 			require.NoError(t, a.cmd.Process.Signal(syscall.SIGCONT))
 		}
