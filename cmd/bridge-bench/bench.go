@@ -240,6 +240,44 @@ func waitDone(ctx context.Context, store *outbox.Store, n int, what string, chil
 	}
 }
 
+// waitEmpty polls every 20 ms until store holds no rows (the relay deletes
+// them at their PubAck), printing progress. The query walks the primary key
+// from its start, where the index entries of deleted rows are skipped
+// cheaply once a scan has marked them dead.
+func waitEmpty(ctx context.Context, store *outbox.Store, n int, child *child) error {
+	q := "SELECT count(*) FROM (SELECT 1 FROM " + store.Table() + " ORDER BY id LIMIT 1) AS t"
+	last := time.Now()
+	for {
+		var left int
+		if err := store.DB().SQL.QueryRowContext(ctx, q).Scan(&left); err != nil {
+			return err
+		}
+		if left == 0 {
+			return nil
+		}
+		if err := child.err(); err != nil {
+			return err
+		}
+		if time.Since(last) > 2*time.Second {
+			st, err := store.Stats(ctx, 0)
+			if err != nil {
+				return err
+			}
+			var rows int64
+			for _, c := range st.Rows {
+				rows += c
+			}
+			progress("bridge: %d of %d rows relayed and deleted", int64(n)-rows, n)
+			last = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // span returns the first claim and the last PubAck mark of a table, from the
 // database clock.
 func span(ctx context.Context, store *outbox.Store) (time.Duration, error) {

@@ -37,6 +37,7 @@ func runChild(args []string) int {
 	batch := fs.Int("batch-size", 500, "")
 	inflight := fs.Int("max-in-flight", 2000, "")
 	cpuprofile := fs.String("cpuprofile", "", "")
+	deleteOnRelay := fs.Bool("delete-on-relay", false, "")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -60,6 +61,7 @@ func runChild(args []string) int {
 	cfg := config.Default()
 	cfg.Database.URL, cfg.Database.Table, cfg.NATS.URL = *dbURL, *table, *natsURL
 	cfg.Relay.BatchSize, cfg.Relay.MaxInFlight = *batch, *inflight
+	cfg.Relay.DeleteOnRelay = *deleteOnRelay
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	report := childReport{}
 	if err := cfg.Validate(); err != nil {
@@ -113,7 +115,7 @@ func (e *env) startRelay(table string) (*child, error) {
 	c := &child{exited: make(chan struct{})}
 	c.cmd = exec.Command(self, childCommand, "--database-url", e.dbURL, "--table", table, "--nats-url", e.natsURL,
 		"--batch-size", strconv.Itoa(e.s.BatchSize), "--max-in-flight", strconv.Itoa(e.s.MaxInFlight),
-		"--cpuprofile", e.s.CPUProfile)
+		"--cpuprofile", e.s.CPUProfile, "--delete-on-relay="+strconv.FormatBool(e.s.DeleteOnRelay))
 	c.cmd.Stderr = os.Stderr
 	out, err := c.cmd.StdoutPipe()
 	if err != nil {

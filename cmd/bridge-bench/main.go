@@ -27,19 +27,20 @@ import (
 
 // settings are the knobs of one run, printed with the results.
 type settings struct {
-	DatabaseURL  string        `json:"-"`
-	Database     string        `json:"database"`
-	NATSURL      string        `json:"nats_url"`
-	Rows         int           `json:"rows"`
-	PayloadBytes int           `json:"payload_bytes"`
-	BaselineRows int           `json:"baseline_rows"`
-	Rate         int           `json:"latency_rate_rows_per_s"`
-	Duration     time.Duration `json:"-"`
-	DurationText string        `json:"latency_duration"`
-	BatchSize    int           `json:"batch_size"`
-	MaxInFlight  int           `json:"max_in_flight"`
-	Phases       string        `json:"phases"`
-	CPUProfile   string        `json:"-"`
+	DatabaseURL   string        `json:"-"`
+	Database      string        `json:"database"`
+	NATSURL       string        `json:"nats_url"`
+	Rows          int           `json:"rows"`
+	PayloadBytes  int           `json:"payload_bytes"`
+	BaselineRows  int           `json:"baseline_rows"`
+	Rate          int           `json:"latency_rate_rows_per_s"`
+	Duration      time.Duration `json:"-"`
+	DurationText  string        `json:"latency_duration"`
+	BatchSize     int           `json:"batch_size"`
+	MaxInFlight   int           `json:"max_in_flight"`
+	Phases        string        `json:"phases"`
+	DeleteOnRelay bool          `json:"delete_on_relay"`
+	CPUProfile    string        `json:"-"`
 }
 
 // results is what the JSON output holds; keys are fixed by the issue.
@@ -88,6 +89,7 @@ func run(args []string) int {
 	fs.IntVar(&s.MaxInFlight, "max-in-flight", 2000, "relay.max_in_flight of the relay")
 	fs.StringVar(&s.Phases, "phases", "limit,bridge,latency,baseline", "comma-separated phases to run")
 	fs.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	fs.BoolVar(&s.DeleteOnRelay, "delete-on-relay", false, "run the relay with relay.delete_on_relay: rows are deleted at their PubAck instead of marked done")
 	fs.StringVar(&s.CPUProfile, "cpuprofile", "", "write a CPU profile of the relay child process to this file, read with go tool pprof (each phase that runs the relay overwrites it: use with --phases bridge)")
 	fs.SetOutput(os.Stderr)
 	if err := fs.Parse(args); err != nil {
@@ -128,14 +130,22 @@ func quietLogger() *slog.Logger {
 func printTable(w io.Writer, r *results) {
 	s := r.Settings
 	fmt.Fprintf(w, "bridge-bench %s — %s, nats-server %s, %s\n", r.Date, r.Versions.Go, r.Versions.NATSServer, r.Versions.Database)
-	fmt.Fprintf(w, "settings: %d rows of %d B, batch_size %d, max_in_flight %d, latency %d rows/s for %s, baseline %d rows\n\n",
-		s.Rows, s.PayloadBytes, s.BatchSize, s.MaxInFlight, s.Rate, s.DurationText, s.BaselineRows)
+	mode := ""
+	if s.DeleteOnRelay {
+		mode = ", delete_on_relay"
+	}
+	fmt.Fprintf(w, "settings: %d rows of %d B, batch_size %d, max_in_flight %d%s, latency %d rows/s for %s, baseline %d rows\n\n",
+		s.Rows, s.PayloadBytes, s.BatchSize, s.MaxInFlight, mode, s.Rate, s.DurationText, s.BaselineRows)
 	fmt.Fprintf(w, "%-10s %s\n", "phase", "result")
 	if r.LimitMsgsPerS > 0 {
 		fmt.Fprintf(w, "%-10s %10.0f msg/s   JetStream async publish, distinct Nats-Msg-Id\n", "limit", r.LimitMsgsPerS)
 	}
 	if r.BridgeRowsPerS > 0 {
-		fmt.Fprintf(w, "%-10s %10.0f rows/s  first claim to last mark\n", "bridge", r.BridgeRowsPerS)
+		span := "first claim to last mark"
+		if s.DeleteOnRelay {
+			span = "relay start to empty table"
+		}
+		fmt.Fprintf(w, "%-10s %10.0f rows/s  %s\n", "bridge", r.BridgeRowsPerS, span)
 	}
 	if r.BaselineRowsPerS > 0 {
 		fmt.Fprintf(w, "%-10s %10.0f rows/s  watermill-sql + forwarder + sync JetStream publish\n", "baseline", r.BaselineRowsPerS)

@@ -33,7 +33,17 @@ func (e *env) bridge(ctx context.Context) (rate, rssMiB float64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	if err := waitDone(ctx, store, e.s.Rows, "bridge", c); err != nil {
+	started := time.Now()
+	var d time.Duration
+	if e.s.DeleteOnRelay {
+		// Deleted rows leave no timestamps: time from the relay's start to
+		// the first poll that finds the table empty, on this clock.
+		err = waitEmpty(ctx, store, e.s.Rows, c)
+		d = time.Since(started)
+	} else {
+		err = waitDone(ctx, store, e.s.Rows, "bridge", c)
+	}
+	if err != nil {
 		_, _ = c.stop()
 		return 0, 0, err
 	}
@@ -41,9 +51,10 @@ func (e *env) bridge(ctx context.Context) (rate, rssMiB float64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	d, err := span(ctx, store)
-	if err != nil {
-		return 0, 0, err
+	if !e.s.DeleteOnRelay {
+		if d, err = span(ctx, store); err != nil {
+			return 0, 0, err
+		}
 	}
 	info, err := e.js.Stream(ctx, name)
 	if err != nil {
