@@ -319,6 +319,24 @@ func (s *Store) exec(ctx context.Context, what, query string, args ...any) (int,
 	return int(n), nil
 }
 
+// StatusOf returns the status of row id, and false when there is no such
+// row. One query per row: for operators' commands, not for the relay.
+func (s *Store) StatusOf(ctx context.Context, id int64) (Status, bool, error) {
+	q := "SELECT status FROM " + s.table.String() + " WHERE id = ?"
+	if s.db.dialect.name() == "postgres" {
+		q = strings.Replace(q, "?", "$1", 1)
+	}
+	var st string
+	err := s.db.SQL.QueryRowContext(ctx, q, id).Scan(&st)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read status of row %d: %w", id, err)
+	}
+	return Status(st), true, nil
+}
+
 // ClaimTimes returns first_claimed_at and claimed_at (database clock) of a
 // claimed row. It is one query per row, for the rare rows claimed more than
 // once (see Subscriber's in-doubt check); the claim itself does not read
