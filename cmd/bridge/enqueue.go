@@ -74,7 +74,7 @@ inserted again: the command says "already enqueued" and exits 0.`,
 				return nil
 			}
 			if err != nil {
-				return err
+				return classify(err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "enqueued row %d into %s in %s: subject %s, key %s, %d bytes\n",
 				id, store.Table(), store.DB().Redacted, subject, key, len(payload))

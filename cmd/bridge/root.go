@@ -125,7 +125,7 @@ func classify(err error) error {
 		return nil
 	}
 	var unsafe *dedup.UnsafeStreamError
-	if errors.Is(err, outbox.ErrUnknownScheme) || errors.As(err, &unsafe) || config.IsError(err) {
+	if errors.Is(err, outbox.ErrUnknownScheme) || errors.Is(err, outbox.ErrInvalidEntry) || errors.As(err, &unsafe) || config.IsError(err) {
 		return usageError{err}
 	}
 	return err

@@ -265,10 +265,10 @@ func mysqlIDList(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]
 // refused here with a message naming the limit.
 func (mysqlDialect) insert(ctx context.Context, db *sql.DB, s *statements, args ...any) (int64, error) {
 	if key, _ := args[0].(string); len(key) > mysqlKeyMax {
-		return 0, fmt.Errorf("idempotency key %.40q… is %d bytes; a MySQL/MariaDB outbox holds keys of at most %d bytes", key, len(key), mysqlKeyMax)
+		return 0, fmt.Errorf("%w: idempotency key %.40q… is %d bytes; a MySQL/MariaDB outbox holds keys of at most %d bytes", ErrInvalidEntry, key, len(key), mysqlKeyMax)
 	}
 	if ok, _ := args[4].(sql.NullString); len(ok.String) > mysqlKeyMax {
-		return 0, fmt.Errorf("ordering key %.40q… is %d bytes; a MySQL/MariaDB outbox holds keys of at most %d bytes", ok.String, len(ok.String), mysqlKeyMax)
+		return 0, fmt.Errorf("%w: ordering key %.40q… is %d bytes; a MySQL/MariaDB outbox holds keys of at most %d bytes", ErrInvalidEntry, ok.String, len(ok.String), mysqlKeyMax)
 	}
 	res, err := db.ExecContext(ctx, s.insert, args...)
 	if err != nil {

@@ -229,20 +229,25 @@ type Entry struct {
 // idempotency key exists.
 var ErrAlreadyEnqueued = errors.New("already enqueued")
 
+// ErrInvalidEntry is wrapped by Enqueue's refusals of an entry that could
+// never be published or that the table cannot hold (a bad subject or
+// headers; a key longer than a MySQL/MariaDB table's 255 bytes).
+var ErrInvalidEntry = errors.New("invalid outbox entry")
+
 // Enqueue inserts one row in its own transaction and returns its id. The
 // subject and headers are validated first, so a row that could never be
 // published is refused here. Errors: ErrAlreadyEnqueued when the key
-// exists; a validation error naming the bad input.
+// exists; an error wrapping ErrInvalidEntry that names the bad input.
 func (s *Store) Enqueue(ctx context.Context, e Entry) (int64, error) {
 	if err := CheckSubject(e.Subject); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%w: %w", ErrInvalidEntry, err)
 	}
 	headers := e.Headers
 	if len(headers) == 0 {
 		headers = []byte("{}")
 	}
 	if _, err := ParseHeaders(headers); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%w: %w", ErrInvalidEntry, err)
 	}
 	if e.Payload == nil {
 		e.Payload = []byte{}

@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-bridge/bridge/internal/bridgetest"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
@@ -43,4 +45,22 @@ func TestRetryNamesWhatItLeftAlone(t *testing.T) {
 	r = runBridge(t, dir, nil, "retry", "--id", "2")
 	require.Equal(t, 0, r.code, "a row in another state is left alone without failing\n%s", r)
 	require.Contains(t, r.stdout, "0 dead letters back to pending")
+}
+
+// TestEnqueueKeyTooLongForMySQL: a key over the 255 bytes a MySQL/MariaDB
+// table holds is bad input (exit 2), named with the limit, and nothing is
+// inserted.
+func TestEnqueueKeyTooLongForMySQL(t *testing.T) {
+	t.Parallel()
+	url, table, store := bridgetest.Outbox(t, "mysql")
+	env := []string{"BRIDGE_DATABASE_URL=" + url, "BRIDGE_DATABASE_TABLE=" + table}
+	for _, flag := range []string{"--key", "--ordering-key"} {
+		r := runBridge(t, t.TempDir(), env, "enqueue", "--subject", "events.long", flag, strings.Repeat("k", 256), "--data", "x")
+		require.Equal(t, 2, r.code, "bridge enqueue %s <256 bytes>\n%s", flag, r)
+		require.Contains(t, r.stderr, "is 256 bytes")
+		require.Contains(t, r.stderr, "at most 255 bytes")
+	}
+	st, err := store.Stats(context.Background(), 0)
+	require.NoError(t, err)
+	require.Zero(t, st.Rows[outbox.StatusPending], "nothing was inserted")
 }
