@@ -140,6 +140,11 @@ func checkSubject(s string, max int) string {
 	return ""
 }
 
+// keyMax is the longest key of any table: the relay's limit
+// (outbox.KeyMaxBytes, checked equal in a test). The key travels in full
+// in the Outbox-Idempotency-Key header and sits in a unique index.
+const keyMax = 1024
+
 func checkKey(k string, max int) string {
 	if !utf8.ValidString(k) {
 		return fmt.Sprintf("%q is not valid UTF-8", k)
@@ -147,7 +152,10 @@ func checkKey(k string, max int) string {
 	if strings.IndexByte(k, 0) >= 0 {
 		return fmt.Sprintf("%q contains a NUL byte", k)
 	}
-	if max > 0 && len(k) > max {
+	if max == 0 {
+		max = keyMax
+	}
+	if len(k) > max {
 		return fmt.Sprintf("%.40q… is %d bytes; this table holds keys of at most %d bytes", k, len(k), max)
 	}
 	return ""

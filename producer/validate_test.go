@@ -34,6 +34,8 @@ func TestWriteRefusesInvalidEvents(t *testing.T) {
 		{producer.Event{Subject: "events.a", IdempotencyKey: "k\x00"}, "IdempotencyKey", "NUL byte"},
 		{producer.Event{Subject: "events.a", IdempotencyKey: "k\xff"}, "IdempotencyKey", "not valid UTF-8"},
 		{producer.Event{Subject: "events.a", OrderingKey: "o\x00"}, "OrderingKey", "NUL byte"},
+		{producer.Event{Subject: "events.a", IdempotencyKey: strings.Repeat("k", 1025)}, "IdempotencyKey", "is 1025 bytes; this table holds keys of at most 1024 bytes"},
+		{producer.Event{Subject: "events.a", OrderingKey: strings.Repeat("o", 1025)}, "OrderingKey", "at most 1024 bytes"},
 		{producer.Event{Subject: "events.a", Headers: producer.Header{"": {"v"}}}, "Headers", "a header name is empty"},
 		{producer.Event{Subject: "events.a", Headers: producer.Header{"Bad Name": {"v"}}}, "Headers", `header name "Bad Name": byte ' ' is not allowed`},
 		{producer.Event{Subject: "events.a", Headers: producer.Header{"Bad:Name": {"v"}}}, "Headers", "HTTP tokens"},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
@@ -49,6 +50,14 @@ inserted again: the command says "already enqueued" and exits 0.`,
 			}
 			if cmd.Flags().Changed("key") && key == "" {
 				return usage("--key is empty; give a key, or leave the flag out for a new UUIDv7")
+			}
+			if cmd.Flags().Changed("ordering-key") && orderingKey == "" {
+				return usage("--ordering-key is empty; give a key, or leave the flag out for a row without ordering")
+			}
+			for flag, k := range map[string]string{"--key": key, "--ordering-key": orderingKey} {
+				if err := outbox.CheckKey(flag, k); err != nil {
+					return usage("%w", err)
+				}
 			}
 			if key == "" {
 				id, err := uuid.NewV7()
@@ -102,6 +111,11 @@ func headerJSON(flags []string) ([]byte, error) {
 		name, value, ok := strings.Cut(f, "=")
 		if !ok || name == "" {
 			return nil, usage("--header %q: expected NAME=VALUE", f)
+		}
+		if !utf8.ValidString(value) {
+			// JSON would replace the bad bytes with U+FFFD: refuse rather
+			// than publish something else than was given.
+			return nil, usage("--header %q: the value is not valid UTF-8", f)
 		}
 		h[name] = append(h[name], value)
 	}

@@ -403,6 +403,10 @@ func TestBadInput(t *testing.T) {
 		{name: "subject with space", args: []string{"enqueue", "--subject", "events.bad subject"}, want: []string{"--subject", "events.bad subject"}},
 		{name: "no subject", args: []string{"enqueue"}, want: []string{"required flag", "subject"}},
 		{name: "header without value", args: []string{"enqueue", "--subject", "events.x", "--header", "nonsense"}, want: []string{"--header", "nonsense", "NAME=VALUE"}},
+		{name: "header value not UTF-8", args: []string{"enqueue", "--subject", "events.x", "--header", "X=\xff"}, want: []string{"--header", "not valid UTF-8"}},
+		{name: "empty ordering key", args: []string{"enqueue", "--subject", "events.x", "--ordering-key", ""}, want: []string{"--ordering-key is empty"}},
+		{name: "key too long", args: []string{"enqueue", "--subject", "events.x", "--key", strings.Repeat("k", 1025)}, want: []string{"--key", "is 1025 bytes", "at most 1024 bytes"}},
+		{name: "key not UTF-8", args: []string{"enqueue", "--subject", "events.x", "--key", "k\xff"}, want: []string{"--key", "not valid UTF-8"}},
 		{
 			name: "negative inflight timeout", args: []string{"run", "--check-config", "--inflight-timeout", "-1s"},
 			want: []string{"relay.inflight_timeout", "-1s"},

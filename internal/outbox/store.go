@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // ErrNoTable is returned (wrapped) when the outbox table or one of its
@@ -229,6 +230,26 @@ type Entry struct {
 // idempotency key exists.
 var ErrAlreadyEnqueued = errors.New("already enqueued")
 
+// KeyMaxBytes is the longest idempotency or ordering key a row may have
+// (MySQL/MariaDB tables hold 255). The key travels in full in the
+// Outbox-Idempotency-Key header and sits in a unique index, whose entries
+// PostgreSQL limits to about 2,700 bytes.
+const KeyMaxBytes = 1024
+
+// CheckKey returns an error naming what (e.g. "idempotency key") when k
+// is not valid UTF-8, contains a NUL byte or is longer than KeyMaxBytes.
+func CheckKey(what, k string) error {
+	switch {
+	case !utf8.ValidString(k):
+		return fmt.Errorf("%s %q is not valid UTF-8", what, k)
+	case strings.IndexByte(k, 0) >= 0:
+		return fmt.Errorf("%s %q contains a NUL byte", what, k)
+	case len(k) > KeyMaxBytes:
+		return fmt.Errorf("%s %.40q… is %d bytes; keys are at most %d bytes", what, k, len(k), KeyMaxBytes)
+	}
+	return nil
+}
+
 // ErrInvalidEntry is wrapped by Enqueue's refusals of an entry that could
 // never be published or that the table cannot hold (a bad subject or
 // headers; a key longer than a MySQL/MariaDB table's 255 bytes).
@@ -240,6 +261,12 @@ var ErrInvalidEntry = errors.New("invalid outbox entry")
 // exists; an error wrapping ErrInvalidEntry that names the bad input.
 func (s *Store) Enqueue(ctx context.Context, e Entry) (int64, error) {
 	if err := CheckSubject(e.Subject); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrInvalidEntry, err)
+	}
+	if err := CheckKey("idempotency key", e.IdempotencyKey); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrInvalidEntry, err)
+	}
+	if err := CheckKey("ordering key", e.OrderingKey); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalidEntry, err)
 	}
 	headers := e.Headers

@@ -1,0 +1,14 @@
+package producer
+
+import (
+	"testing"
+
+	"github.com/outbox-bridge/bridge/internal/outbox"
+)
+
+// The producer refuses the keys the relay's enqueue refuses.
+func TestKeyLimitMatchesRelay(t *testing.T) {
+	if keyMax != outbox.KeyMaxBytes {
+		t.Fatalf("producer keyMax %d, relay outbox.KeyMaxBytes %d", keyMax, outbox.KeyMaxBytes)
+	}
+}
