@@ -9,6 +9,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
@@ -31,6 +32,10 @@ changed on the stream.`,
 		Example: `  bridge tail --subject 'events.>'
   bridge tail --subject events.order.created --all --json`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// nats-server's own rule for a subscription subject.
+			if !server.IsValidSubject(subject) {
+				return usage("--subject %q is not a valid subject: dot-separated tokens without whitespace, where * stands for one token and a final > for the rest (events.>, events.*.created)", subject)
+			}
 			ctx, cfg, logger, err := setup(cmd, false)
 			if err != nil {
 				return err
