@@ -2,7 +2,8 @@ package producer
 
 import (
 	"fmt"
-	"regexp"
+
+	"github.com/outbox-bridge/bridge/internal/sqlname"
 )
 
 // Defaults of Config.
@@ -13,11 +14,6 @@ const (
 	// DialectDefault is the database of a zero Config.Dialect.
 	DialectDefault = Postgres
 )
-
-// tableName is an SQL identifier (a letter or _, then letters, digits or _,
-// at most 63 bytes), optionally qualified by a schema (or, on MySQL, a
-// database) as schema.table: the rule the relay applies to database.table.
-var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
 
 // Config configures a Writer.
 type Config struct {
@@ -56,8 +52,8 @@ func New(cfg Config) (*Writer, error) {
 	if cfg.Dialect == "" {
 		cfg.Dialect = DialectDefault
 	}
-	if !tableName.MatchString(cfg.Table) {
-		return nil, fmt.Errorf("invalid config: Table: %q is not an SQL identifier (a letter or _, then letters, digits or _, at most 63 bytes), optionally schema-qualified as schema.table", cfg.Table)
+	if err := sqlname.Check(cfg.Table); err != nil {
+		return nil, fmt.Errorf("invalid config: Table: %w", err)
 	}
 	impl, ok := dialects[cfg.Dialect]
 	if !ok {

@@ -21,7 +21,7 @@ func TestNewDefaults(t *testing.T) {
 
 func TestNewAcceptsQualifiedTables(t *testing.T) {
 	t.Parallel()
-	for _, table := range []string{"outbox", "_outbox", "app.outbox", "App_1.Outbox_2", strings.Repeat("b", 63), "a." + strings.Repeat("b", 63)} {
+	for _, table := range []string{"outbox", "_outbox", "app.outbox", "App_1.Outbox_2", strings.Repeat("b", 49), strings.Repeat("a", 63) + "." + strings.Repeat("b", 49)} {
 		for _, d := range []producer.Dialect{producer.Postgres, producer.MySQL, producer.SQLite} {
 			w, err := producer.New(producer.Config{Table: table, Dialect: d})
 			require.NoError(t, err, "%s on %s", table, d)
@@ -44,7 +44,8 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		{producer.Config{Table: ".outbox"}, `invalid config: Table:`},
 		{producer.Config{Table: "app."}, `invalid config: Table:`},
 		{producer.Config{Table: `"outbox"`}, `invalid config: Table:`},
-		{producer.Config{Table: strings.Repeat("b", 64)}, `invalid config: Table:`}, // 64 bytes
+		{producer.Config{Table: strings.Repeat("b", 50)}, `invalid config: Table: "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb" is 50 bytes; at most 49`},
+		{producer.Config{Table: "order"}, `invalid config: Table: "order" is a reserved word`},
 		{producer.Config{Dialect: "oracle"}, `invalid config: Dialect: "oracle" is not one of "postgres", "mysql", "sqlite"`},
 		{producer.Config{Dialect: "Postgres"}, `invalid config: Dialect: "Postgres"`},
 	} {

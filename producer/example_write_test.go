@@ -66,7 +66,7 @@ func ExampleNew() {
 	w, err := producer.New(producer.Config{}) // the defaults
 	fmt.Println(w.Table(), w.Dialect(), err)
 	// Output:
-	// invalid config: Table: "orders-outbox" is not an SQL identifier (a letter or _, then letters, digits or _, at most 63 bytes), optionally schema-qualified as schema.table
+	// invalid config: Table: "orders-outbox" is not an SQL identifier (a letter or _, then letters, digits or _)
 	// outbox postgres <nil>
 }
 

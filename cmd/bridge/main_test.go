@@ -396,6 +396,8 @@ func TestBadInput(t *testing.T) {
 		{name: "table with dash", args: []string{"status", "--table", "out-box"}, want: []string{"database.table", "out-box"}},
 		{name: "table with two dots", args: []string{"status", "--table", "a.b.c"}, want: []string{"database.table", "a.b.c"}},
 		{name: "table with semicolon", args: []string{"status", "--table", "x;drop"}, want: []string{"database.table", "x;drop"}},
+		{name: "table a reserved word", args: []string{"migrate", "--table", "select"}, want: []string{"database.table", `"select" is a reserved word`}},
+		{name: "table too long", args: []string{"migrate", "--table", strings.Repeat("t", 50)}, want: []string{"database.table", "is 50 bytes; at most 49"}},
 		{
 			name: "wildcard subject", args: []string{"enqueue", "--subject", "events.*", "--data", "x"},
 			want: []string{"--subject", "events.*", "wildcard"},

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/outbox-bridge/bridge/internal/sqlname"
 )
 
 // Bounds checked by Validate.
@@ -24,10 +26,6 @@ const (
 const positiveDurationAllow = "must be a positive duration such as 30s"
 
 var (
-	// tableRE is an SQL identifier, optionally schema-qualified; 63 bytes is PostgreSQL's
-	// NAMEDATALEN-1, the shortest limit of the supported databases.
-	tableRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
-
 	// topicRE is the topic name watermill-sql accepts (disallowedTopicCharacters in
 	// watermill-sql pkg/sql/topic.go).
 	topicRE = regexp.MustCompile(`^[A-Za-z0-9\-$:._]+$`)
@@ -85,11 +83,11 @@ func (c *Config) validateDatabase() error {
 			}
 		}
 	}
-	if !tableRE.MatchString(c.Database.Table) {
+	if err := sqlname.Check(c.Database.Table); err != nil {
 		return &Error{
 			Key:     "database.table",
 			Value:   c.Database.Table,
-			Allowed: "must be an SQL identifier (a letter or _, then letters, digits or _, at most 63 characters), optionally schema-qualified as schema.table",
+			Allowed: "must be " + sqlname.Rule + ": " + err.Error(),
 		}
 	}
 	return nil

@@ -2,11 +2,10 @@ package outbox
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
-)
 
-var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+	"github.com/outbox-bridge/bridge/internal/sqlname"
+)
 
 // tableName is a validated, optionally schema-qualified table name. It is
 // written into SQL unquoted, so it follows the database's case folding.
@@ -14,23 +13,17 @@ type tableName struct {
 	schema, name string
 }
 
-// ParseTableName validates name: an SQL identifier (letter or underscore,
-// then letters, digits, underscores; at most 63 bytes), optionally
-// qualified by a schema as "schema.table".
+// ParseTableName validates name with sqlname.Check: an SQL identifier that
+// every supported database takes unquoted, optionally qualified by a
+// schema as "schema.table".
 func ParseTableName(name string) (tableName, error) {
-	parts := strings.Split(name, ".")
-	if len(parts) > 2 {
-		return tableName{}, fmt.Errorf("table name %q: at most one dot (schema.table) is allowed", name)
+	if err := sqlname.Check(name); err != nil {
+		return tableName{}, fmt.Errorf("table name: %w", err)
 	}
-	for _, p := range parts {
-		if !identifier.MatchString(p) {
-			return tableName{}, fmt.Errorf("table name %q: %q is not an SQL identifier (a letter or _, then letters, digits or _, at most 63 bytes), optionally schema-qualified as schema.table", name, p)
-		}
+	if schema, table, ok := strings.Cut(name, "."); ok {
+		return tableName{schema: schema, name: table}, nil
 	}
-	if len(parts) == 2 {
-		return tableName{schema: parts[0], name: parts[1]}, nil
-	}
-	return tableName{name: parts[0]}, nil
+	return tableName{name: name}, nil
 }
 
 func (t tableName) String() string {
