@@ -257,6 +257,10 @@ func TestValidateRefuses(t *testing.T) {
 		{"StreamNoSubject", func(c *Config) { c.Streams = []Stream{stream("A")} }, "streams[0].subjects"},
 		{"StreamSubject", func(c *Config) { c.Streams = []Stream{stream("A", "a.>.b")} }, "streams[0].subjects[0]"},
 		{"StreamReplicas", func(c *Config) { s := stream("A", "a"); s.Replicas = 6; c.Streams = []Stream{s} }, "streams[0].replicas"},
+		{"StreamReplicasEmbedded", func(c *Config) { s := stream("A", "a"); s.Replicas = 3; c.Streams = []Stream{s} }, "streams[0].replicas"},
+		{"StreamSubjectsOverlap", func(c *Config) { c.Streams = []Stream{stream("A", "events.>", "events.x")} }, "streams[0].subjects[1]"},
+		{"StreamsOverlap", func(c *Config) { c.Streams = []Stream{stream("A", "x.>"), stream("B", "x.y")} }, "streams[1].subjects[0]"},
+		{"StreamCoversJSAPI", func(c *Config) { c.Streams = []Stream{stream("A", ">")} }, "streams[0].subjects[0]"},
 		{"StreamDuplicates", func(c *Config) { s := stream("A", "a"); s.Duplicates = time.Millisecond; c.Streams = []Stream{s} }, "streams[0].duplicates"},
 		{"StreamStorage", func(c *Config) { s := stream("A", "a"); s.Storage = "disk"; c.Streams = []Stream{s} }, "streams[0].storage"},
 		{"StreamDuplicateName", func(c *Config) { c.Streams = []Stream{stream("A", "a"), stream("A", "b")} }, "streams[1].name"},
@@ -275,7 +279,8 @@ func TestValidateRefuses(t *testing.T) {
 	c.Database.URL = "postgres://u:secret@h/db?sslmode=x"
 	c.NATS.URL = "nats://a:4222, tls://b:4222"
 	c.HTTP.Listen = "127.0.0.1:9090"
-	c.Streams = []Stream{stream("ORDERS", "orders.*.created", "orders.>")}
+	c.Streams = []Stream{stream("ORDERS", "orders.*.created", "payments.>"), stream("SHIP", "shipments.>")}
+	c.Streams[1].Replicas = 3 // a real cluster
 	require.NoError(t, c.Validate())
 
 	// The value of a bad database URL is redacted in the error.
@@ -294,7 +299,7 @@ func TestEnsureStream(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Stream{Name: "EVENTS", Subjects: []string{"a.>", "b.>"}, Duplicates: 2 * time.Minute, Replicas: 1, Storage: "file"}, s)
 
-	for _, bad := range []string{"EVENTS", "EVENTS:", ":a.>"} {
+	for _, bad := range []string{"EVENTS", "EVENTS:", ":a.>", "A:x.>,B:y.>"} {
 		_, err := ParseStreamFlag(bad)
 		requireConfigError(t, err, "--ensure-stream")
 	}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -73,6 +74,13 @@ func ParseStreamFlag(s string) (Stream, error) {
 	for sub := range strings.SplitSeq(subjects, ",") {
 		if sub = strings.TrimSpace(sub); sub != "" {
 			subs = append(subs, sub)
+		}
+	}
+	if slices.ContainsFunc(subs, func(sub string) bool { return strings.Contains(sub, ":") }) {
+		return Stream{}, &Error{
+			Key:     "--" + flagEnsureStream,
+			Value:   s,
+			Allowed: "must name one stream, NAME:SUBJECT[,SUBJECT…]; give each stream its own --" + flagEnsureStream + " (a subject here may not contain ':')",
 		}
 	}
 	if !ok || name == "" || len(subs) == 0 {

@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/outbox-bridge/bridge/internal/sqlname"
 )
 
@@ -207,11 +209,42 @@ func (c *Config) validateStreams() error {
 		if s.Replicas < 1 || s.Replicas > StreamReplicasMax {
 			return &Error{Key: key("replicas"), Value: strconv.Itoa(s.Replicas), Allowed: "must be an integer from 1 to 5"}
 		}
+		if s.Replicas > 1 && c.EmbeddedNATS() {
+			return &Error{Key: key("replicas"), Value: strconv.Itoa(s.Replicas), Allowed: "must be 1 with nats.url embedded (one server holds one replica)"}
+		}
 		if s.Storage != StorageFile && s.Storage != StorageMemory {
 			return &Error{Key: key("storage"), Value: s.Storage, Allowed: "must be one of file, memory"}
 		}
 		if s.MaxAge < 0 {
 			return &Error{Key: key("max_age"), Value: fmtDuration(s.MaxAge), Allowed: "must be 0 (no limit) or a positive duration such as 168h"}
+		}
+	}
+	return c.validateStreamSubjects()
+}
+
+// jsAPISubjects are JetStream's API subjects; nats-server refuses a stream
+// that covers them (unless it never acks).
+const jsAPISubjects = "$JS.API.>"
+
+// validateStreamSubjects refuses what nats-server would refuse when the
+// streams are created: subjects that overlap, within one stream or across
+// two, and subjects that cover JetStream's API. Overlap is nats-server's
+// own test (server.SubjectsCollide).
+func (c *Config) validateStreamSubjects() error {
+	type subj struct{ key, value string }
+	var all []subj
+	for i, s := range c.Streams {
+		for j, sub := range s.Subjects {
+			key := fmt.Sprintf("streams[%d].subjects[%d]", i, j)
+			if server.SubjectsCollide(sub, jsAPISubjects) {
+				return &Error{Key: key, Value: sub, Allowed: "must not cover JetStream's API subjects (" + jsAPISubjects + "); name the events' subjects, such as events.>"}
+			}
+			for _, o := range all {
+				if server.SubjectsCollide(sub, o.value) {
+					return &Error{Key: key, Value: sub, Allowed: fmt.Sprintf("must not overlap %s (%s): JetStream stores a subject in one stream only", o.key, o.value)}
+				}
+			}
+			all = append(all, subj{key, sub})
 		}
 	}
 	return nil
