@@ -393,6 +393,9 @@ func TestBadInput(t *testing.T) {
 			name: "database url scheme", args: []string{"status", "--database-url", "mongodb://x"},
 			want: []string{"database.url", "mongodb://x", "postgres://", "sqlite:"},
 		},
+		{name: "database url bad port", args: []string{"status", "--database-url", "postgres://u:pw1@127.0.0.1:notaport/db"}, want: []string{"database.url", `invalid port ":notaport"`}},
+		{name: "database url bad sslmode", args: []string{"status", "--database-url", "postgres://u:pw1@127.0.0.1:1/db?sslmode=bogus"}, want: []string{"invalid database URL", "sslmode is invalid"}},
+		{name: "database url sqlite without path", args: []string{"status", "--database-url", "sqlite:"}, want: []string{"database.url", "must name a file"}},
 		{name: "table with dash", args: []string{"status", "--table", "out-box"}, want: []string{"database.table", "out-box"}},
 		{name: "table with two dots", args: []string{"status", "--table", "a.b.c"}, want: []string{"database.table", "a.b.c"}},
 		{name: "table with semicolon", args: []string{"status", "--table", "x;drop"}, want: []string{"database.table", "x;drop"}},
@@ -437,6 +440,7 @@ func TestBadInput(t *testing.T) {
 			}
 			r := runBridge(t, dir, nil, args...)
 			require.Equal(t, 2, r.code, "bridge %s\n%s", strings.Join(args, " "), r)
+			require.NotContains(t, r.stderr, "pw1", "a password in a bad database URL is redacted")
 			for _, w := range tt.want {
 				require.Contains(t, r.stderr, w, "bridge %s\n%s", strings.Join(args, " "), r)
 			}

@@ -1,10 +1,12 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -67,21 +69,25 @@ func (c *Config) validateTop() error {
 
 func (c *Config) validateDatabase() error {
 	if u := c.Database.URL; u != "" {
-		ok := false
-		for _, p := range databaseSchemes {
-			if strings.HasPrefix(u, p) && len(u) > len(p) {
-				ok = true
-			}
+		bad := func(allowed string) error {
+			return &Error{Key: "database.url", Value: redactURL(u, false), Allowed: allowed}
 		}
-		if ok && !strings.HasPrefix(u, "sqlite:") {
-			_, err := url.Parse(u)
-			ok = err == nil
-		}
-		if !ok {
-			return &Error{
-				Key:     "database.url",
-				Value:   redactURL(u, false),
-				Allowed: "must start with postgres://, postgresql://, mysql:// or sqlite: (sqlite:PATH), or be empty for sqlite:<data_dir>/outbox.db",
+		i := slices.IndexFunc(databaseSchemes, func(p string) bool { return strings.HasPrefix(u, p) })
+		switch {
+		case i < 0:
+			return bad("must start with postgres://, postgresql://, mysql:// or sqlite: (sqlite:PATH), or be empty for sqlite:<data_dir>/outbox.db")
+		case u == "sqlite:":
+			return bad("must name a file after sqlite:, such as sqlite:./outbox.db")
+		case len(u) == len(databaseSchemes[i]):
+			return bad("must name a host and database after " + databaseSchemes[i] + ", such as " + databaseSchemes[i] + "user:password@host:port/database")
+		case databaseSchemes[i] != "sqlite:":
+			if _, err := url.Parse(u); err != nil {
+				// url.Error repeats the whole URL, password included.
+				var uerr *url.Error
+				if errors.As(err, &uerr) {
+					err = uerr.Err
+				}
+				return bad(fmt.Sprintf("must be a valid URL (%v); percent-encode special characters of the user and password", err))
 			}
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 	_ "modernc.org/sqlite"             // registers the "sqlite" database/sql driver (no cgo)
 )
@@ -21,8 +22,9 @@ import (
 // AcceptedSchemes lists the database URL forms Open accepts.
 const AcceptedSchemes = "postgres://…, postgresql://…, mysql://…, sqlite:PATH"
 
-// ErrUnknownScheme is returned (wrapped) by Open for a URL it cannot open.
-var ErrUnknownScheme = errors.New("unknown database URL scheme")
+// ErrUnknownScheme is returned (wrapped) by Open for a URL it cannot open:
+// an unknown scheme, or a URL or parameter its driver cannot parse.
+var ErrUnknownScheme = errors.New("invalid database URL")
 
 // DB is an open outbox database.
 type DB struct {
@@ -62,6 +64,14 @@ func Open(ctx context.Context, rawURL string) (*DB, error) {
 }
 
 func openPostgres(ctx context.Context, rawURL string) (*DB, error) {
+	// Parsed first so that a bad parameter (sslmode=bogus, a bad port) is
+	// told apart from a server that cannot be reached.
+	if _, err := pgconn.ParseConfig(rawURL); err != nil {
+		for inner := errors.Unwrap(err); inner != nil; inner = errors.Unwrap(inner) {
+			err = inner // the outermost error repeats the URL
+		}
+		return nil, fmt.Errorf("%w: %q: %v; accepted: postgres://user:password@host:port/database?sslmode=…, with libpq's parameters", ErrUnknownScheme, RedactURL(rawURL), err)
+	}
 	sqlDB, err := sql.Open("pgx", rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres %s: %w", RedactURL(rawURL), err)
@@ -221,7 +231,7 @@ func mysqlConfig(rawURL string) (*mysql.Config, error) {
 	}
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("database URL %q: %w", RedactURL(rawURL), err)
+		return nil, fmt.Errorf("%w: %q: %w", ErrUnknownScheme, RedactURL(rawURL), err)
 	}
 	cfg.ClientFoundRows = false
 	cfg.MultiStatements = false
