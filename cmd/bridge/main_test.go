@@ -397,6 +397,8 @@ func TestBadInput(t *testing.T) {
 		{name: "database url bad sslmode", args: []string{"status", "--database-url", "postgres://u:pw1@127.0.0.1:1/db?sslmode=bogus"}, want: []string{"invalid database URL", "sslmode is invalid"}},
 		{name: "database url sqlite without path", args: []string{"status", "--database-url", "sqlite:"}, want: []string{"database.url", "must name a file"}},
 		{name: "table with dash", args: []string{"status", "--table", "out-box"}, want: []string{"database.table", "out-box"}},
+		{name: "status on a missing data dir", args: []string{"status", "--data-dir", "no-such-dir"}, want: []string{"no outbox database at no-such-dir/outbox.db", "--data-dir"}},
+		{name: "purge on a missing sqlite file", args: []string{"purge", "--done-older-than", "1h", "--database-url", "sqlite:nope.db"}, want: []string{"no outbox database at nope.db"}},
 		{name: "table with two dots", args: []string{"status", "--table", "a.b.c"}, want: []string{"database.table", "a.b.c"}},
 		{name: "table with semicolon", args: []string{"status", "--table", "x;drop"}, want: []string{"database.table", "x;drop"}},
 		{name: "table a reserved word", args: []string{"migrate", "--table", "select"}, want: []string{"database.table", `"select" is a reserved word`}},

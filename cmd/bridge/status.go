@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	bridge "github.com/outbox-bridge/bridge"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
@@ -22,7 +21,7 @@ func newStatusCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			store, cleanup, err := bridge.NewStore(ctx, cfg, logger)
+			store, cleanup, err := existingStore(ctx, cfg, logger)
 			if err != nil {
 				return classify(err)
 			}
