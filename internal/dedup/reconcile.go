@@ -101,6 +101,11 @@ func (r *Reconciler) InDoubt(ctx context.Context, c Candidate) (bool, error) {
 		return false, nil // first claim: nothing was published before
 	}
 	sw, err := r.stream(ctx, c.Subject)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		// No stream captures the subject, so no earlier publish of the row
+		// is stored: publishing it again cannot double it.
+		return false, nil
+	}
 	if err != nil {
 		return false, err
 	}

@@ -48,6 +48,11 @@ func TestReconcileFindsStoredRows(t *testing.T) {
 	in, err = r.InDoubt(ctx, fresh)
 	require.NoError(t, err)
 	require.False(t, in, "a first claim is never in doubt")
+	homeless := cs[0]
+	homeless.Subject = "nowhere.x"
+	in, err = r.InDoubt(ctx, homeless)
+	require.NoError(t, err, "a subject no stream captures is not an error")
+	require.False(t, in, "nothing of a row whose subject no stream captures can be stored")
 
 	found, err := r.Reconcile(ctx, cs)
 	require.NoError(t, err)
