@@ -85,7 +85,7 @@ inserted again: the command says "already enqueued" and exits 0.`,
 			if err != nil {
 				return classify(err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "enqueued row %d into %s in %s: subject %s, key %s, %d bytes\n",
+			fmt.Fprintf(cmd.OutOrStdout(), "enqueued row %d into %s in %s: subject %s, key %.80q, %d bytes\n",
 				id, store.Table(), store.DB().Redacted, subject, key, len(payload))
 			return nil
 		},

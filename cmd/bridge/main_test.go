@@ -399,6 +399,7 @@ func TestBadInput(t *testing.T) {
 		{name: "table with dash", args: []string{"status", "--table", "out-box"}, want: []string{"database.table", "out-box"}},
 		{name: "status on a missing data dir", args: []string{"status", "--data-dir", "no-such-dir"}, want: []string{"no outbox database at no-such-dir/outbox.db", "--data-dir"}},
 		{name: "purge on a missing sqlite file", args: []string{"purge", "--done-older-than", "1h", "--database-url", "sqlite:nope.db"}, want: []string{"no outbox database at nope.db"}},
+		{name: "schema with sqlite", args: []string{"status", "--table", "app.outbox"}, want: []string{"database.table", "app.outbox", "no schemas"}},
 		{name: "table with two dots", args: []string{"status", "--table", "a.b.c"}, want: []string{"database.table", "a.b.c"}},
 		{name: "table with semicolon", args: []string{"status", "--table", "x;drop"}, want: []string{"database.table", "x;drop"}},
 		{name: "table a reserved word", args: []string{"migrate", "--table", "select"}, want: []string{"database.table", `"select" is a reserved word`}},

@@ -119,10 +119,10 @@ log:
 
 	t.Run("FlagOverEnv", func(t *testing.T) {
 		t.Parallel()
-		cfg, err := load(t, yaml, environ, "--batch-size", "30", "--table", "app.from_flag")
+		cfg, err := load(t, yaml, environ, "--batch-size", "30", "--table", "from_flag")
 		require.NoError(t, err)
 		require.Equal(t, 30, cfg.Relay.BatchSize)
-		require.Equal(t, "app.from_flag", cfg.Database.Table)
+		require.Equal(t, "from_flag", cfg.Database.Table)
 		require.Equal(t, "debug", cfg.Log.Level, "an unset flag's default does not override the file")
 		require.Equal(t, time.Second, cfg.Relay.PollInterval)
 	})
@@ -228,9 +228,12 @@ func TestTableName(t *testing.T) {
 		require.Equal(t, bad, e.Value)
 		require.Contains(t, e.Allowed, "SQL identifier")
 	}
-	cfg, err := load(t, "", nil, "--table", "app.outbox")
+	cfg, err := load(t, "", nil, "--table", "app.outbox", "--database-url", "postgres://h/db")
 	require.NoError(t, err)
 	require.Equal(t, "app.outbox", cfg.Database.Table)
+	_, err = load(t, "", nil, "--table", "app.outbox") // the embedded SQLite database
+	e := requireConfigError(t, err, "database.table")
+	require.Contains(t, e.Allowed, "no schemas")
 }
 
 func TestValidateRefuses(t *testing.T) {

@@ -98,6 +98,9 @@ func (c *Config) validateDatabase() error {
 			Allowed: "must be " + sqlname.Rule + ": " + err.Error(),
 		}
 	}
+	if strings.HasPrefix(c.DatabaseURL(), "sqlite:") && strings.Contains(c.Database.Table, ".") {
+		return &Error{Key: "database.table", Value: c.Database.Table, Allowed: "must be a table name without a schema with a SQLite database (sqlite:), which has no schemas"}
+	}
 	return nil
 }
 
