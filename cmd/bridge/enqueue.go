@@ -38,6 +38,10 @@ inserted again: the command says "already enqueued" and exits 0.`,
 			if err := outbox.CheckSubject(subject); err != nil {
 				return usage("--subject: %w", err)
 			}
+			if !utf8.ValidString(subject) {
+				// PostgreSQL and MySQL refuse it; the producer package too.
+				return usage("--subject %q is not valid UTF-8", subject)
+			}
 			hdr, err := headerJSON(headers)
 			if err != nil {
 				return err

@@ -410,6 +410,7 @@ func TestBadInput(t *testing.T) {
 		},
 		{name: "subject with space", args: []string{"enqueue", "--subject", "events.bad subject"}, want: []string{"--subject", "events.bad subject"}},
 		{name: "no subject", args: []string{"enqueue"}, want: []string{"required flag", "subject"}},
+		{name: "subject not UTF-8", args: []string{"enqueue", "--subject", "events.\xff"}, want: []string{"--subject", "not valid UTF-8"}},
 		{name: "tail subject with space", args: []string{"tail", "--subject", "events.a b"}, want: []string{"--subject", "events.a b", "not a valid subject"}},
 		{name: "tail empty subject", args: []string{"tail", "--subject", ""}, want: []string{"--subject", "not a valid subject"}},
 		{name: "tail > not last", args: []string{"tail", "--subject", "events.>.x"}, want: []string{"events.>.x", "not a valid subject"}},
