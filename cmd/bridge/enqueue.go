@@ -58,10 +58,11 @@ inserted again: the command says "already enqueued" and exits 0.`,
 			if cmd.Flags().Changed("ordering-key") && orderingKey == "" {
 				return usage("--ordering-key is empty; give a key, or leave the flag out for a row without ordering")
 			}
-			for flag, k := range map[string]string{"--key": key, "--ordering-key": orderingKey} {
-				if err := outbox.CheckKey(flag, k); err != nil {
-					return usage("%w", err)
-				}
+			if err := outbox.CheckKey("--key", key); err != nil {
+				return usage("%w", err)
+			}
+			if err := outbox.CheckKey("--ordering-key", orderingKey); err != nil {
+				return usage("%w", err)
 			}
 			if key == "" {
 				id, err := uuid.NewV7()
