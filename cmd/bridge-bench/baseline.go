@@ -74,6 +74,8 @@ func (e *env) baseline(ctx context.Context) (float64, error) {
 	start := time.Now()
 	go func() { done <- fwd.Run(runCtx) }()
 	last := time.Now()
+	var seen uint64
+	moved, warned := time.Now(), false
 	for {
 		info, err := e.js.Stream(ctx, name)
 		if err != nil {
@@ -83,9 +85,16 @@ func (e *env) baseline(ctx context.Context) (float64, error) {
 		if n >= uint64(e.s.BaselineRows) {
 			break
 		}
+		if n != seen {
+			seen, moved = n, time.Now()
+		}
 		if time.Since(last) > 2*time.Second {
 			progress("baseline: %d of %d rows relayed", n, e.s.BaselineRows)
 			last = time.Now()
+		}
+		if !warned && time.Since(moved) > 5*time.Second {
+			warned = true
+			e.warnOpenTransactions(ctx)
 		}
 		select {
 		case err := <-done:
@@ -119,3 +128,20 @@ func (p syncPublisher) Publish(topic string, msgs ...*message.Message) error {
 }
 
 func (syncPublisher) Close() error { return nil }
+
+// warnOpenTransactions explains a stalled baseline: watermill-sql's
+// PostgreSQL subscriber reads only rows of transactions older than every
+// transaction open on the server, so another client's long-open
+// transaction holds it back (and makes its rate meaningless).
+func (e *env) warnOpenTransactions(ctx context.Context) {
+	var open int
+	var oldest float64
+	err := e.db.SQL.QueryRowContext(ctx, `SELECT count(*), coalesce(max(extract(epoch FROM now() - xact_start)), 0)
+FROM pg_stat_activity WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid() AND now() - xact_start > interval '1 second'`).Scan(&open, &oldest)
+	if err != nil {
+		progress("baseline: WARNING: no progress for 5 s (%v)", err)
+		return
+	}
+	progress("baseline: WARNING: no progress for 5 s; %d transactions on the server are open for more than 1 s (the oldest %.0f s). "+
+		"watermill-sql waits for them, so this baseline is held back by other clients: rerun on a quiet server", open, oldest)
+}
