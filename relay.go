@@ -45,6 +45,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		slog.String("outbox", r.Store.DB().Redacted), slog.String("table", r.Store.Table()),
 		slog.Any("streams", streams), slog.String("http", r.Health.Addr()), slog.String("owner", r.Config.Relay.Owner))
 
+	daemon.LogStreams(r.Logger, streams)
 	if r.Store.DB().Dialect() == "postgres" {
 		go outbox.ListenPostgres(ctx, r.Config.DatabaseURL(), r.Store.Table(), r.Subscriber.Wake, r.Logger)
 	}

@@ -54,3 +54,12 @@ func (l leveled) Trace(msg string, fields watermill.LogFields) {
 func (l leveled) With(fields watermill.LogFields) watermill.LoggerAdapter {
 	return leveled{LoggerAdapter: l.LoggerAdapter.With(fields), slog: l.slog}
 }
+
+// LogStreams says, when the relay ensures no stream, where its messages
+// go: to the streams the server already has. An operator who forgot
+// --ensure-stream learns it here rather than from publish retries.
+func LogStreams(logger *slog.Logger, ensured []string) {
+	if len(ensured) == 0 {
+		logger.Info("no stream to ensure (streams / --ensure-stream): publishing to the streams already on the server; a row whose subject no stream captures is retried with backoff, then dead-lettered")
+	}
+}

@@ -37,5 +37,6 @@ func (r *Relay) Run(ctx context.Context) error {
 		slog.String("source", config.SourceWatermillForwarder), slog.String("database", r.DB.Redacted),
 		slog.String("table", MessagesTable(topic)), slog.String("offsets_table", OffsetsTable(topic)),
 		slog.String("consumer_group", ConsumerGroup), slog.Any("streams", streams), slog.String("http", r.Health.Addr()))
+	daemon.LogStreams(r.Logger, streams)
 	return daemon.Run(ctx, r.Health, r.Guard, r.Logger, r.Forwarder.Run)
 }
