@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -38,8 +39,8 @@ Exit codes: 0 clean stop, 1 runtime failure, 2 bad usage or configuration.`,
 	}
 	config.RegisterFlags(root.PersistentFlags())
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		c.PrintErrln(c.UsageString())
-		return usageError{err}
+		// The error and where to look, not 30 lines of flags above it.
+		return usageError{fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
 	})
 	root.AddCommand(
 		newRunCommand(),
