@@ -15,7 +15,9 @@ func newConfigCommand() *cobra.Command {
 		Short: "Print the effective configuration, secrets redacted",
 		Long: `Print the configuration that run would use, after the YAML file, BRIDGE_*
 variables and flags, as YAML. Passwords, tokens and database URL passwords are
-shown as REDACTED. Exits 2 naming the key when the configuration is invalid.`,
+shown as REDACTED. relay.owner is shown as "" when it is the default, each
+process's <hostname>-<pid>. Exits 2 naming the key when the configuration is
+invalid.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(cmd)
 			if err != nil {
@@ -30,6 +32,12 @@ shown as REDACTED. Exits 2 naming the key when the configuration is invalid.`,
 			effective := *cfg
 			effective.Database.URL = cfg.DatabaseURL()
 			effective.Streams = cfg.EffectiveStreams()
+			if config.DefaultOwner(cfg.Relay.Owner) {
+				// This command's own hostname-pid is not what run will use;
+				// "" gives every process its own, also when this output is
+				// read back as a --config file.
+				effective.Relay.Owner = ""
+			}
 			redacted := effective.Redacted()
 			out, err := redacted.YAML()
 			if err != nil {

@@ -31,3 +31,23 @@ func TestBadConfigFileRefusedAtStart(t *testing.T) {
 		})
 	}
 }
+
+// TestConfigOutputReadsBack: `bridge config` prints a configuration that
+// `run --check-config --config` accepts, and leaves relay.owner empty when
+// it is the default, so that every process reading it back gets its own
+// <hostname>-<pid> rather than the printing command's.
+func TestConfigOutputReadsBack(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := runBridge(t, dir, nil, "config")
+	require.Equal(t, 0, r.code, "bridge config\n%s", r)
+	require.Contains(t, r.stdout, "owner: \"\"")
+	file := filepath.Join(dir, "printed.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(r.stdout), 0o600))
+	r = runBridge(t, dir, nil, "run", "--check-config", "--config", file)
+	require.Equal(t, 0, r.code, "bridge run --check-config on bridge config's output\n%s", r)
+
+	r = runBridge(t, dir, []string{"BRIDGE_RELAY_OWNER=pod-a"}, "config")
+	require.Equal(t, 0, r.code, "bridge config\n%s", r)
+	require.Contains(t, r.stdout, "owner: pod-a", "a configured owner is shown")
+}

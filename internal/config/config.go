@@ -231,8 +231,8 @@ type Relay struct {
 	// false.
 	DeleteOnRelay bool `koanf:"delete_on_relay"`
 
-	// Owner is this instance's lease owner name, unique per replica. Defaults to
-	// <hostname>-<pid>.
+	// Owner is this instance's lease owner name, unique per replica. Defaults
+	// (also when set to "") to <hostname>-<pid>.
 	Owner string `koanf:"owner"`
 }
 
@@ -316,6 +316,9 @@ func Default() Config {
 		ShutdownTimeout: ShutdownTimeoutDefault,
 	}
 }
+
+// DefaultOwner reports whether owner is this process's default owner name.
+func DefaultOwner(owner string) bool { return owner == defaultOwner() }
 
 // defaultOwner is <hostname>-<pid>, or bridge-<pid> when the host name is unknown.
 func defaultOwner() string {

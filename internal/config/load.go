@@ -100,6 +100,9 @@ func Load(fs *pflag.FlagSet, environ []string) (*Config, error) {
 	if len(cfg.Streams) == 0 {
 		cfg.Streams = nil
 	}
+	if cfg.Relay.Owner == "" { // as `bridge config` prints the default
+		cfg.Relay.Owner = defaultOwner()
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
