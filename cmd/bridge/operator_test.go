@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -63,4 +64,26 @@ func TestEnqueueKeyTooLongForMySQL(t *testing.T) {
 	st, err := store.Stats(context.Background(), 0)
 	require.NoError(t, err)
 	require.Zero(t, st.Rows[outbox.StatusPending], "nothing was inserted")
+}
+
+// TestStatusJSONOldestPending: oldest_pending_seconds is null without a
+// pending row and a number with one.
+func TestStatusJSONOldestPending(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := runBridge(t, dir, nil, "migrate")
+	require.Equal(t, 0, r.code, "bridge migrate\n%s", r)
+	oldest := func() any {
+		r := runBridge(t, dir, nil, "status", "--json")
+		require.Equal(t, 0, r.code, "bridge status --json\n%s", r)
+		var doc map[string]any
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc), r.stdout)
+		v, ok := doc["oldest_pending_seconds"]
+		require.True(t, ok, "the key is always present\n%s", r.stdout)
+		return v
+	}
+	require.Nil(t, oldest(), "no pending row")
+	r = runBridge(t, dir, nil, "enqueue", "--subject", "events.s", "--data", "x")
+	require.Equal(t, 0, r.code, "bridge enqueue\n%s", r)
+	require.IsType(t, float64(0), oldest(), "one pending row")
 }

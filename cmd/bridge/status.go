@@ -43,12 +43,15 @@ func newStatusCommand() *cobra.Command {
 					Table                string           `json:"table"`
 					Rows                 map[string]int64 `json:"rows"`
 					InFlight             int64            `json:"in_flight"`
-					OldestPendingSeconds float64          `json:"oldest_pending_seconds"`
+					OldestPendingSeconds *float64         `json:"oldest_pending_seconds"` // null: no pending row
 					RecentErrors         []rowError       `json:"recent_errors"`
 				}{
 					Database: store.DB().Redacted, Table: store.Table(), Rows: map[string]int64{},
-					InFlight: st.Rows[outbox.StatusInFlight], OldestPendingSeconds: st.OldestPending.Seconds(),
-					RecentErrors: []rowError{},
+					InFlight: st.Rows[outbox.StatusInFlight], RecentErrors: []rowError{},
+				}
+				if st.Rows[outbox.StatusPending] > 0 {
+					age := st.OldestPending.Seconds()
+					doc.OldestPendingSeconds = &age
 				}
 				for s, n := range st.Rows {
 					doc.Rows[string(s)] = n
