@@ -5,7 +5,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	bridge "github.com/outbox-bridge/bridge"
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 )
@@ -28,11 +27,13 @@ watermill_offsets_<watermill.forwarder_topic> instead (watermill-sql's own DDL).
 			if cfg.Source == config.SourceWatermillForwarder {
 				return migrateWatermill(ctx, cmd, cfg, logger)
 			}
-			db, cleanup, err := bridge.NewDB(ctx, cfg, logger)
+			// Opened directly: bridge.NewDB migrates the embedded database
+			// by itself, and this command should report what it applied.
+			db, err := outbox.Open(ctx, cfg.DatabaseURL())
 			if err != nil {
 				return classify(err)
 			}
-			defer cleanup()
+			defer db.Close()
 			applied, err := outbox.Migrate(ctx, db, cfg.Database.Table)
 			if err != nil {
 				return err
