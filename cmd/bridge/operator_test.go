@@ -73,6 +73,7 @@ func TestStatusJSONOldestPending(t *testing.T) {
 	dir := t.TempDir()
 	r := runBridge(t, dir, nil, "migrate")
 	require.Equal(t, 0, r.code, "bridge migrate\n%s", r)
+	require.Contains(t, r.stdout, "applied migration 00001", "the first migrate of the embedded database says what it applied")
 	oldest := func() any {
 		r := runBridge(t, dir, nil, "status", "--json")
 		require.Equal(t, 0, r.code, "bridge status --json\n%s", r)
