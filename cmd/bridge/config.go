@@ -10,7 +10,7 @@ import (
 )
 
 func newConfigCommand() *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "config",
 		Short: "Print the effective configuration, secrets redacted",
 		Long: `Print the configuration that run would use, after the YAML file, BRIDGE_*
@@ -47,4 +47,6 @@ invalid.`,
 			return nil
 		},
 	}
+	config.RegisterRelayFlags(cmd.Flags())
+	return cmd
 }

@@ -37,7 +37,8 @@ Exit codes: 0 clean stop, 1 runtime failure, 2 bad usage or configuration.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	config.RegisterFlags(root.PersistentFlags())
+	// Flags every command reads; run and config add the relay's own.
+	config.RegisterCommonFlags(root.PersistentFlags())
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		// The error and where to look, not 30 lines of flags above it.
 		return usageError{fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	bridge "github.com/outbox-bridge/bridge"
+	"github.com/outbox-bridge/bridge/internal/config"
 )
 
 func newRunCommand() *cobra.Command {
@@ -47,5 +48,6 @@ on --nats-listen storing in <data-dir>/jetstream, and stream EVENTS on events.>.
 		},
 	}
 	cmd.Flags().BoolVar(&checkOnly, "check-config", false, "validate the configuration and exit (0 valid, 2 invalid)")
+	config.RegisterRelayFlags(cmd.Flags())
 	return cmd
 }
