@@ -37,10 +37,7 @@ type Relay struct {
 // claiming stops, publishes in progress finish or are released and marks
 // are flushed. It returns nil after a clean drain.
 func (r *Relay) Run(ctx context.Context) error {
-	streams := make([]string, 0, len(r.Streams))
-	for _, s := range r.Streams {
-		streams = append(streams, s.Name)
-	}
+	streams := r.Streams.Names()
 	r.Logger.Info("relay running",
 		slog.String("outbox", r.Store.DB().Redacted), slog.String("table", r.Store.Table()),
 		slog.Any("streams", streams), slog.String("http", r.Health.Addr()), slog.String("owner", r.Config.Relay.Owner))

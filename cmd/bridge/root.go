@@ -151,32 +151,26 @@ func setup(cmd *cobra.Command, daemon bool) (context.Context, *config.Config, *s
 	return cmd.Context(), cfg, logger, nil
 }
 
-// withStore runs fn with the configured outbox table, as enqueue, status
-// and the maintenance commands use it.
+// withStore runs fn with the configured outbox table, as status and the
+// maintenance commands (retry, requeue, purge) use it. Unlike run, migrate
+// and enqueue it does not create a SQLite database that is not there: a
+// mistyped --data-dir would otherwise show an empty outbox.
 func withStore(cmd *cobra.Command, fn func(ctx context.Context, store *outbox.Store) error) error {
 	ctx, cfg, logger, err := setup(cmd, false)
 	if err != nil {
 		return err
 	}
-	store, cleanup, err := existingStore(ctx, cfg, logger)
+	if path, ok := strings.CutPrefix(cfg.DatabaseURL(), "sqlite:"); ok && path != "" {
+		if _, err := os.Stat(strings.TrimPrefix(path, "//")); errors.Is(err, fs.ErrNotExist) {
+			return usage("no outbox database at %s: check --data-dir or --database-url, or create it with bridge migrate (bridge run and bridge enqueue create it too)", path)
+		}
+	}
+	store, cleanup, err := bridge.NewStore(ctx, cfg, logger)
 	if err != nil {
 		return classify(err)
 	}
 	defer cleanup()
 	return fn(ctx, store)
-}
-
-// existingStore opens the configured outbox table for a command that reads
-// or maintains it (status, retry, requeue, purge). Unlike run, migrate and
-// enqueue it does not create a SQLite database that is not there: a
-// mistyped --data-dir would otherwise show an empty outbox.
-func existingStore(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*outbox.Store, func(), error) {
-	if path, ok := strings.CutPrefix(cfg.DatabaseURL(), "sqlite:"); ok && path != "" {
-		if _, err := os.Stat(strings.TrimPrefix(path, "//")); errors.Is(err, fs.ErrNotExist) {
-			return nil, nil, usage("no outbox database at %s: check --data-dir or --database-url, or create it with bridge migrate (bridge run and bridge enqueue create it too)", path)
-		}
-	}
-	return bridge.NewStore(ctx, cfg, logger)
 }
 
 // kubernetesServiceLink reports the variables Kubernetes injects for a

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"text/tabwriter"
@@ -17,70 +18,63 @@ func newStatusCommand() *cobra.Command {
 		Use:   "status [--json]",
 		Short: "Show rows per status, the oldest pending row's age and recent errors",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cfg, logger, err := setup(cmd, false)
-			if err != nil {
-				return err
-			}
-			store, cleanup, err := existingStore(ctx, cfg, logger)
-			if err != nil {
-				return classify(err)
-			}
-			defer cleanup()
-			st, err := store.Stats(ctx, 5)
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				type rowError struct {
-					ID        int64  `json:"id"`
-					Status    string `json:"status"`
-					Attempts  int    `json:"attempts"`
-					LastError string `json:"last_error"`
+			return withStore(cmd, func(ctx context.Context, store *outbox.Store) error {
+				st, err := store.Stats(ctx, 5)
+				if err != nil {
+					return err
 				}
-				doc := struct {
-					Database             string           `json:"database"`
-					Table                string           `json:"table"`
-					Rows                 map[string]int64 `json:"rows"`
-					InFlight             int64            `json:"in_flight"`
-					OldestPendingSeconds *float64         `json:"oldest_pending_seconds"` // null: no pending row
-					RecentErrors         []rowError       `json:"recent_errors"`
-				}{
-					Database: store.DB().Redacted, Table: store.Table(), Rows: map[string]int64{},
-					InFlight: st.Rows[outbox.StatusInFlight], RecentErrors: []rowError{},
+				out := cmd.OutOrStdout()
+				if asJSON {
+					type rowError struct {
+						ID        int64  `json:"id"`
+						Status    string `json:"status"`
+						Attempts  int    `json:"attempts"`
+						LastError string `json:"last_error"`
+					}
+					doc := struct {
+						Database             string           `json:"database"`
+						Table                string           `json:"table"`
+						Rows                 map[string]int64 `json:"rows"`
+						InFlight             int64            `json:"in_flight"`
+						OldestPendingSeconds *float64         `json:"oldest_pending_seconds"` // null: no pending row
+						RecentErrors         []rowError       `json:"recent_errors"`
+					}{
+						Database: store.DB().Redacted, Table: store.Table(), Rows: map[string]int64{},
+						InFlight: st.Rows[outbox.StatusInFlight], RecentErrors: []rowError{},
+					}
+					if st.Rows[outbox.StatusPending] > 0 {
+						age := st.OldestPending.Seconds()
+						doc.OldestPendingSeconds = &age
+					}
+					for s, n := range st.Rows {
+						doc.Rows[string(s)] = n
+					}
+					for _, e := range st.RecentErrors {
+						doc.RecentErrors = append(doc.RecentErrors, rowError{e.ID, string(e.Status), e.Attempts, e.LastError})
+					}
+					enc := json.NewEncoder(out)
+					enc.SetIndent("", "  ")
+					return enc.Encode(doc)
 				}
+				fmt.Fprintf(out, "table %s in %s\n\n", store.Table(), store.DB().Redacted)
+				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+				for _, s := range outbox.Statuses {
+					fmt.Fprintf(tw, "%s\t%d\n", s, st.Rows[s])
+				}
+				tw.Flush()
 				if st.Rows[outbox.StatusPending] > 0 {
-					age := st.OldestPending.Seconds()
-					doc.OldestPendingSeconds = &age
+					fmt.Fprintf(out, "\noldest pending: %s\n", st.OldestPending.Round(time.Millisecond))
+				} else {
+					fmt.Fprintln(out, "\noldest pending: none")
 				}
-				for s, n := range st.Rows {
-					doc.Rows[string(s)] = n
+				if len(st.RecentErrors) > 0 {
+					fmt.Fprintln(out, "\nrecent errors:")
+					for _, e := range st.RecentErrors {
+						fmt.Fprintf(out, "  row %d (%s, attempts %d): %s\n", e.ID, e.Status, e.Attempts, e.LastError)
+					}
 				}
-				for _, e := range st.RecentErrors {
-					doc.RecentErrors = append(doc.RecentErrors, rowError{e.ID, string(e.Status), e.Attempts, e.LastError})
-				}
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(doc)
-			}
-			fmt.Fprintf(out, "table %s in %s\n\n", store.Table(), store.DB().Redacted)
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			for _, s := range outbox.Statuses {
-				fmt.Fprintf(tw, "%s\t%d\n", s, st.Rows[s])
-			}
-			tw.Flush()
-			if st.Rows[outbox.StatusPending] > 0 {
-				fmt.Fprintf(out, "\noldest pending: %s\n", st.OldestPending.Round(time.Millisecond))
-			} else {
-				fmt.Fprintln(out, "\noldest pending: none")
-			}
-			if len(st.RecentErrors) > 0 {
-				fmt.Fprintln(out, "\nrecent errors:")
-				for _, e := range st.RecentErrors {
-					fmt.Fprintf(out, "  row %d (%s, attempts %d): %s\n", e.ID, e.Status, e.Attempts, e.LastError)
-				}
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

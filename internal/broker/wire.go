@@ -20,6 +20,15 @@ var ProviderSet = wire.NewSet(ProvideConn, ProvideJetStream, ProvideStreams)
 // Streams are the streams ensured at start.
 type Streams []StreamSpec
 
+// Names returns the streams' names, in order.
+func (s Streams) Names() []string {
+	names := make([]string, len(s))
+	for i, spec := range s {
+		names[i] = spec.Name
+	}
+	return names
+}
+
 // ProvideConn connects to nats.url; with "embedded" it first starts the
 // in-process server on nats.listen storing in <data_dir>/jetstream. The
 // cleanup drains the connection and stops the server.

@@ -59,7 +59,7 @@ func checkHeaderName(name string) error {
 		return fmt.Errorf("header name is empty")
 	}
 	for i := 0; i < len(name); i++ {
-		if !isTokenChar(name[i]) {
+		if !IsTokenChar(name[i]) {
 			return fmt.Errorf("header name %q: byte %q is not allowed; names are HTTP tokens (letters, digits, !#$%%&'*+-.^_`|~)", name, name[i])
 		}
 	}
@@ -95,7 +95,9 @@ func checkHeaderValue(name, v string) error {
 	return nil
 }
 
-func isTokenChar(c byte) bool {
+// IsTokenChar reports whether c may appear in an HTTP token (RFC 9110
+// section 5.6.2), the rule for header names.
+func IsTokenChar(c byte) bool {
 	switch {
 	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
 		return true

@@ -132,7 +132,7 @@ func checkHeader(name, value string) error {
 		return fmt.Errorf("metadata name is empty")
 	}
 	for i := 0; i < len(name); i++ {
-		if !isTokenChar(name[i]) {
+		if !outbox.IsTokenChar(name[i]) {
 			return fmt.Errorf("metadata name %q: byte %q is not allowed in a header name (an HTTP token: letters, digits, !#$%%&'*+-.^_`|~)", name, name[i])
 		}
 	}
@@ -140,12 +140,4 @@ func checkHeader(name, value string) error {
 		return fmt.Errorf("metadata %q: value contains CR, LF or NUL", name)
 	}
 	return nil
-}
-
-func isTokenChar(c byte) bool {
-	switch {
-	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		return true
-	}
-	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }

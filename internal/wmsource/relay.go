@@ -28,10 +28,7 @@ type Relay struct {
 // nil. The duplicate-window guard stops the relay (with its error) when it
 // finds an unsafe stream in refuse mode.
 func (r *Relay) Run(ctx context.Context) error {
-	streams := make([]string, 0, len(r.Streams))
-	for _, s := range r.Streams {
-		streams = append(streams, s.Name)
-	}
+	streams := r.Streams.Names()
 	topic := r.Config.Watermill.ForwarderTopic
 	r.Logger.Info("relay running",
 		slog.String("source", config.SourceWatermillForwarder), slog.String("database", r.DB.Redacted),
