@@ -3,6 +3,7 @@ package sink_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -56,4 +57,36 @@ func TestPublisherSurvivesAPanicAndStopsOnClose(t *testing.T) {
 		buf := make([]byte, 1<<20)
 		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "sink.(*Publisher).writer")
 	}, 5*time.Second, 10*time.Millisecond, "the writer goroutine still runs after Close")
+}
+
+// TestPublishTimeoutAndTimerReuse: a publish whose PubAck never comes (a
+// plain subscriber on a subject no stream covers: the server sends no
+// "no responders" status) fails after PublishTimeout with
+// jetstream.ErrAsyncPublishTimeout, twice in a row on reused timers, and a
+// later publish to a stream is not cut short by a timer of an earlier one.
+func TestPublishTimeoutAndTimerReuse(t *testing.T) {
+	n := bridgetest.StartNATS(t)
+	nc, js := n.JetStream(t)
+	bridgetest.CreateStream(t, js, "S", "s.>")
+	sub, err := nc.SubscribeSync("silent.x")
+	require.NoError(t, err)
+	defer sub.Unsubscribe()
+	require.NoError(t, nc.Flush())
+
+	const timeout = 150 * time.Millisecond
+	pub, err := sink.New(js, sink.Config{PublishTimeout: timeout})
+	require.NoError(t, err)
+	defer pub.Close()
+	ctx := context.Background()
+	for i := range 3 {
+		start := time.Now()
+		_, err := pub.PublishMsg(ctx, "silent.x", message.NewMessage(fmt.Sprintf("silent-%d", i), []byte("x")))
+		require.ErrorIs(t, err, jetstream.ErrAsyncPublishTimeout, "publish %d", i)
+		require.GreaterOrEqual(t, time.Since(start), timeout, "publish %d returned before its timeout", i)
+	}
+	for i := range 50 {
+		ack, err := pub.PublishMsg(ctx, "s.a", message.NewMessage(fmt.Sprintf("ok-%d", i), []byte("y")))
+		require.NoError(t, err, "publish %d", i)
+		require.Equal(t, uint64(i+1), ack.Sequence)
+	}
 }
