@@ -190,16 +190,18 @@ func (e *env) databaseVersion(ctx context.Context) string {
 	return v
 }
 
-// fill commits n rows with distinct keys and subjects <prefix>.<0..15>.
+// fill commits n rows with distinct keys and subjects <prefix>.<0..15>;
+// with --ordering-keys K, row g gets the ordering key o-<g mod K>.
 func (e *env) fill(ctx context.Context, store *outbox.Store, prefix string, n int) error {
-	q := `INSERT INTO ` + store.Table() + ` (idempotency_key, subject, payload, headers)
-		SELECT 'k-' || g, $1 || '.' || (g % 16), $2, '{}' FROM generate_series(1, $3::int) AS g`
+	q := `INSERT INTO ` + store.Table() + ` (idempotency_key, subject, payload, headers, ordering_key)
+		SELECT 'k-' || g, $1 || '.' || (g % 16), $2, '{}', CASE WHEN $4::int > 0 THEN 'o-' || (g % $4::int) END
+		FROM generate_series(1, $3::int) AS g`
 	if e.db.Dialect() == "sqlite" {
-		q = `INSERT INTO ` + store.Table() + ` (idempotency_key, subject, payload, headers)
+		q = `INSERT INTO ` + store.Table() + ` (idempotency_key, subject, payload, headers, ordering_key)
 		WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < ?3)
-		SELECT 'k-' || g, ?1 || '.' || (g % 16), ?2, '{}' FROM s`
+		SELECT 'k-' || g, ?1 || '.' || (g % 16), ?2, '{}', CASE WHEN ?4 > 0 THEN 'o-' || (g % ?4) END FROM s`
 	}
-	if _, err := e.db.SQL.ExecContext(ctx, q, prefix, e.payload, n); err != nil {
+	if _, err := e.db.SQL.ExecContext(ctx, q, prefix, e.payload, n, e.s.OrderingKeys); err != nil {
 		return fmt.Errorf("insert %d rows: %w", n, err)
 	}
 	if e.db.Dialect() == "postgres" {

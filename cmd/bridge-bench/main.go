@@ -40,6 +40,7 @@ type settings struct {
 	MaxInFlight   int           `json:"max_in_flight"`
 	Phases        string        `json:"phases"`
 	DeleteOnRelay bool          `json:"delete_on_relay"`
+	OrderingKeys  int           `json:"ordering_keys"`
 	CPUProfile    string        `json:"-"`
 }
 
@@ -90,9 +91,14 @@ func run(args []string) int {
 	fs.StringVar(&s.Phases, "phases", "limit,bridge,latency,baseline", "comma-separated phases to run")
 	fs.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	fs.BoolVar(&s.DeleteOnRelay, "delete-on-relay", false, "run the relay with relay.delete_on_relay: rows are deleted at their PubAck instead of marked done")
+	fs.IntVar(&s.OrderingKeys, "ordering-keys", 0, "spread the rows of the bridge phase over this many ordering keys (row i gets key o-<i mod K>; 0: no ordering key)")
 	fs.StringVar(&s.CPUProfile, "cpuprofile", "", "write a CPU profile of the relay child process to this file, read with go tool pprof (each phase that runs the relay overwrites it: use with --phases bridge)")
 	fs.SetOutput(os.Stderr)
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if s.OrderingKeys < 0 {
+		fmt.Fprintf(os.Stderr, "bridge-bench: --ordering-keys %d: must be 0 (no ordering key) or more\n", s.OrderingKeys)
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -133,6 +139,9 @@ func printTable(w io.Writer, r *results) {
 	mode := ""
 	if s.DeleteOnRelay {
 		mode = ", delete_on_relay"
+	}
+	if s.OrderingKeys > 0 {
+		mode += fmt.Sprintf(", %d ordering keys", s.OrderingKeys)
 	}
 	fmt.Fprintf(w, "settings: %d rows of %d B, batch_size %d, max_in_flight %d%s, latency %d rows/s for %s, baseline %d rows\n\n",
 		s.Rows, s.PayloadBytes, s.BatchSize, s.MaxInFlight, mode, s.Rate, s.DurationText, s.BaselineRows)

@@ -198,7 +198,7 @@ ORDER BY id LIMIT ?`
 // READ COMMITTED: every statement reads the newest committed data, and
 // InnoDB takes no gap locks, so the claim does not block producers' inserts.
 // SKIP LOCKED never waits, so two claims cannot deadlock.
-func (mysqlDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner string, limit int) (_ []Row, err error) {
+func (mysqlDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner string, limit int, _ *keyCursor) (_ []Row, err error) {
 	q := strings.Split(s.claim, mysqlClaimSep)
 	if len(q) != 4 {
 		return nil, fmt.Errorf("mysql claim: want 4 statements, have %d", len(q))
@@ -232,7 +232,7 @@ func (mysqlDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner 
 			if err != nil {
 				return nil, err
 			}
-			if out, err = scanClaimed(rows); err != nil {
+			if out, err = scanClaimed(rows, nil); err != nil {
 				return nil, err
 			}
 		}

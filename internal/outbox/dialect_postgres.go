@@ -22,7 +22,29 @@ func (postgresDialect) indexName(t tableName, suffix string) string {
 	return t.name + "_" + suffix + "_idx"
 }
 
-// sqlFor renders the statements. The marks compare coalesce(o.status, …)
+// unsettled is the predicate of the ordering index: a row that holds back
+// the later rows of its ordering key.
+const unsettled = "e.status IN ('pending', 'in_flight', 'failed')"
+
+// sqlFor renders the statements.
+//
+// The claim (owner $1, limit $2, key cursor $3) takes candidates from two
+// places, then locks and updates up to $2 of them in id order:
+//   - rows without an ordering key: the unordered partial index, in id order;
+//   - the first unsettled row (the head) of each ordering key that is
+//     claimable: a skip scan of the ordering index, one index descent per
+//     key — the keys after the cursor, then from the first key up to the
+//     cursor — that stops after $2 claimable heads.
+//
+// A row behind its key's head is never read, so a claim costs the same
+// with a backlog of 100 or 1,000,000 rows queued behind a few keys (a scan
+// in id order that skipped them took 112 ms for 40 rows out of 10,000). The
+// last column is the next cursor: the last key claimed in scan order, so
+// that the next claim starts after it and every key gets its turn when
+// more keys are claimable than a claim takes. Key order is the database's
+// (the column's collation), which is why the cursor is computed here.
+//
+// The marks compare coalesce(o.status, …)
 // rather than o.status with 'in_flight' on purpose: the plain form lets the planner drive the join
 // from the in-flight partial index, whose row estimate is stale during a
 // burst (1 row against thousands), and join every in-flight row with every
@@ -32,20 +54,49 @@ func (postgresDialect) indexName(t tableName, suffix string) string {
 func (postgresDialect) sqlFor(t tableName) statements {
 	T := t.String()
 	return statements{
-		claim: `WITH c AS (
+		claim: `WITH RECURSIVE after_cursor(k, id, status, available_at) AS (
+	(SELECT e.ordering_key, e.id, e.status, e.available_at FROM ` + T + ` e
+	 WHERE e.ordering_key > $3 AND ` + unsettled + `
+	 ORDER BY e.ordering_key, e.id LIMIT 1)
+	UNION ALL
+	SELECT n.* FROM after_cursor h CROSS JOIN LATERAL (
+		SELECT e.ordering_key, e.id, e.status, e.available_at FROM ` + T + ` e
+		WHERE e.ordering_key > h.k AND ` + unsettled + `
+		ORDER BY e.ordering_key, e.id LIMIT 1) n
+), up_to_cursor(k, id, status, available_at) AS (
+	(SELECT e.ordering_key, e.id, e.status, e.available_at FROM ` + T + ` e
+	 WHERE e.ordering_key <= $3 AND ` + unsettled + `
+	 ORDER BY e.ordering_key, e.id LIMIT 1)
+	UNION ALL
+	SELECT n.* FROM up_to_cursor h CROSS JOIN LATERAL (
+		SELECT e.ordering_key, e.id, e.status, e.available_at FROM ` + T + ` e
+		WHERE e.ordering_key > h.k AND e.ordering_key <= $3 AND ` + unsettled + `
+		ORDER BY e.ordering_key, e.id LIMIT 1) n
+), candidates AS (
+	(SELECT o.id FROM ` + T + ` o
+	 WHERE o.ordering_key IS NULL AND o.status IN ('pending', 'failed') AND o.available_at <= now()
+	 ORDER BY o.id LIMIT $2)
+	UNION ALL
+	(SELECT h.id FROM (SELECT * FROM after_cursor UNION ALL SELECT * FROM up_to_cursor) h
+	 WHERE h.status IN ('pending', 'failed') AND h.available_at <= now()
+	 LIMIT $2)
+), c AS (
 	SELECT o.id FROM ` + T + ` o
-	WHERE o.status IN ('pending', 'failed') AND o.available_at <= now()
-	  AND (o.ordering_key IS NULL OR NOT EXISTS (
-		SELECT 1 FROM ` + T + ` e
-		WHERE e.ordering_key = o.ordering_key AND e.id < o.id
-		  AND e.status IN ('pending', 'in_flight', 'failed')))
+	WHERE o.id = ANY(ARRAY(SELECT id FROM candidates))
+	  AND o.status IN ('pending', 'failed') AND o.available_at <= now()
 	ORDER BY o.id
 	LIMIT $2
-	FOR UPDATE SKIP LOCKED)
-UPDATE ` + T + ` o SET status = 'in_flight', owner = $1, claimed_at = now(),
-	first_claimed_at = COALESCE(o.first_claimed_at, now()), attempts = o.attempts + 1
-FROM c WHERE o.id = c.id
-RETURNING o.id, o.idempotency_key, o.subject, o.payload, o.headers::text, o.ordering_key, o.attempts, o.created_at, o.claimed_at`,
+	FOR UPDATE SKIP LOCKED
+), claimed AS (
+	UPDATE ` + T + ` o SET status = 'in_flight', owner = $1, claimed_at = now(),
+		first_claimed_at = COALESCE(o.first_claimed_at, now()), attempts = o.attempts + 1
+	WHERE o.id = ANY(ARRAY(SELECT id FROM c))
+	RETURNING o.id, o.idempotency_key, o.subject, o.payload, o.headers::text, o.ordering_key, o.attempts, o.created_at, o.claimed_at
+)
+SELECT id, idempotency_key, subject, payload, headers, ordering_key, attempts, created_at, claimed_at,
+	coalesce(max(ordering_key) FILTER (WHERE ordering_key <= $3) OVER (),
+		max(ordering_key) FILTER (WHERE ordering_key > $3) OVER ())
+FROM claimed`,
 		requeue: `UPDATE ` + T + ` SET status = 'failed', owner = NULL, available_at = now(),
 	last_error = 'requeued after inflight timeout'
 WHERE status = 'in_flight' AND claimed_at < now() - $1 * interval '1 microsecond'`,
@@ -72,6 +123,21 @@ FROM unnest($2::bigint[], $3::int[], $4::text[], $5::text[], $6::bigint[], $7::b
 	AS m(id, attempt, status, err, delay, refund)
 WHERE o.id = m.id AND o.attempts = m.attempt AND coalesce(o.status, '') = 'in_flight' AND o.owner = $1`,
 	}
+}
+
+// claim runs the claim from the store's key cursor and moves the cursor.
+func (postgresDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner string, limit int, cursor *keyCursor) ([]Row, error) {
+	rows, err := db.QueryContext(ctx, s.claim, owner, limit, cursor.get())
+	if err != nil {
+		return nil, err
+	}
+	var next sql.NullString
+	out, err := scanClaimed(rows, &next)
+	if err != nil {
+		return nil, err
+	}
+	cursor.set(next)
+	return out, nil
 }
 
 func (postgresDialect) markDone(ctx context.Context, db *sql.DB, s *statements, owner string, done []Done, del bool) (int64, error) {

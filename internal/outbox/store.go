@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -20,6 +21,31 @@ type Store struct {
 	db    *DB
 	table tableName
 	sql   statements
+	heads keyCursor
+}
+
+// keyCursor is the ordering key after which the next claim of this store
+// looks for the heads of ordering keys first (PostgreSQL; see
+// postgresDialect.sqlFor).
+type keyCursor struct {
+	mu  sync.Mutex
+	key string
+}
+
+func (c *keyCursor) get() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.key
+}
+
+// set moves the cursor; a claim that took no ordered row leaves it.
+func (c *keyCursor) set(key sql.NullString) {
+	if !key.Valid {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.key = key.String
 }
 
 // NewStore returns a Store for table (an SQL identifier, optionally
@@ -64,7 +90,7 @@ func isMissingColumn(err error) bool {
 // on PostgreSQL and SQLite, a few on MySQL (see mysqlDialect.claim).
 func (s *Store) Claim(ctx context.Context, owner string, limit int) ([]Row, error) {
 	if c, ok := s.db.dialect.(claimer); ok {
-		out, err := c.claim(ctx, s.db.SQL, &s.sql, owner, limit)
+		out, err := c.claim(ctx, s.db.SQL, &s.sql, owner, limit, &s.heads)
 		if err != nil {
 			return nil, fmt.Errorf("claim outbox rows: %w", err)
 		}
@@ -74,27 +100,32 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int) ([]Row, erro
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox rows: %w", err)
 	}
-	return scanClaimed(rows)
+	return scanClaimed(rows, nil)
 }
 
-// claimer is a dialect whose claim is not one statement returning the
-// claimed rows (MySQL has no UPDATE … RETURNING). It returns the claimed
-// rows in id order.
+// claimer is a dialect whose claim is not one plain statement returning
+// the claimed rows: MySQL has no UPDATE … RETURNING; PostgreSQL reads and
+// moves the key cursor. It returns the claimed rows in id order.
 type claimer interface {
-	claim(ctx context.Context, db *sql.DB, s *statements, owner string, limit int) ([]Row, error)
+	claim(ctx context.Context, db *sql.DB, s *statements, owner string, limit int, cursor *keyCursor) ([]Row, error)
 }
 
 // scanClaimed reads and closes the result of a claim: id, idempotency_key,
 // subject, payload, headers, ordering_key, attempts, created_at,
-// claimed_at. It returns the rows in id order.
-func scanClaimed(rows *sql.Rows) ([]Row, error) {
+// claimed_at, and with extra set one more column into *extra (the same on
+// every row). It returns the rows in id order.
+func scanClaimed(rows *sql.Rows, extra *sql.NullString) ([]Row, error) {
 	defer rows.Close()
 	var out []Row
 	for rows.Next() {
 		var r Row
 		var headers sql.NullString
-		if err := rows.Scan(&r.ID, &r.IdempotencyKey, &r.Subject, &r.Payload, &headers, &r.OrderingKey,
-			&r.Attempt, dbTime{&r.CreatedAt}, dbTime{&r.ClaimedAt}); err != nil {
+		dest := []any{&r.ID, &r.IdempotencyKey, &r.Subject, &r.Payload, &headers, &r.OrderingKey,
+			&r.Attempt, dbTime{&r.CreatedAt}, dbTime{&r.ClaimedAt}}
+		if extra != nil {
+			dest = append(dest, extra)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("claim outbox rows: scan: %w", err)
 		}
 		if r.Payload == nil {
