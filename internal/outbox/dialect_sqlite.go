@@ -37,20 +37,42 @@ func (sqliteDialect) indexName(t tableName, suffix string) string {
 	return t.schema + "." + t.name + "_" + suffix + "_idx"
 }
 
+// sqlFor renders the statements. The claim takes what the PostgreSQL claim
+// takes (see postgresDialect.sqlFor): rows without an ordering key in id
+// order, and the claimable first unsettled row of each ordering key, found
+// key by key from the cursor ?3 with one index seek per key. The key walk
+// must run as a co-routine, which stops once the claim has its ?2 rows:
+// hence NOT MATERIALIZED (without it SQLite 3.54 materializes every key
+// first) and scalar subqueries rather than a join with the walk.
 func (sqliteDialect) sqlFor(t tableName) statements {
 	T := t.String()
+	// head is the first unsettled row of the ordering key x.k.
+	head := `(SELECT min(e.id) FROM ` + T + ` e WHERE e.ordering_key = x.k AND ` + unsettled + `)`
 	return statements{
-		claim: `UPDATE ` + T + ` SET status = 'in_flight', owner = ?, claimed_at = ` + sqliteNow + `,
+		claim: `WITH RECURSIVE after_cursor(k) AS NOT MATERIALIZED (
+	SELECT (SELECT min(e.ordering_key) FROM ` + T + ` e WHERE e.ordering_key > ?3 AND ` + unsettled + `)
+	UNION ALL
+	SELECT (SELECT min(e.ordering_key) FROM ` + T + ` e WHERE e.ordering_key > a.k AND ` + unsettled + `)
+	FROM after_cursor a WHERE a.k IS NOT NULL
+), up_to_cursor(k) AS NOT MATERIALIZED (
+	SELECT (SELECT min(e.ordering_key) FROM ` + T + ` e WHERE e.ordering_key <= ?3 AND ` + unsettled + `)
+	UNION ALL
+	SELECT (SELECT min(e.ordering_key) FROM ` + T + ` e WHERE e.ordering_key > u.k AND e.ordering_key <= ?3 AND ` + unsettled + `)
+	FROM up_to_cursor u WHERE u.k IS NOT NULL
+)
+UPDATE ` + T + ` SET status = 'in_flight', owner = ?1, claimed_at = ` + sqliteNow + `,
 	first_claimed_at = COALESCE(first_claimed_at, ` + sqliteNow + `), attempts = attempts + 1
 WHERE id IN (
-	SELECT o.id FROM ` + T + ` o
-	WHERE o.status IN ('pending', 'failed') AND o.available_at <= ` + sqliteNow + `
-	  AND (o.ordering_key IS NULL OR NOT EXISTS (
-		SELECT 1 FROM ` + T + ` e
-		WHERE e.ordering_key = o.ordering_key AND e.id < o.id
-		  AND e.status IN ('pending', 'in_flight', 'failed')))
-	ORDER BY o.id
-	LIMIT ?)
+	SELECT id FROM (SELECT o.id FROM ` + T + ` o
+		WHERE o.ordering_key IS NULL AND o.status IN ('pending', 'failed') AND o.available_at <= ` + sqliteNow + `
+		ORDER BY o.id LIMIT ?2)
+	UNION ALL
+	SELECT id FROM (SELECT ` + head + ` AS id
+		FROM (SELECT k FROM after_cursor WHERE k IS NOT NULL UNION ALL SELECT k FROM up_to_cursor WHERE k IS NOT NULL) x
+		WHERE EXISTS (SELECT 1 FROM ` + T + ` o WHERE o.id = ` + head + `
+			AND o.status IN ('pending', 'failed') AND o.available_at <= ` + sqliteNow + `)
+		LIMIT ?2)
+	ORDER BY 1 LIMIT ?2)
 RETURNING id, idempotency_key, subject, payload, headers, ordering_key, attempts, created_at, claimed_at`,
 		requeue: `UPDATE ` + T + ` SET status = 'failed', owner = NULL, available_at = ` + sqliteNow + `,
 	last_error = 'requeued after inflight timeout'
@@ -72,6 +94,42 @@ WHERE id = ? AND attempts = ? AND status = 'in_flight' AND owner = ?`,
 	available_at = ` + sqliteNowPlus + `, attempts = attempts - ?
 WHERE id = ? AND attempts = ? AND status = 'in_flight' AND owner = ?`,
 	}
+}
+
+// claim runs the claim from the store's key cursor and moves the cursor to
+// the last key claimed in the order the claim walked the keys: the largest
+// key up to the old cursor if the walk wrapped around, else the largest
+// key. Keys compare as bytes, as SQLite's default BINARY collation of the
+// column does.
+func (sqliteDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner string, limit int, cursor *keyCursor) ([]Row, error) {
+	from := cursor.get()
+	rows, err := db.QueryContext(ctx, s.claim, owner, limit, from)
+	if err != nil {
+		return nil, err
+	}
+	out, err := scanClaimed(rows, nil)
+	if err != nil {
+		return nil, err
+	}
+	var after, upTo sql.NullString
+	for _, r := range out {
+		k := r.OrderingKey
+		switch {
+		case !k.Valid:
+		case k.String <= from:
+			if !upTo.Valid || k.String > upTo.String {
+				upTo = k
+			}
+		case !after.Valid || k.String > after.String:
+			after = k
+		}
+	}
+	if upTo.Valid {
+		cursor.set(upTo)
+	} else {
+		cursor.set(after)
+	}
+	return out, nil
 }
 
 func (sqliteDialect) markDone(ctx context.Context, db *sql.DB, s *statements, owner string, done []Done, del bool) (int64, error) {

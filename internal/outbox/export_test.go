@@ -8,3 +8,12 @@ func PostgresClaimSQL(table string) (string, bool) {
 	}
 	return postgresDialect{}.sqlFor(t).claim, true
 }
+
+// SQLiteClaimSQL exposes the SQLite claim statement to tests.
+func SQLiteClaimSQL(table string) (string, bool) {
+	t, err := ParseTableName(table)
+	if err != nil {
+		return "", false
+	}
+	return sqliteDialect{}.sqlFor(t).claim, true
+}
