@@ -135,11 +135,11 @@ func provideWatermillRegistry(f *wmsource.Forwarder, guard *dedup.Guard) (*prome
 // the bridge table (enqueue, status, requeue, retry, purge): with source:
 // watermill-forwarder there is no such table to work on, which is a
 // configuration error (exit 2).
-func provideTableStore(ctx context.Context, db *outbox.DB, cfg *config.Config) (*outbox.Store, error) {
+func provideTableStore(ctx context.Context, db *outbox.DB, cfg *config.Config, logger *slog.Logger) (*outbox.Store, error) {
 	if cfg.Source != config.SourceTable {
 		return nil, &config.Error{Key: "source", Value: cfg.Source,
 			Allowed: "this command works on the bridge table only (source: table); with watermill-forwarder the relay reads " +
 				wmsource.MessagesTable(cfg.Watermill.ForwarderTopic) + " through watermill-sql's consumer-group offset, which keeps no state per message"}
 	}
-	return outbox.ProvideStore(ctx, db, cfg)
+	return outbox.ProvideStore(ctx, db, cfg, logger)
 }

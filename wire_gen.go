@@ -30,7 +30,7 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*Re
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := outbox.ProvideStore(ctx, db, cfg)
+	store, err := outbox.ProvideStore(ctx, db, cfg, logger)
 	if err != nil {
 		cleanup()
 		return nil, nil, err
@@ -219,7 +219,7 @@ func NewStore(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*ou
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := provideTableStore(ctx, db, cfg)
+	store, err := provideTableStore(ctx, db, cfg, logger)
 	if err != nil {
 		cleanup()
 		return nil, nil, err

@@ -11,6 +11,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -475,6 +476,24 @@ func TestMissingTablePostgres(t *testing.T) {
 	r = runBridge(t, dir, nil, append([]string{"status"}, flags...)...)
 	require.Equal(t, 0, r.code, "bridge status after migrate\n%s", r)
 	require.Contains(t, r.stdout, table)
+	require.NotContains(t, r.stderr, "older than this bridge", "bridge status after migrate\n%s", r)
+
+	// A table migrated by an older bridge (without migration 00003): the
+	// commands work and say to migrate; migrate applies the rest.
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	defer db.Close()
+	schema := strings.Split(table, ".")[0]
+	_, err = db.Exec("DELETE FROM " + table + "_migrations WHERE version_id = 3; DROP INDEX " + schema + ".outbox_unordered_idx")
+	require.NoError(t, err)
+	r = runBridge(t, dir, nil, append([]string{"status"}, flags...)...)
+	require.Equal(t, 0, r.code, "bridge status on an older schema\n%s", r)
+	require.Contains(t, r.stderr, "outbox schema is older than this bridge: run `bridge migrate`", "bridge status on an older schema\n%s", r)
+	r = runBridge(t, dir, nil, append([]string{"migrate"}, flags...)...)
+	require.Equal(t, 0, r.code, "bridge migrate of an older schema\n%s", r)
+	require.Contains(t, r.stdout, "applied migration 00003")
+	r = runBridge(t, dir, nil, append([]string{"status"}, flags...)...)
+	require.NotContains(t, r.stderr, "older than this bridge", "bridge status after the second migrate\n%s", r)
 }
 
 func TestEnqueueSameKeyTwice(t *testing.T) {

@@ -44,6 +44,21 @@ func Migrate(ctx context.Context, db *DB, table string) ([]MigrationResult, erro
 	return out, nil
 }
 
+// SchemaVersions returns the schema version of table recorded in its
+// migrations table and the newest version this build has. current <
+// target means `bridge migrate` has migrations to apply.
+func SchemaVersions(ctx context.Context, db *DB, table string) (current, target int64, err error) {
+	p, err := newMigrationProvider(db, table)
+	if err != nil {
+		return 0, 0, err
+	}
+	current, target, err = p.GetVersions(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read schema version of outbox table %s: %w", table, err)
+	}
+	return current, target, nil
+}
+
 func newMigrationProvider(db *DB, table string) (*goose.Provider, error) {
 	t, err := ParseTableName(table)
 	if err != nil {

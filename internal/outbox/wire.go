@@ -39,14 +39,24 @@ func ProvideDB(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*D
 }
 
 // ProvideStore returns the store of the configured table, after checking
-// that the table exists (ErrNoTable says to run `bridge migrate`).
-func ProvideStore(ctx context.Context, db *DB, cfg *config.Config) (*Store, error) {
+// that the table exists (ErrNoTable says to run `bridge migrate`). A schema
+// older than this build's is logged as a warning: the relay works on it,
+// without what the newer migrations add (an index of the claim, so far).
+func ProvideStore(ctx context.Context, db *DB, cfg *config.Config, logger *slog.Logger) (*Store, error) {
 	store, err := NewStore(db, cfg.Database.Table)
 	if err != nil {
 		return nil, err
 	}
 	if err := store.CheckSchema(ctx); err != nil {
 		return nil, err
+	}
+	current, target, err := SchemaVersions(ctx, db, cfg.Database.Table)
+	switch {
+	case err != nil:
+		logger.Debug("outbox schema version unknown", slog.Any("error", err))
+	case current < target:
+		logger.Warn("outbox schema is older than this bridge: run `bridge migrate` (same --database-url and --table) to apply the rest",
+			slog.String("table", store.Table()), slog.Int64("schema_version", current), slog.Int64("bridge_schema_version", target))
 	}
 	return store, nil
 }
