@@ -21,6 +21,10 @@ type dialect interface {
 	indexName(t tableName, suffix string) string
 	// sqlFor renders the statements for table t.
 	sqlFor(t tableName) statements
+	// claim leases up to limit claimable rows to owner (Store.Claim) and
+	// returns them in id order; cursor is the store's position among
+	// ordering keys, which the dialect may read and move.
+	claim(ctx context.Context, db *sql.DB, s *statements, owner string, limit int, cursor *keyCursor) ([]Row, error)
 	markDone(ctx context.Context, db *sql.DB, s *statements, owner string, done []Done, del bool) (int64, error)
 	markFailed(ctx context.Context, db *sql.DB, s *statements, owner string, failures []Failure) (int64, error)
 	isUndefinedTable(err error) bool
@@ -33,7 +37,8 @@ type dialect interface {
 // statements are the rendered SQL of one table. Placeholders are the
 // dialect's own ($1 or ?).
 type statements struct {
-	// claim(owner, limit) returns claimed rows.
+	// claim is the claim, run by the dialect's claim method: its
+	// parameters and statements differ by dialect.
 	claim string
 	// requeue(olderThan) moves stale in_flight rows to failed.
 	requeue string

@@ -25,7 +25,7 @@ type Store struct {
 }
 
 // keyCursor is the ordering key after which the next claim of this store
-// looks for the heads of ordering keys first (PostgreSQL; see
+// looks for the heads of ordering keys first (PostgreSQL and SQLite; see
 // postgresDialect.sqlFor).
 type keyCursor struct {
 	mu  sync.Mutex
@@ -86,28 +86,17 @@ func isMissingColumn(err error) bool {
 // order. A row is claimable when it is pending or failed, its available_at
 // has passed on the database clock, and no earlier row of its ordering key
 // is pending, in_flight or failed. Claimed rows become in_flight with
-// claimed_at = now() and attempts + 1. One short transaction: one statement
-// on PostgreSQL and SQLite, a few on MySQL (see mysqlDialect.claim).
+// claimed_at = now() and attempts + 1. When more ordering keys have a
+// claimable row than limit, the store's claims take the keys in turn (a
+// cursor over keys), not always the first ones. One short transaction: one
+// statement on PostgreSQL and SQLite, a few on MySQL (see
+// mysqlDialect.claim).
 func (s *Store) Claim(ctx context.Context, owner string, limit int) ([]Row, error) {
-	if c, ok := s.db.dialect.(claimer); ok {
-		out, err := c.claim(ctx, s.db.SQL, &s.sql, owner, limit, &s.heads)
-		if err != nil {
-			return nil, fmt.Errorf("claim outbox rows: %w", err)
-		}
-		return out, nil
-	}
-	rows, err := s.db.SQL.QueryContext(ctx, s.sql.claim, owner, limit)
+	out, err := s.db.dialect.claim(ctx, s.db.SQL, &s.sql, owner, limit, &s.heads)
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox rows: %w", err)
 	}
-	return scanClaimed(rows, nil)
-}
-
-// claimer is a dialect whose claim is not one plain statement returning
-// the claimed rows: MySQL has no UPDATE … RETURNING; PostgreSQL reads and
-// moves the key cursor. It returns the claimed rows in id order.
-type claimer interface {
-	claim(ctx context.Context, db *sql.DB, s *statements, owner string, limit int, cursor *keyCursor) ([]Row, error)
+	return out, nil
 }
 
 // scanClaimed reads and closes the result of a claim: id, idempotency_key,
