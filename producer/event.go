@@ -20,7 +20,9 @@ type Event struct {
 	Payload []byte
 	// Headers are copied to the NATS message. Names are HTTP tokens;
 	// values hold no CR, LF or NUL. Nats-Msg-Id and Outbox-* are set by the
-	// relay and may not be set here. A name with no values is left out.
+	// relay, and the other Nats-* names are instructions to the JetStream
+	// server (Nats-Rollup, Nats-TTL, Nats-Expected-Stream, …): none of them
+	// may be set here, in any case. A name with no values is left out.
 	Headers Header
 	// OrderingKey groups events that must be published in order, usually the
 	// id of the aggregate they belong to ("order-42"). Events of one key are
@@ -86,6 +88,12 @@ const reservedHeaderPrefix = "Outbox-"
 // headerMsgID is JetStream's deduplication header, set by the relay from
 // the idempotency key.
 const headerMsgID = "Nats-Msg-Id"
+
+// serverHeaderPrefix begins the headers JetStream reads as instructions
+// (nats-server server/stream.go: Nats-Rollup purges messages, Nats-TTL
+// sets a lifetime, Nats-Expected-* make the store conditional). The relay
+// dead-letters a row that sets one.
+const serverHeaderPrefix = "Nats-"
 
 // check validates e for a table with limits lim. It mirrors the checks the
 // relay makes when it reads the row (a row that fails them is a dead
@@ -170,9 +178,11 @@ func checkHeader(name string, values []string) string {
 			return fmt.Sprintf("header name %q: byte %q is not allowed; names are HTTP tokens (letters, digits, !#$%%&'*+-.^_`|~)", name, name[i])
 		}
 	}
-	if strings.EqualFold(name, headerMsgID) ||
-		(len(name) >= len(reservedHeaderPrefix) && strings.EqualFold(name[:len(reservedHeaderPrefix)], reservedHeaderPrefix)) {
+	if strings.EqualFold(name, headerMsgID) || hasPrefixFold(name, reservedHeaderPrefix) {
 		return fmt.Sprintf("header %q is set by the relay (Nats-Msg-Id from the idempotency key, Outbox-* from the row); an event may not set it", name)
+	}
+	if hasPrefixFold(name, serverHeaderPrefix) {
+		return fmt.Sprintf("header %q is reserved for the JetStream server: Nats-* headers are instructions to the stream (rollup, TTL, expected stream or sequence); an event may not set it", name)
 	}
 	for _, v := range values {
 		if strings.ContainsAny(v, "\r\n\x00") {
@@ -183,6 +193,11 @@ func checkHeader(name string, values []string) string {
 		}
 	}
 	return ""
+}
+
+// hasPrefixFold reports whether s begins with prefix, in any case.
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
 // isTokenChar reports whether c may appear in an HTTP token (RFC 9110

@@ -47,6 +47,9 @@ func TestWriteRefusesInvalidEvents(t *testing.T) {
 		{producer.Event{Subject: "events.a", Headers: producer.Header{"Outbox-Id": {"1"}}}, "Headers", `header "Outbox-Id" is set by the relay`},
 		{producer.Event{Subject: "events.a", Headers: producer.Header{"OUTBOX-ATTEMPT": {"1"}}}, "Headers", "set by the relay"},
 		{producer.Event{Subject: "events.a", Headers: producer.Header{"outbox-anything": {"1"}}}, "Headers", "set by the relay"},
+		{producer.Event{Subject: "events.a", Headers: producer.Header{"Nats-Rollup": {"all"}}}, "Headers", `header "Nats-Rollup" is reserved for the JetStream server`},
+		{producer.Event{Subject: "events.a", Headers: producer.Header{"nats-ttl": {"1s"}}}, "Headers", `header "nats-ttl" is reserved for the JetStream server`},
+		{producer.Event{Subject: "events.a", Headers: producer.Header{"NATS-EXPECTED-STREAM": {"EVENTS"}}}, "Headers", "reserved for the JetStream server"},
 	} {
 		ctx := context.Background()
 		tx, err := b.prod.BeginTx(ctx, nil)
@@ -111,6 +114,10 @@ func TestValidationMatchesRelay(t *testing.T) {
 		{h: producer.Header{"!#$%&'*+-.^_`|~09azAZ": {"tokens"}}},
 		{h: producer.Header{"X": {`quotes " and \ backslash, <html> & ünïcode`}}},
 		{h: producer.Header{"Nats-Expected-Stream": {"EVENTS"}}},
+		{h: producer.Header{"Nats-Rollup": {"all"}}},
+		{h: producer.Header{"nats-ttl": {"1s"}}},
+		{h: producer.Header{"Nats": {"not reserved"}}},
+		{h: producer.Header{"X-Nats-Rollup": {"not reserved"}}},
 		{h: producer.Header{"Outbox": {"not reserved"}}},
 		{h: producer.Header{"Nats-Msg-Id": {"x"}}},
 		{h: producer.Header{"outbox-id": {"1"}}},

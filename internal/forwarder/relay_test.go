@@ -161,6 +161,9 @@ func TestRowsThatCannotBePublishedAreDeadLetters(t *testing.T) {
 		"crlf value":    {"events.ok", `{"X-A": "v\r\nNats-Msg-Id: evil"}`, "CR, LF"},
 		"bad name":      {"events.ok", `{"X A": "v"}`, "not allowed"},
 		"reserved name": {"events.ok", `{"nats-msg-id": "evil"}`, "set by the relay"},
+		"rollup":        {"events.ok", `{"Nats-Rollup": "all"}`, `header "Nats-Rollup" is reserved for the JetStream server`},
+		"ttl":           {"events.ok", `{"nats-ttl": "1s"}`, `header "nats-ttl" is reserved`},
+		"expected":      {"events.ok", `{"X-Ok": "1", "NATS-EXPECTED-STREAM": "OTHER"}`, "reserved for the JetStream server"},
 		"number value":  {"events.ok", `{"X-N": 5}`, "neither a string"},
 	}
 	for key, p := range poison {
