@@ -431,6 +431,10 @@ func TestBadInput(t *testing.T) {
 			name: "unknown yaml key", args: []string{"run", "--check-config", "--config", "bridge.yaml"},
 			yaml: "relay:\n  batch_size: 10\n  bogus_key: 1\n", want: []string{"relay.bogus_key", "unknown key"},
 		},
+		{
+			name: "inflight timeout beyond the embedded stream's window", args: []string{"run", "--check-config", "--inflight-timeout", "1h"},
+			want: []string{"relay.inflight_timeout", `"1h"`, "at most 1m55s", "embedded default stream EVENTS"},
+		},
 		{name: "positional argument", args: []string{"run", "extra-arg"}, want: []string{"extra-arg"}},
 	}
 	for _, tt := range tests {

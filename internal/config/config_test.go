@@ -403,3 +403,27 @@ func TestStreamWindowBelowHorizonRefusedWhenGuardRefuses(t *testing.T) {
 	_, err = load(t, yaml+"dedup:\n  guard: warn\n", nil)
 	require.NoError(t, err, "warn and off leave the choice to the operator")
 }
+
+// TestEmbeddedStreamWindowBelowHorizon: with no stream configured and the
+// embedded server, the relay creates EVENTS with a 2m window; timeouts the
+// guard would refuse against it are refused at load.
+func TestEmbeddedStreamWindowBelowHorizon(t *testing.T) {
+	t.Parallel()
+	_, err := load(t, "", nil, "--inflight-timeout", "1h")
+	e := requireConfigError(t, err, "relay.inflight_timeout")
+	require.Equal(t, "1h", e.Value)
+	require.Contains(t, e.Allowed, "at most 1m55s")
+	require.Contains(t, e.Allowed, "2m duplicate window of the embedded default stream EVENTS")
+
+	_, err = load(t, "", []string{"BRIDGE_RELAY_PUBLISH_TIMEOUT=3m", "BRIDGE_RELAY_ACK_DEADLINE=4m"}, "--inflight-timeout", "5m")
+	requireConfigError(t, err, "relay.publish_timeout")
+
+	_, err = load(t, "", nil, "--inflight-timeout", "1m55s")
+	require.NoError(t, err, "the horizon fits the window exactly")
+	_, err = load(t, "dedup:\n  guard: warn\n", nil, "--inflight-timeout", "1h")
+	require.NoError(t, err, "warn and off leave the choice to the operator")
+	_, err = load(t, "", nil, "--inflight-timeout", "1h", "--nats-url", "nats://127.0.0.1:4222")
+	require.NoError(t, err, "an external server with no stream configured: nothing is created")
+	_, err = load(t, "streams:\n  - name: EVENTS\n    subjects: [\"events.>\"]\n    duplicates: 2h\n", nil, "--inflight-timeout", "1h")
+	require.NoError(t, err, "a configured stream with a long enough window")
+}

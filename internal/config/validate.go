@@ -376,13 +376,29 @@ func (c *Config) validateDedup() error {
 		return err
 	}
 	// A stream the relay would create and then refuse (the guard never
-	// changes an existing stream) is refused here, before it exists.
+	// changes an existing stream) is refused here, before it exists: a
+	// configured stream, or the embedded default EVENTS, whose window is
+	// not configurable, so the relay's timeouts are at fault.
 	horizon := c.Relay.InflightTimeout + c.Relay.PublishTimeout
-	for i, s := range c.Streams {
-		if d.Guard == GuardRefuse && s.Duplicates < horizon {
-			return &Error{Key: fmt.Sprintf("streams[%d].duplicates", i), Value: fmtDuration(s.Duplicates),
-				Allowed: fmt.Sprintf("must be at least %s (relay.inflight_timeout + relay.publish_timeout) while dedup.guard is refuse", fmtDuration(horizon))}
+	if d.Guard != GuardRefuse {
+		return nil
+	}
+	for i, s := range c.EffectiveStreams() {
+		if s.Duplicates >= horizon {
+			continue
 		}
+		if len(c.Streams) == 0 && c.Relay.PublishTimeout >= s.Duplicates {
+			return &Error{Key: "relay.publish_timeout", Value: fmtDuration(c.Relay.PublishTimeout),
+				Allowed: fmt.Sprintf("must be well below the %s duplicate window of the embedded default stream %s while dedup.guard is refuse; configure streams with a longer duplicates window, or set dedup.guard to warn or off",
+					fmtDuration(s.Duplicates), s.Name)}
+		}
+		if len(c.Streams) == 0 {
+			return &Error{Key: "relay.inflight_timeout", Value: fmtDuration(c.Relay.InflightTimeout),
+				Allowed: fmt.Sprintf("must be at most %s while dedup.guard is refuse: relay.inflight_timeout + relay.publish_timeout (%s) must fit in the %s duplicate window of the embedded default stream %s; configure streams with a longer duplicates window, or set dedup.guard to warn or off",
+					fmtDuration(s.Duplicates-c.Relay.PublishTimeout), fmtDuration(horizon), fmtDuration(s.Duplicates), s.Name)}
+		}
+		return &Error{Key: fmt.Sprintf("streams[%d].duplicates", i), Value: fmtDuration(s.Duplicates),
+			Allowed: fmt.Sprintf("must be at least %s (relay.inflight_timeout + relay.publish_timeout) while dedup.guard is refuse", fmtDuration(horizon))}
 	}
 	return nil
 }
