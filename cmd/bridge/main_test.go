@@ -435,6 +435,11 @@ func TestBadInput(t *testing.T) {
 			name: "inflight timeout beyond the embedded stream's window", args: []string{"run", "--check-config", "--inflight-timeout", "1h"},
 			want: []string{"relay.inflight_timeout", `"1h"`, "at most 1m55s", "embedded default stream EVENTS"},
 		},
+		{
+			name: "duplicates longer than max age", args: []string{"run", "--check-config", "--config", "bridge.yaml"},
+			yaml: "streams:\n  - name: EVENTS\n    subjects: [\"events.>\"]\n    duplicates: 1m\n    max_age: 1s\n",
+			want: []string{"streams[0].duplicates", `"1m"`, "streams[0].max_age (1s)"},
+		},
 		{name: "positional argument", args: []string{"run", "extra-arg"}, want: []string{"extra-arg"}},
 	}
 	for _, tt := range tests {

@@ -267,6 +267,8 @@ func TestValidateRefuses(t *testing.T) {
 		{"StreamDuplicates", func(c *Config) { s := stream("A", "a"); s.Duplicates = time.Millisecond; c.Streams = []Stream{s} }, "streams[0].duplicates"},
 		{"StreamStorage", func(c *Config) { s := stream("A", "a"); s.Storage = "disk"; c.Streams = []Stream{s} }, "streams[0].storage"},
 		{"StreamDuplicateName", func(c *Config) { c.Streams = []Stream{stream("A", "a"), stream("A", "b")} }, "streams[1].name"},
+		{"StreamDuplicatesOverMaxAge", func(c *Config) { s := stream("A", "a"); s.MaxAge = time.Second; c.Streams = []Stream{s} }, "streams[0].duplicates"},
+		{"StreamMaxAgeTiny", func(c *Config) { s := stream("A", "a"); s.MaxAge = time.Millisecond; c.Streams = []Stream{s} }, "streams[0].max_age"},
 		{"TLSKeyWithoutCert", func(c *Config) { c.NATS.TLS.KeyFile = "/k.pem" }, "nats.tls.key_file"},
 		{"TwoAuthMethods", func(c *Config) { c.NATS.CredsFile = "/c"; c.NATS.Token = "t" }, "nats.token"},
 	} {
@@ -426,4 +428,22 @@ func TestEmbeddedStreamWindowBelowHorizon(t *testing.T) {
 	require.NoError(t, err, "an external server with no stream configured: nothing is created")
 	_, err = load(t, "streams:\n  - name: EVENTS\n    subjects: [\"events.>\"]\n    duplicates: 2h\n", nil, "--inflight-timeout", "1h")
 	require.NoError(t, err, "a configured stream with a long enough window")
+}
+
+func TestStreamDuplicatesWithinMaxAge(t *testing.T) {
+	t.Parallel()
+	const base = "dedup:\n  guard: off\nstreams:\n  - name: EVENTS\n    subjects: [\"events.>\"]\n"
+	_, err := load(t, base+"    duplicates: 1m\n    max_age: 1s\n", nil)
+	e := requireConfigError(t, err, "streams[0].duplicates")
+	require.Equal(t, "1m", e.Value)
+	require.Contains(t, e.Allowed, "streams[0].max_age (1s)")
+
+	_, err = load(t, base+"    max_age: 1m\n", nil)
+	e = requireConfigError(t, err, "streams[0].duplicates")
+	require.Equal(t, "2m", e.Value, "the default window counts")
+
+	_, err = load(t, base+"    duplicates: 1m\n    max_age: 1m\n", nil)
+	require.NoError(t, err, "a window equal to the max age is allowed")
+	_, err = load(t, base+"    duplicates: 1m\n    max_age: 0s\n", nil)
+	require.NoError(t, err, "max_age 0 is no limit")
 }

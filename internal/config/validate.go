@@ -23,6 +23,7 @@ const (
 	MaxInFlightMax       = 1000000
 	StreamReplicasMax    = 5
 	StreamDuplicatesMin  = 100 * time.Millisecond
+	StreamMaxAgeMin      = 100 * time.Millisecond // when not 0
 	DedupNamespaceMaxLen = 64
 	StreamNameMaxLen     = 255 // JSMaxNameLen of nats-server (server/jetstream_api.go)
 )
@@ -224,8 +225,16 @@ func (c *Config) validateStreams() error {
 		if s.Storage != StorageFile && s.Storage != StorageMemory {
 			return &Error{Key: key("storage"), Value: s.Storage, Allowed: "must be one of file, memory"}
 		}
-		if s.MaxAge < 0 {
-			return &Error{Key: key("max_age"), Value: fmtDuration(s.MaxAge), Allowed: "must be 0 (no limit) or a positive duration such as 168h"}
+		// nats-server refuses the next two when the stream is created
+		// (server/stream.go, checkStreamCfgLocked): "max age needs to be
+		// >= 100ms", "duplicates window can not be larger then max age".
+		if s.MaxAge < 0 || (s.MaxAge > 0 && s.MaxAge < StreamMaxAgeMin) {
+			return &Error{Key: key("max_age"), Value: fmtDuration(s.MaxAge), Allowed: "must be 0 (no limit) or a duration of at least 100ms such as 168h"}
+		}
+		if s.MaxAge > 0 && s.Duplicates > s.MaxAge {
+			return &Error{Key: key("duplicates"), Value: fmtDuration(s.Duplicates),
+				Allowed: fmt.Sprintf("must not be longer than %s (%s): JetStream refuses a duplicate window longer than the max age (duplicates defaults to %s)",
+					key("max_age"), fmtDuration(s.MaxAge), fmtDuration(StreamDuplicatesDefault))}
 		}
 	}
 	return c.validateStreamSubjects()
