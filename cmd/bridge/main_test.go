@@ -440,6 +440,22 @@ func TestBadInput(t *testing.T) {
 			yaml: "streams:\n  - name: EVENTS\n    subjects: [\"events.>\"]\n    duplicates: 1m\n    max_age: 1s\n",
 			want: []string{"streams[0].duplicates", `"1m"`, "streams[0].max_age (1s)"},
 		},
+		{
+			name: "missing creds file", args: []string{"run", "--check-config", "--config", "bridge.yaml"},
+			yaml: "nats:\n  creds_file: /nonexistent/user.creds\n", want: []string{"nats.creds_file", "/nonexistent/user.creds", "no such file"},
+		},
+		{
+			name: "missing creds file, run", args: []string{"run", "--config", "bridge.yaml"},
+			yaml: "nats:\n  creds_file: /nonexistent/user.creds\n", want: []string{"nats.creds_file", "/nonexistent/user.creds", "no such file"},
+		},
+		{
+			name: "missing tls key file", args: []string{"run", "--check-config", "--config", "bridge.yaml"},
+			yaml: "nats:\n  tls:\n    cert_file: /nonexistent/c.pem\n    key_file: /nonexistent/k.pem\n", want: []string{"nats.tls.cert_file", "/nonexistent/c.pem"},
+		},
+		{
+			name: "missing nkey seed file, tail", args: []string{"tail", "--subject", "events.>", "--config", "bridge.yaml"},
+			yaml: "nats:\n  nkey_seed_file: /nonexistent/seed\n", want: []string{"nats.nkey_seed_file", "/nonexistent/seed"},
+		},
 		{name: "positional argument", args: []string{"run", "extra-arg"}, want: []string{"extra-arg"}},
 	}
 	for _, tt := range tests {

@@ -447,3 +447,42 @@ func TestStreamDuplicatesWithinMaxAge(t *testing.T) {
 	_, err = load(t, base+"    duplicates: 1m\n    max_age: 0s\n", nil)
 	require.NoError(t, err, "max_age 0 is no limit")
 }
+
+func TestCheckFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "user.creds")
+	require.NoError(t, os.WriteFile(file, []byte("x"), 0o600))
+	missing := filepath.Join(dir, "missing.pem")
+
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		key  string
+		want string
+	}{
+		{"CredsMissing", func(c *Config) { c.NATS.CredsFile = missing }, "nats.creds_file", "no such file or directory"},
+		{"CredsDirectory", func(c *Config) { c.NATS.CredsFile = dir }, "nats.creds_file", "it is a directory"},
+		{"NkeySeedMissing", func(c *Config) { c.NATS.NkeySeedFile = missing }, "nats.nkey_seed_file", "no such file"},
+		{"CAMissing", func(c *Config) { c.NATS.TLS.CAFile = missing }, "nats.tls.ca_file", "no such file"},
+		{"CertMissing", func(c *Config) { c.NATS.TLS.CertFile, c.NATS.TLS.KeyFile = missing, file }, "nats.tls.cert_file", "no such file"},
+		{"KeyMissing", func(c *Config) { c.NATS.TLS.CertFile, c.NATS.TLS.KeyFile = file, missing }, "nats.tls.key_file", "no such file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := Default()
+			tc.edit(&c)
+			require.NoError(t, c.Validate(), "Validate does not read files")
+			e := requireConfigError(t, c.CheckFiles(), tc.key)
+			require.Contains(t, e.Error(), tc.want)
+			require.Contains(t, e.Value, dir)
+		})
+	}
+
+	c := Default()
+	c.NATS.CredsFile = file
+	c.NATS.TLS = TLS{CAFile: file, CertFile: file, KeyFile: file}
+	require.NoError(t, c.CheckFiles())
+	d := Default()
+	require.NoError(t, d.CheckFiles(), "no file configured")
+}

@@ -3,8 +3,10 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/url"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -454,4 +456,50 @@ func oneOf(key, value string, allowed ...string) error {
 		}
 	}
 	return &Error{Key: key, Value: value, Allowed: "must be one of " + strings.Join(allowed, ", ")}
+}
+
+// CheckFiles checks that each file the NATS connection reads
+// (nats.creds_file, nats.nkey_seed_file, nats.tls.ca_file, cert_file and
+// key_file) is set to a regular file this process can open, and returns an
+// *Error naming the first key that is not. Validate does not read the file
+// system; the commands that connect to NATS (run, including
+// --check-config, and tail) call CheckFiles too, so that commands that
+// only use the outbox keep working where the NATS secrets are not mounted.
+func (c *Config) CheckFiles() error {
+	for _, f := range []struct{ key, path string }{
+		{"nats.creds_file", c.NATS.CredsFile},
+		{"nats.nkey_seed_file", c.NATS.NkeySeedFile},
+		{"nats.tls.ca_file", c.NATS.TLS.CAFile},
+		{"nats.tls.cert_file", c.NATS.TLS.CertFile},
+		{"nats.tls.key_file", c.NATS.TLS.KeyFile},
+	} {
+		if f.path == "" {
+			continue
+		}
+		if why := unreadable(f.path); why != "" {
+			return &Error{Key: f.key, Value: f.path, Allowed: "must name a readable file: " + why}
+		}
+	}
+	return nil
+}
+
+// unreadable says why path cannot be read as a file, or returns "".
+func unreadable(path string) string {
+	fh, err := os.Open(path)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) { // the path is in the message already
+			return pe.Err.Error()
+		}
+		return err.Error()
+	}
+	defer fh.Close()
+	info, err := fh.Stat()
+	if err != nil {
+		return err.Error()
+	}
+	if info.IsDir() {
+		return "it is a directory"
+	}
+	return ""
 }
