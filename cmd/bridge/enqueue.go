@@ -75,6 +75,9 @@ inserted again: the command says "already enqueued" and exits 0.`,
 			if err != nil {
 				return err
 			}
+			if err := requireExplicitSQLiteOutbox(cfg); err != nil {
+				return err
+			}
 			store, cleanup, err := bridge.NewStore(ctx, cfg, logger)
 			if err != nil {
 				return classify(err)

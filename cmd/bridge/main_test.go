@@ -386,6 +386,9 @@ func TestBadInput(t *testing.T) {
 		// yaml, when set, is written to bridge.yaml in the working directory.
 		yaml string
 		want []string // fragments of stderr
+		// absent, when set, is a path in the working directory that the
+		// command must not have created.
+		absent string
 	}{
 		{name: "unknown command", args: []string{"frobnicate"}, want: []string{"unknown command", "frobnicate"}},
 		{name: "unknown flag", args: []string{"run", "--frob"}, want: []string{"unknown flag", "--frob"}},
@@ -456,6 +459,20 @@ func TestBadInput(t *testing.T) {
 			name: "missing nkey seed file, tail", args: []string{"tail", "--subject", "events.>", "--config", "bridge.yaml"},
 			yaml: "nats:\n  nkey_seed_file: /nonexistent/seed\n", want: []string{"nats.nkey_seed_file", "/nonexistent/seed"},
 		},
+		{
+			name: "run on a missing sqlite file", args: []string{"run", "--database-url", "sqlite:new/outbox.db"}, absent: "new",
+			want: []string{"no outbox database at new/outbox.db", "bridge migrate --database-url sqlite:new/outbox.db creates it"},
+		},
+		{
+			name: "check-config on a missing sqlite file", args: []string{"run", "--check-config", "--database-url", "sqlite:new.db"}, absent: "new.db",
+			want: []string{"no outbox database at new.db", "bridge migrate --database-url sqlite:new.db"},
+		},
+		{
+			name: "enqueue on a missing sqlite file", args: []string{"enqueue", "--subject", "events.x", "--database-url", "sqlite:new.db"}, absent: "new.db",
+			want: []string{"no outbox database at new.db", "bridge migrate --database-url sqlite:new.db"},
+		},
+		{name: "run on sqlite in memory", args: []string{"run", "--database-url", "sqlite::memory:"}, want: []string{"sqlite::memory:", "in-memory SQLite database", "name a file"}},
+		{name: "enqueue on sqlite in memory", args: []string{"enqueue", "--subject", "events.x", "--database-url", "sqlite::memory:"}, want: []string{"in-memory SQLite database"}},
 		{name: "positional argument", args: []string{"run", "extra-arg"}, want: []string{"extra-arg"}},
 	}
 	for _, tt := range tests {
@@ -477,8 +494,38 @@ func TestBadInput(t *testing.T) {
 			for _, w := range tt.want {
 				require.Contains(t, r.stderr, w, "bridge %s\n%s", strings.Join(args, " "), r)
 			}
+			if tt.absent != "" {
+				require.NoFileExists(t, filepath.Join(dir, tt.absent), "bridge %s created it", strings.Join(args, " "))
+				require.NoDirExists(t, filepath.Join(dir, tt.absent), "bridge %s created it", strings.Join(args, " "))
+			}
 		})
 	}
+}
+
+// TestExplicitSQLiteFileComesFromMigrate: run and enqueue do not create a
+// SQLite file named by --database-url; bridge migrate does, and then they
+// work on it.
+func TestExplicitSQLiteFileComesFromMigrate(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	url := "sqlite:" + filepath.Join(dir, "db", "outbox.db")
+	enqueue := []string{"enqueue", "--database-url", url, "--subject", "events.x", "--data", "x"}
+
+	r := runBridge(t, dir, nil, enqueue...)
+	require.Equal(t, 2, r.code, "%s", r)
+	require.NoDirExists(t, filepath.Join(dir, "db"))
+	r = runBridge(t, dir, nil, "status", "--database-url", url)
+	require.Equal(t, 2, r.code, "the refused enqueue left no file for status to find\n%s", r)
+	require.Contains(t, r.stderr, "no outbox database at")
+
+	r = runBridge(t, dir, nil, "migrate", "--database-url", url)
+	require.Equal(t, 0, r.code, "%s", r)
+	require.FileExists(t, filepath.Join(dir, "db", "outbox.db"))
+	r = runBridge(t, dir, nil, enqueue...)
+	require.Equal(t, 0, r.code, "%s", r)
+	require.Contains(t, r.stdout, "enqueued row 1")
+	r = runBridge(t, dir, nil, "run", "--check-config", "--database-url", url)
+	require.Equal(t, 0, r.code, "%s", r)
 }
 
 func TestMissingTablePostgres(t *testing.T) {

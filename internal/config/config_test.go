@@ -47,6 +47,17 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, "./bridge-data", cfg.DataDir)
 	require.Equal(t, "outbox", cfg.Database.Table)
 	require.True(t, cfg.EmbeddedDatabase())
+	for url, embedded := range map[string]bool{
+		"sqlite:bridge-data/outbox.db":   true, // as bridge config prints it
+		"sqlite:./bridge-data/outbox.db": true,
+		"sqlite:bridge-data/other.db":    false,
+		"sqlite:outbox.db":               false,
+		"postgres://h/db":                false,
+	} {
+		c := *cfg
+		c.Database.URL = url
+		require.Equal(t, embedded, c.EmbeddedDatabase(), url)
+	}
 	require.Equal(t, "sqlite:"+filepath.Join("bridge-data", "outbox.db"), cfg.DatabaseURL())
 	require.True(t, cfg.EmbeddedNATS())
 	require.Equal(t, "127.0.0.1:4222", cfg.NATS.Listen)
