@@ -31,7 +31,11 @@ type Event struct {
 	OrderingKey string
 	// IdempotencyKey identifies one logical operation; the relay derives the
 	// message's Nats-Msg-Id from it, and a second row with the same key is
-	// not written (Result.AlreadyEnqueued). Make it deterministic from the
+	// not written (Result.AlreadyEnqueued). It may not hold ASCII control
+	// characters (CR, LF, tab, …): it is also sent in the
+	// Outbox-Idempotency-Key header, which cannot carry them (leading and
+	// trailing spaces are dropped from that header too, though not from the
+	// key or its Nats-Msg-Id). Make it deterministic from the
 	// business operation ("order-42-created"), never a fresh value per
 	// retry. Empty: a new UUIDv7, which only deduplicates the relay's own
 	// repeats.
@@ -107,6 +111,9 @@ func check(e *Event, lim limits) (field, reason string) {
 		if reason := checkKey(e.IdempotencyKey, lim.key); reason != "" {
 			return "IdempotencyKey", reason
 		}
+		if i := strings.IndexFunc(e.IdempotencyKey, isControl); i >= 0 {
+			return "IdempotencyKey", fmt.Sprintf("%q contains the control character %q; the key travels in the Outbox-Idempotency-Key header, which cannot hold CR, LF, tab or other ASCII control characters", e.IdempotencyKey, e.IdempotencyKey[i])
+		}
 	}
 	if e.OrderingKey != "" {
 		if reason := checkKey(e.OrderingKey, lim.orderingKey); reason != "" {
@@ -149,9 +156,15 @@ func checkSubject(s string, max int) string {
 }
 
 // keyMax is the longest key of any table: the relay's limit
-// (outbox.KeyMaxBytes, checked equal in a test). The key travels in full
-// in the Outbox-Idempotency-Key header and sits in a unique index.
+// (outbox.KeyMaxBytes, checked equal in a test). The idempotency key sits
+// in a unique index and travels in the Outbox-Idempotency-Key header.
 const keyMax = 1024
+
+// isControl reports an ASCII control character. An idempotency key may
+// not hold one: nats.go writes header values with CR and LF replaced by
+// spaces (and leading and trailing spaces and tabs trimmed), so the
+// Outbox-Idempotency-Key header would not hold the key.
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 func checkKey(k string, max int) string {
 	if !utf8.ValidString(k) {

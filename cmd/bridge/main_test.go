@@ -425,6 +425,8 @@ func TestBadInput(t *testing.T) {
 		{name: "msg id header", args: []string{"enqueue", "--subject", "events.h", "--header", "Nats-Msg-Id=x"}, want: []string{"--header", `"Nats-Msg-Id"`, "set by the relay"}},
 		{name: "empty ordering key", args: []string{"enqueue", "--subject", "events.x", "--ordering-key", ""}, want: []string{"--ordering-key is empty"}},
 		{name: "key too long", args: []string{"enqueue", "--subject", "events.x", "--key", strings.Repeat("k", 1025)}, want: []string{"--key", "is 1025 bytes", "at most 1024 bytes"}},
+		{name: "key with LF", args: []string{"enqueue", "--subject", "events.x", "--key", "nl\nkey"}, want: []string{"--key", `"nl\nkey"`, "control character", "Outbox-Idempotency-Key"}},
+		{name: "key with CR", args: []string{"enqueue", "--subject", "events.x", "--key", "cr\rkey"}, want: []string{"--key", "control character"}},
 		{name: "key not UTF-8", args: []string{"enqueue", "--subject", "events.x", "--key", "k\xff"}, want: []string{"--key", "not valid UTF-8"}},
 		{
 			name: "negative inflight timeout", args: []string{"run", "--check-config", "--inflight-timeout", "-1s"},
