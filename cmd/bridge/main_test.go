@@ -530,6 +530,39 @@ func TestExplicitSQLiteFileComesFromMigrate(t *testing.T) {
 	require.Equal(t, 0, r.code, "%s", r)
 }
 
+// TestIgnoredVariables: a BRIDGE_ variable that names no key is reported
+// as misspelled; one that names streams, a real key without a variable,
+// says where streams are set instead.
+func TestIgnoredVariables(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	env := []string{"BRIDGE_STREAMS=EVENTS:events.>", "BRIDGE_RELAY_BATCHSIZE=5"}
+
+	r := runBridge(t, dir, env, "config")
+	require.Equal(t, 0, r.code, "%s", r)
+	require.Contains(t, r.stderr, "warning: ignoring variable BRIDGE_STREAMS: streams has no environment variable; set it in the YAML file (--config) or with --ensure-stream")
+	require.Contains(t, r.stderr, "warning: ignoring unknown variable BRIDGE_RELAY_BATCHSIZE (misspelled?)")
+	require.NotContains(t, r.stderr, "BRIDGE_STREAMS (misspelled?)")
+
+	r = runBridge(t, dir, env, "enqueue", "--subject", "events.x")
+	require.Equal(t, 0, r.code, "%s", r)
+	var streams, batch map[string]any
+	for _, rec := range logRecords(r.stderr) {
+		switch rec["variable"] {
+		case "BRIDGE_STREAMS":
+			streams = rec
+		case "BRIDGE_RELAY_BATCHSIZE":
+			batch = rec
+		}
+	}
+	require.NotNil(t, streams, r.stderr)
+	require.Equal(t, "WARN", streams["level"])
+	require.Equal(t, "ignoring BRIDGE_ variable", streams["msg"])
+	require.Contains(t, streams["reason"], "--ensure-stream")
+	require.NotNil(t, batch, r.stderr)
+	require.Contains(t, batch["msg"], "misspelled?")
+}
+
 func TestMissingTablePostgres(t *testing.T) {
 	t.Parallel()
 	// A fresh schema (t_<random>), dropped when the test ends.

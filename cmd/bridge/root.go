@@ -146,6 +146,10 @@ func setup(cmd *cobra.Command, daemon bool) (context.Context, *config.Config, *s
 		if kubernetesServiceLink(name) {
 			level = slog.LevelDebug
 		}
+		if hint := config.EnvHint(name); hint != "" {
+			logger.Log(cmd.Context(), level, "ignoring BRIDGE_ variable", slog.String("variable", name), slog.String("reason", hint))
+			continue
+		}
 		logger.Log(cmd.Context(), level, "ignoring unknown BRIDGE_ variable (misspelled?)", slog.String("variable", name))
 	}
 	return cmd.Context(), cfg, logger, nil

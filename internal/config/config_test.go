@@ -169,6 +169,20 @@ func TestEnvNames(t *testing.T) {
 			"BRIDGE_RELAY_BATCH_SIZE=1", "BRIDGE_STREAMS=x", "BRIDGE_SERVICE_HOST=dup",
 		}))
 
+	for name, hint := range map[string]string{
+		"BRIDGE_STREAMS":         "streams has no environment variable; set it in the YAML file (--config) or with --ensure-stream NAME:SUBJ[,SUBJ]",
+		"BRIDGE_STREAMS_0_NAME":  "streams has no environment variable",
+		"BRIDGE_STREAM":          "",
+		"BRIDGE_STREAMSX":        "",
+		"BRIDGE_RELAY_BATCHSIZE": "",
+	} {
+		if hint == "" {
+			require.Empty(t, EnvHint(name), name)
+			continue
+		}
+		require.Contains(t, EnvHint(name), hint, name)
+	}
+
 	_, err = load(t, "", []string{"BRIDGE_RELAY_BATCH_SIZE=lots"})
 	e := requireConfigError(t, err, "relay.batch_size")
 	require.Equal(t, "lots", e.Value)
