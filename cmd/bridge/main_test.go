@@ -475,7 +475,10 @@ func TestBadInput(t *testing.T) {
 		},
 		{name: "run on sqlite in memory", args: []string{"run", "--database-url", "sqlite::memory:"}, want: []string{"sqlite::memory:", "in-memory SQLite database", "name a file"}},
 		{name: "enqueue on sqlite in memory", args: []string{"enqueue", "--subject", "events.x", "--database-url", "sqlite::memory:"}, want: []string{"in-memory SQLite database"}},
-		{name: "positional argument", args: []string{"run", "extra-arg"}, want: []string{"extra-arg"}},
+		{name: "positional argument", args: []string{"run", "extra-arg"}, want: []string{"bridge run takes no arguments", "extra-arg", "(see bridge run --help)"}},
+		{name: "positional argument to status", args: []string{"status", "extra-arg"}, want: []string{`bridge status takes no arguments, got "extra-arg" (see bridge status --help)`}},
+		{name: "positional arguments to enqueue", args: []string{"enqueue", "--subject", "events.x", "a", "b"}, want: []string{`got "a b" (see bridge enqueue --help)`}},
+		{name: "unknown flag of status", args: []string{"status", "--frob"}, want: []string{"unknown flag: --frob (see bridge status --help)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -496,10 +499,30 @@ func TestBadInput(t *testing.T) {
 			for _, w := range tt.want {
 				require.Contains(t, r.stderr, w, "bridge %s\n%s", strings.Join(args, " "), r)
 			}
+			require.NotContains(t, r.stderr, "Usage:", "bad input is told in one line, not with the usage")
 			if tt.absent != "" {
 				require.NoFileExists(t, filepath.Join(dir, tt.absent), "bridge %s created it", strings.Join(args, " "))
 				require.NoDirExists(t, filepath.Join(dir, tt.absent), "bridge %s created it", strings.Join(args, " "))
 			}
+		})
+	}
+}
+
+// TestPositionalArgumentsRefused: every command takes flags only; an
+// argument is refused in one line, as an unknown flag is.
+func TestPositionalArgumentsRefused(t *testing.T) {
+	t.Parallel()
+	for _, c := range newRootCommand().Commands() {
+		if c.Name() == "help" || c.Name() == "completion" {
+			continue
+		}
+		t.Run(c.Name(), func(t *testing.T) {
+			t.Parallel()
+			r := runBridge(t, t.TempDir(), nil, c.Name(), "extra-arg")
+			require.Equal(t, 2, r.code, "%s", r)
+			want := fmt.Sprintf("bridge: bridge %s takes no arguments, got %q (see bridge %s --help)\n", c.Name(), "extra-arg", c.Name())
+			require.Equal(t, want, r.stderr)
+			require.Empty(t, r.stdout)
 		})
 	}
 }

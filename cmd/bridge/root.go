@@ -62,11 +62,11 @@ Exit codes: 0 clean stop, 1 runtime failure, 2 bad usage or configuration.`,
 }
 
 // exactArgs refuses positional arguments: every command takes flags only.
+// Like a flag error, the refusal is one line pointing at --help.
 func exactArgs(c *cobra.Command) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {
-			cmd.PrintErrln(cmd.UsageString())
-			return usage("%s takes no arguments, got %q", cmd.CommandPath(), strings.Join(args, " "))
+			return usage("%s takes no arguments, got %q (see %s --help)", cmd.CommandPath(), strings.Join(args, " "), cmd.CommandPath())
 		}
 		return nil
 	}
