@@ -20,7 +20,9 @@ type Event struct {
 	Payload []byte
 	// Headers are copied to the NATS message. Names are HTTP tokens;
 	// values hold no CR, LF or NUL. Nats-Msg-Id and Outbox-* are set by the
-	// relay and may not be set here. A name with no values is left out.
+	// relay, and the other Nats-* names are instructions to the JetStream
+	// server (Nats-Rollup, Nats-TTL, Nats-Expected-Stream, …): none of them
+	// may be set here, in any case. A name with no values is left out.
 	Headers Header
 	// OrderingKey groups events that must be published in order, usually the
 	// id of the aggregate they belong to ("order-42"). Events of one key are
@@ -29,7 +31,11 @@ type Event struct {
 	OrderingKey string
 	// IdempotencyKey identifies one logical operation; the relay derives the
 	// message's Nats-Msg-Id from it, and a second row with the same key is
-	// not written (Result.AlreadyEnqueued). Make it deterministic from the
+	// not written (Result.AlreadyEnqueued). It may not hold ASCII control
+	// characters (CR, LF, tab, …): it is also sent in the
+	// Outbox-Idempotency-Key header, which cannot carry them (leading and
+	// trailing spaces are dropped from that header too, though not from the
+	// key or its Nats-Msg-Id). Make it deterministic from the
 	// business operation ("order-42-created"), never a fresh value per
 	// retry. Empty: a new UUIDv7, which only deduplicates the relay's own
 	// repeats.
@@ -87,6 +93,12 @@ const reservedHeaderPrefix = "Outbox-"
 // the idempotency key.
 const headerMsgID = "Nats-Msg-Id"
 
+// serverHeaderPrefix begins the headers JetStream reads as instructions
+// (nats-server server/stream.go: Nats-Rollup purges messages, Nats-TTL
+// sets a lifetime, Nats-Expected-* make the store conditional). The relay
+// dead-letters a row that sets one.
+const serverHeaderPrefix = "Nats-"
+
 // check validates e for a table with limits lim. It mirrors the checks the
 // relay makes when it reads the row (a row that fails them is a dead
 // letter), and adds what a database would refuse or alter: NUL bytes and
@@ -98,6 +110,9 @@ func check(e *Event, lim limits) (field, reason string) {
 	if e.IdempotencyKey != "" {
 		if reason := checkKey(e.IdempotencyKey, lim.key); reason != "" {
 			return "IdempotencyKey", reason
+		}
+		if i := strings.IndexFunc(e.IdempotencyKey, isControl); i >= 0 {
+			return "IdempotencyKey", fmt.Sprintf("%q contains the control character %q; the key travels in the Outbox-Idempotency-Key header, which cannot hold CR, LF, tab or other ASCII control characters", e.IdempotencyKey, e.IdempotencyKey[i])
 		}
 	}
 	if e.OrderingKey != "" {
@@ -141,9 +156,15 @@ func checkSubject(s string, max int) string {
 }
 
 // keyMax is the longest key of any table: the relay's limit
-// (outbox.KeyMaxBytes, checked equal in a test). The key travels in full
-// in the Outbox-Idempotency-Key header and sits in a unique index.
+// (outbox.KeyMaxBytes, checked equal in a test). The idempotency key sits
+// in a unique index and travels in the Outbox-Idempotency-Key header.
 const keyMax = 1024
+
+// isControl reports an ASCII control character. An idempotency key may
+// not hold one: nats.go writes header values with CR and LF replaced by
+// spaces (and leading and trailing spaces and tabs trimmed), so the
+// Outbox-Idempotency-Key header would not hold the key.
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 func checkKey(k string, max int) string {
 	if !utf8.ValidString(k) {
@@ -170,9 +191,11 @@ func checkHeader(name string, values []string) string {
 			return fmt.Sprintf("header name %q: byte %q is not allowed; names are HTTP tokens (letters, digits, !#$%%&'*+-.^_`|~)", name, name[i])
 		}
 	}
-	if strings.EqualFold(name, headerMsgID) ||
-		(len(name) >= len(reservedHeaderPrefix) && strings.EqualFold(name[:len(reservedHeaderPrefix)], reservedHeaderPrefix)) {
+	if strings.EqualFold(name, headerMsgID) || hasPrefixFold(name, reservedHeaderPrefix) {
 		return fmt.Sprintf("header %q is set by the relay (Nats-Msg-Id from the idempotency key, Outbox-* from the row); an event may not set it", name)
+	}
+	if hasPrefixFold(name, serverHeaderPrefix) {
+		return fmt.Sprintf("header %q is reserved for the JetStream server: Nats-* headers are instructions to the stream (rollup, TTL, expected stream or sequence); an event may not set it", name)
 	}
 	for _, v := range values {
 		if strings.ContainsAny(v, "\r\n\x00") {
@@ -183,6 +206,11 @@ func checkHeader(name string, values []string) string {
 		}
 	}
 	return ""
+}
+
+// hasPrefixFold reports whether s begins with prefix, in any case.
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
 // isTokenChar reports whether c may appear in an HTTP token (RFC 9110

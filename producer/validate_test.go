@@ -33,6 +33,10 @@ func TestWriteRefusesInvalidEvents(t *testing.T) {
 		{producer.Event{Subject: "events.\xff"}, "Subject", "not valid UTF-8"},
 		{producer.Event{Subject: "events.a", IdempotencyKey: "k\x00"}, "IdempotencyKey", "NUL byte"},
 		{producer.Event{Subject: "events.a", IdempotencyKey: "k\xff"}, "IdempotencyKey", "not valid UTF-8"},
+		{producer.Event{Subject: "events.a", IdempotencyKey: "nl\nkey"}, "IdempotencyKey", `"nl\nkey" contains the control character '\n'`},
+		{producer.Event{Subject: "events.a", IdempotencyKey: "cr\rkey"}, "IdempotencyKey", "Outbox-Idempotency-Key header"},
+		{producer.Event{Subject: "events.a", IdempotencyKey: "tab\tkey"}, "IdempotencyKey", "control character"},
+		{producer.Event{Subject: "events.a", IdempotencyKey: "del\x7f"}, "IdempotencyKey", "control character"},
 		{producer.Event{Subject: "events.a", OrderingKey: "o\x00"}, "OrderingKey", "NUL byte"},
 		{producer.Event{Subject: "events.a", IdempotencyKey: strings.Repeat("k", 1025)}, "IdempotencyKey", "is 1025 bytes; this table holds keys of at most 1024 bytes"},
 		{producer.Event{Subject: "events.a", OrderingKey: strings.Repeat("o", 1025)}, "OrderingKey", "at most 1024 bytes"},
@@ -47,6 +51,9 @@ func TestWriteRefusesInvalidEvents(t *testing.T) {
 		{producer.Event{Subject: "events.a", Headers: producer.Header{"Outbox-Id": {"1"}}}, "Headers", `header "Outbox-Id" is set by the relay`},
 		{producer.Event{Subject: "events.a", Headers: producer.Header{"OUTBOX-ATTEMPT": {"1"}}}, "Headers", "set by the relay"},
 		{producer.Event{Subject: "events.a", Headers: producer.Header{"outbox-anything": {"1"}}}, "Headers", "set by the relay"},
+		{producer.Event{Subject: "events.a", Headers: producer.Header{"Nats-Rollup": {"all"}}}, "Headers", `header "Nats-Rollup" is reserved for the JetStream server`},
+		{producer.Event{Subject: "events.a", Headers: producer.Header{"nats-ttl": {"1s"}}}, "Headers", `header "nats-ttl" is reserved for the JetStream server`},
+		{producer.Event{Subject: "events.a", Headers: producer.Header{"NATS-EXPECTED-STREAM": {"EVENTS"}}}, "Headers", "reserved for the JetStream server"},
 	} {
 		ctx := context.Background()
 		tx, err := b.prod.BeginTx(ctx, nil)
@@ -111,6 +118,10 @@ func TestValidationMatchesRelay(t *testing.T) {
 		{h: producer.Header{"!#$%&'*+-.^_`|~09azAZ": {"tokens"}}},
 		{h: producer.Header{"X": {`quotes " and \ backslash, <html> & ünïcode`}}},
 		{h: producer.Header{"Nats-Expected-Stream": {"EVENTS"}}},
+		{h: producer.Header{"Nats-Rollup": {"all"}}},
+		{h: producer.Header{"nats-ttl": {"1s"}}},
+		{h: producer.Header{"Nats": {"not reserved"}}},
+		{h: producer.Header{"X-Nats-Rollup": {"not reserved"}}},
 		{h: producer.Header{"Outbox": {"not reserved"}}},
 		{h: producer.Header{"Nats-Msg-Id": {"x"}}},
 		{h: producer.Header{"outbox-id": {"1"}}},

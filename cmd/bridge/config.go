@@ -24,7 +24,11 @@ invalid.`,
 				return err
 			}
 			for _, name := range config.UnknownEnv(os.Environ()) {
-				if !kubernetesServiceLink(name) {
+				switch hint := config.EnvHint(name); {
+				case kubernetesServiceLink(name):
+				case hint != "":
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: ignoring variable %s: %s\n", name, hint)
+				default:
 					fmt.Fprintf(cmd.ErrOrStderr(), "warning: ignoring unknown variable %s (misspelled?)\n", name)
 				}
 			}

@@ -58,7 +58,7 @@ inserted again: the command says "already enqueued" and exits 0.`,
 			if cmd.Flags().Changed("ordering-key") && orderingKey == "" {
 				return usage("--ordering-key is empty; give a key, or leave the flag out for a row without ordering")
 			}
-			if err := outbox.CheckKey("--key", key); err != nil {
+			if err := outbox.CheckIdempotencyKey("--key", key); err != nil {
 				return usage("%w", err)
 			}
 			if err := outbox.CheckKey("--ordering-key", orderingKey); err != nil {
@@ -73,6 +73,9 @@ inserted again: the command says "already enqueued" and exits 0.`,
 			}
 			ctx, cfg, logger, err := setup(cmd, false)
 			if err != nil {
+				return err
+			}
+			if err := requireExplicitSQLiteOutbox(cfg); err != nil {
 				return err
 			}
 			store, cleanup, err := bridge.NewStore(ctx, cfg, logger)

@@ -387,6 +387,9 @@ func TestBadInput(t *testing.T) {
 		// yaml, when set, is written to bridge.yaml in the working directory.
 		yaml string
 		want []string // fragments of stderr
+		// absent, when set, is a path in the working directory that the
+		// command must not have created.
+		absent string
 	}{
 		{name: "unknown command", args: []string{"frobnicate"}, want: []string{"unknown command", "frobnicate"}},
 		{name: "unknown flag", args: []string{"run", "--frob"}, want: []string{"unknown flag", "--frob"}},
@@ -417,8 +420,14 @@ func TestBadInput(t *testing.T) {
 		{name: "tail > not last", args: []string{"tail", "--subject", "events.>.x"}, want: []string{"events.>.x", "not a valid subject"}},
 		{name: "header without value", args: []string{"enqueue", "--subject", "events.x", "--header", "nonsense"}, want: []string{"--header", "nonsense", "NAME=VALUE"}},
 		{name: "header value not UTF-8", args: []string{"enqueue", "--subject", "events.x", "--header", "X=\xff"}, want: []string{"--header", "not valid UTF-8"}},
+		{name: "rollup header", args: []string{"enqueue", "--subject", "events.h", "--header", "Nats-Rollup=all"}, want: []string{"--header", `"Nats-Rollup"`, "reserved for the JetStream server"}},
+		{name: "ttl header any case", args: []string{"enqueue", "--subject", "events.h", "--header", "nats-ttl=1s"}, want: []string{"--header", `"nats-ttl"`, "reserved for the JetStream server"}},
+		{name: "expected stream header", args: []string{"enqueue", "--subject", "events.h", "--header", "Nats-Expected-Stream=OTHER"}, want: []string{"--header", `"Nats-Expected-Stream"`, "reserved"}},
+		{name: "msg id header", args: []string{"enqueue", "--subject", "events.h", "--header", "Nats-Msg-Id=x"}, want: []string{"--header", `"Nats-Msg-Id"`, "set by the relay"}},
 		{name: "empty ordering key", args: []string{"enqueue", "--subject", "events.x", "--ordering-key", ""}, want: []string{"--ordering-key is empty"}},
 		{name: "key too long", args: []string{"enqueue", "--subject", "events.x", "--key", strings.Repeat("k", 1025)}, want: []string{"--key", "is 1025 bytes", "at most 1024 bytes"}},
+		{name: "key with LF", args: []string{"enqueue", "--subject", "events.x", "--key", "nl\nkey"}, want: []string{"--key", `"nl\nkey"`, "control character", "Outbox-Idempotency-Key"}},
+		{name: "key with CR", args: []string{"enqueue", "--subject", "events.x", "--key", "cr\rkey"}, want: []string{"--key", "control character"}},
 		{name: "key not UTF-8", args: []string{"enqueue", "--subject", "events.x", "--key", "k\xff"}, want: []string{"--key", "not valid UTF-8"}},
 		{
 			name: "negative inflight timeout", args: []string{"run", "--check-config", "--inflight-timeout", "-1s"},
@@ -428,7 +437,49 @@ func TestBadInput(t *testing.T) {
 			name: "unknown yaml key", args: []string{"run", "--check-config", "--config", "bridge.yaml"},
 			yaml: "relay:\n  batch_size: 10\n  bogus_key: 1\n", want: []string{"relay.bogus_key", "unknown key"},
 		},
-		{name: "positional argument", args: []string{"run", "extra-arg"}, want: []string{"extra-arg"}},
+		{
+			name: "inflight timeout beyond the embedded stream's window", args: []string{"run", "--check-config", "--inflight-timeout", "1h"},
+			want: []string{"relay.inflight_timeout", `"1h"`, "at most 1m55s", "embedded default stream EVENTS"},
+		},
+		{
+			name: "duplicates longer than max age", args: []string{"run", "--check-config", "--config", "bridge.yaml"},
+			yaml: "streams:\n  - name: EVENTS\n    subjects: [\"events.>\"]\n    duplicates: 1m\n    max_age: 1s\n",
+			want: []string{"streams[0].duplicates", `"1m"`, "streams[0].max_age (1s)"},
+		},
+		{
+			name: "missing creds file", args: []string{"run", "--check-config", "--config", "bridge.yaml"},
+			yaml: "nats:\n  creds_file: /nonexistent/user.creds\n", want: []string{"nats.creds_file", "/nonexistent/user.creds", "no such file"},
+		},
+		{
+			name: "missing creds file, run", args: []string{"run", "--config", "bridge.yaml"},
+			yaml: "nats:\n  creds_file: /nonexistent/user.creds\n", want: []string{"nats.creds_file", "/nonexistent/user.creds", "no such file"},
+		},
+		{
+			name: "missing tls key file", args: []string{"run", "--check-config", "--config", "bridge.yaml"},
+			yaml: "nats:\n  tls:\n    cert_file: /nonexistent/c.pem\n    key_file: /nonexistent/k.pem\n", want: []string{"nats.tls.cert_file", "/nonexistent/c.pem"},
+		},
+		{
+			name: "missing nkey seed file, tail", args: []string{"tail", "--subject", "events.>", "--config", "bridge.yaml"},
+			yaml: "nats:\n  nkey_seed_file: /nonexistent/seed\n", want: []string{"nats.nkey_seed_file", "/nonexistent/seed"},
+		},
+		{
+			name: "run on a missing sqlite file", args: []string{"run", "--database-url", "sqlite:new/outbox.db"}, absent: "new",
+			want: []string{"no outbox database at new/outbox.db", "bridge migrate --database-url sqlite:new/outbox.db creates it"},
+		},
+		{
+			name: "check-config on a missing sqlite file", args: []string{"run", "--check-config", "--database-url", "sqlite:new.db"}, absent: "new.db",
+			want: []string{"no outbox database at new.db", "bridge migrate --database-url sqlite:new.db"},
+		},
+		{
+			name: "enqueue on a missing sqlite file", args: []string{"enqueue", "--subject", "events.x", "--database-url", "sqlite:new.db"}, absent: "new.db",
+			want: []string{"no outbox database at new.db", "bridge migrate --database-url sqlite:new.db"},
+		},
+		{name: "run on sqlite in memory", args: []string{"run", "--database-url", "sqlite::memory:"}, want: []string{"sqlite::memory:", "in-memory SQLite database", "name a file"}},
+		{name: "enqueue on sqlite in memory", args: []string{"enqueue", "--subject", "events.x", "--database-url", "sqlite::memory:"}, want: []string{"in-memory SQLite database"}},
+		{name: "positional argument", args: []string{"run", "extra-arg"}, want: []string{"bridge run takes no arguments", "extra-arg", "(see bridge run --help)"}},
+		{name: "positional argument to status", args: []string{"status", "extra-arg"}, want: []string{`bridge status takes no arguments, got "extra-arg" (see bridge status --help)`}},
+		{name: "positional arguments to enqueue", args: []string{"enqueue", "--subject", "events.x", "a", "b"}, want: []string{`got "a b" (see bridge enqueue --help)`}},
+		{name: "unknown flag of status", args: []string{"status", "--frob"}, want: []string{"unknown flag: --frob (see bridge status --help)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -449,8 +500,91 @@ func TestBadInput(t *testing.T) {
 			for _, w := range tt.want {
 				require.Contains(t, r.stderr, w, "bridge %s\n%s", strings.Join(args, " "), r)
 			}
+			require.NotContains(t, r.stderr, "Usage:", "bad input is told in one line, not with the usage")
+			if tt.absent != "" {
+				require.NoFileExists(t, filepath.Join(dir, tt.absent), "bridge %s created it", strings.Join(args, " "))
+				require.NoDirExists(t, filepath.Join(dir, tt.absent), "bridge %s created it", strings.Join(args, " "))
+			}
 		})
 	}
+}
+
+// TestPositionalArgumentsRefused: every command takes flags only; an
+// argument is refused in one line, as an unknown flag is.
+func TestPositionalArgumentsRefused(t *testing.T) {
+	t.Parallel()
+	for _, c := range newRootCommand().Commands() {
+		if c.Name() == "help" || c.Name() == "completion" {
+			continue
+		}
+		t.Run(c.Name(), func(t *testing.T) {
+			t.Parallel()
+			r := runBridge(t, t.TempDir(), nil, c.Name(), "extra-arg")
+			require.Equal(t, 2, r.code, "%s", r)
+			want := fmt.Sprintf("bridge: bridge %s takes no arguments, got %q (see bridge %s --help)\n", c.Name(), "extra-arg", c.Name())
+			require.Equal(t, want, r.stderr)
+			require.Empty(t, r.stdout)
+		})
+	}
+}
+
+// TestExplicitSQLiteFileComesFromMigrate: run and enqueue do not create a
+// SQLite file named by --database-url; bridge migrate does, and then they
+// work on it.
+func TestExplicitSQLiteFileComesFromMigrate(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	url := "sqlite:" + filepath.Join(dir, "db", "outbox.db")
+	enqueue := []string{"enqueue", "--database-url", url, "--subject", "events.x", "--data", "x"}
+
+	r := runBridge(t, dir, nil, enqueue...)
+	require.Equal(t, 2, r.code, "%s", r)
+	require.NoDirExists(t, filepath.Join(dir, "db"))
+	r = runBridge(t, dir, nil, "status", "--database-url", url)
+	require.Equal(t, 2, r.code, "the refused enqueue left no file for status to find\n%s", r)
+	require.Contains(t, r.stderr, "no outbox database at")
+
+	r = runBridge(t, dir, nil, "migrate", "--database-url", url)
+	require.Equal(t, 0, r.code, "%s", r)
+	require.FileExists(t, filepath.Join(dir, "db", "outbox.db"))
+	r = runBridge(t, dir, nil, enqueue...)
+	require.Equal(t, 0, r.code, "%s", r)
+	require.Contains(t, r.stdout, "enqueued row 1")
+	r = runBridge(t, dir, nil, "run", "--check-config", "--database-url", url)
+	require.Equal(t, 0, r.code, "%s", r)
+}
+
+// TestIgnoredVariables: a BRIDGE_ variable that names no key is reported
+// as misspelled; one that names streams, a real key without a variable,
+// says where streams are set instead.
+func TestIgnoredVariables(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	env := []string{"BRIDGE_STREAMS=EVENTS:events.>", "BRIDGE_RELAY_BATCHSIZE=5"}
+
+	r := runBridge(t, dir, env, "config")
+	require.Equal(t, 0, r.code, "%s", r)
+	require.Contains(t, r.stderr, "warning: ignoring variable BRIDGE_STREAMS: streams has no environment variable; set it in the YAML file (--config) or with --ensure-stream")
+	require.Contains(t, r.stderr, "warning: ignoring unknown variable BRIDGE_RELAY_BATCHSIZE (misspelled?)")
+	require.NotContains(t, r.stderr, "BRIDGE_STREAMS (misspelled?)")
+
+	r = runBridge(t, dir, env, "enqueue", "--subject", "events.x")
+	require.Equal(t, 0, r.code, "%s", r)
+	var streams, batch map[string]any
+	for _, rec := range logRecords(r.stderr) {
+		switch rec["variable"] {
+		case "BRIDGE_STREAMS":
+			streams = rec
+		case "BRIDGE_RELAY_BATCHSIZE":
+			batch = rec
+		}
+	}
+	require.NotNil(t, streams, r.stderr)
+	require.Equal(t, "WARN", streams["level"])
+	require.Equal(t, "ignoring BRIDGE_ variable", streams["msg"])
+	require.Contains(t, streams["reason"], "--ensure-stream")
+	require.NotNil(t, batch, r.stderr)
+	require.Contains(t, batch["msg"], "misspelled?")
 }
 
 func TestMissingTablePostgres(t *testing.T) {

@@ -62,11 +62,11 @@ Exit codes: 0 clean stop, 1 runtime failure, 2 bad usage or configuration.`,
 }
 
 // exactArgs refuses positional arguments: every command takes flags only.
+// Like a flag error, the refusal is one line pointing at --help.
 func exactArgs(c *cobra.Command) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {
-			cmd.PrintErrln(cmd.UsageString())
-			return usage("%s takes no arguments, got %q", cmd.CommandPath(), strings.Join(args, " "))
+			return usage("%s takes no arguments, got %q (see %s --help)", cmd.CommandPath(), strings.Join(args, " "), cmd.CommandPath())
 		}
 		return nil
 	}
@@ -146,6 +146,10 @@ func setup(cmd *cobra.Command, daemon bool) (context.Context, *config.Config, *s
 		if kubernetesServiceLink(name) {
 			level = slog.LevelDebug
 		}
+		if hint := config.EnvHint(name); hint != "" {
+			logger.Log(cmd.Context(), level, "ignoring BRIDGE_ variable", slog.String("variable", name), slog.String("reason", hint))
+			continue
+		}
 		logger.Log(cmd.Context(), level, "ignoring unknown BRIDGE_ variable (misspelled?)", slog.String("variable", name))
 	}
 	return cmd.Context(), cfg, logger, nil
@@ -160,10 +164,10 @@ func withStore(cmd *cobra.Command, fn func(ctx context.Context, store *outbox.St
 	if err != nil {
 		return err
 	}
-	if path, ok := strings.CutPrefix(cfg.DatabaseURL(), "sqlite:"); ok && path != "" {
-		if _, err := os.Stat(strings.TrimPrefix(path, "//")); errors.Is(err, fs.ErrNotExist) {
-			return usage("no outbox database at %s: check --data-dir or --database-url, or create it with bridge migrate (bridge run and bridge enqueue create it too)", path)
-		}
+	if err := checkSQLiteOutbox(cfg, func(path string) error {
+		return usage("no outbox database at %s: check --data-dir or --database-url, or create it with bridge migrate (bridge run and bridge enqueue create the --data-dir default too)", path)
+	}); err != nil {
+		return err
 	}
 	store, cleanup, err := bridge.NewStore(ctx, cfg, logger)
 	if err != nil {
@@ -171,6 +175,41 @@ func withStore(cmd *cobra.Command, fn func(ctx context.Context, store *outbox.St
 	}
 	defer cleanup()
 	return fn(ctx, store)
+}
+
+// checkSQLiteOutbox refuses a SQLite outbox (exit 2) that no service
+// could write while the relay reads it: an in-memory database, which lives
+// and dies with one connection of one process. With a file path that does
+// not exist it returns missing(path): opening it would create an empty
+// file. Other databases pass.
+func checkSQLiteOutbox(cfg *config.Config, missing func(path string) error) error {
+	path, ok := strings.CutPrefix(cfg.DatabaseURL(), "sqlite:")
+	path = strings.TrimPrefix(path, "//")
+	if !ok || path == "" {
+		return nil
+	}
+	// modernc.org/sqlite, like SQLite, keeps ":memory:" and a
+	// "mode=memory" URI in memory.
+	if strings.HasPrefix(path, ":memory:") || strings.Contains(path, "mode=memory") {
+		return usage("database.url %s is an in-memory SQLite database, which only the process that opens it sees: it cannot hold an outbox that a service writes and the relay reads; name a file, such as sqlite:./outbox.db", cfg.DatabaseURL())
+	}
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return missing(path)
+	}
+	return nil
+}
+
+// requireExplicitSQLiteOutbox is checkSQLiteOutbox for run and enqueue:
+// they create and migrate the --data-dir default themselves, but a SQLite
+// file named by database.url must exist (bridge migrate creates it), or a
+// mistyped path would leave an empty file behind.
+func requireExplicitSQLiteOutbox(cfg *config.Config) error {
+	return checkSQLiteOutbox(cfg, func(path string) error {
+		if cfg.EmbeddedDatabase() {
+			return nil
+		}
+		return usage("no outbox database at %s: check database.url (--database-url); bridge migrate --database-url %s creates it (run and enqueue create only the --data-dir default)", path, cfg.Database.URL)
+	})
 }
 
 // kubernetesServiceLink reports the variables Kubernetes injects for a

@@ -29,6 +29,12 @@ on --nats-listen storing in <data-dir>/jetstream, and stream EVENTS on events.>.
 			if err != nil {
 				return err
 			}
+			if err := cfg.CheckFiles(); err != nil {
+				return usageError{err}
+			}
+			if err := requireExplicitSQLiteOutbox(cfg); err != nil {
+				return err
+			}
 			if checkOnly {
 				fmt.Fprintln(cmd.OutOrStdout(), "configuration is valid")
 				return nil

@@ -40,6 +40,9 @@ changed on the stream.`,
 			if err != nil {
 				return err
 			}
+			if err := cfg.CheckFiles(); err != nil {
+				return usageError{err}
+			}
 			js, cleanup, err := bridge.NewJetStream(ctx, cfg, logger)
 			if err != nil {
 				return classify(err)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -337,10 +338,17 @@ func (c *Config) DatabaseURL() string {
 	return "sqlite:" + filepath.Join(c.DataDir, "outbox.db")
 }
 
-// EmbeddedDatabase reports whether Database.URL is empty, that is whether the outbox is the
-// embedded default SQLite database. The relay migrates the schema itself only then.
+// EmbeddedDatabase reports whether the outbox is the embedded default SQLite database
+// <data_dir>/outbox.db: Database.URL is empty, or a sqlite: URL of that very file (as
+// `bridge config` prints it, so that its output read back means the same). The relay
+// migrates the schema itself only then.
 func (c *Config) EmbeddedDatabase() bool {
-	return c.Database.URL == ""
+	if c.Database.URL == "" {
+		return true
+	}
+	path, ok := strings.CutPrefix(c.Database.URL, "sqlite:")
+	path = strings.TrimPrefix(path, "//")
+	return ok && path != "" && filepath.Clean(path) == filepath.Join(c.DataDir, "outbox.db")
 }
 
 // EmbeddedNATS reports whether NATS.URL is "embedded": the bridge runs its own NATS server.

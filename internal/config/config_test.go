@@ -47,6 +47,17 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, "./bridge-data", cfg.DataDir)
 	require.Equal(t, "outbox", cfg.Database.Table)
 	require.True(t, cfg.EmbeddedDatabase())
+	for url, embedded := range map[string]bool{
+		"sqlite:bridge-data/outbox.db":   true, // as bridge config prints it
+		"sqlite:./bridge-data/outbox.db": true,
+		"sqlite:bridge-data/other.db":    false,
+		"sqlite:outbox.db":               false,
+		"postgres://h/db":                false,
+	} {
+		c := *cfg
+		c.Database.URL = url
+		require.Equal(t, embedded, c.EmbeddedDatabase(), url)
+	}
 	require.Equal(t, "sqlite:"+filepath.Join("bridge-data", "outbox.db"), cfg.DatabaseURL())
 	require.True(t, cfg.EmbeddedNATS())
 	require.Equal(t, "127.0.0.1:4222", cfg.NATS.Listen)
@@ -158,6 +169,20 @@ func TestEnvNames(t *testing.T) {
 			"BRIDGE_RELAY_BATCH_SIZE=1", "BRIDGE_STREAMS=x", "BRIDGE_SERVICE_HOST=dup",
 		}))
 
+	for name, hint := range map[string]string{
+		"BRIDGE_STREAMS":         "streams has no environment variable; set it in the YAML file (--config) or with --ensure-stream NAME:SUBJ[,SUBJ]",
+		"BRIDGE_STREAMS_0_NAME":  "streams has no environment variable",
+		"BRIDGE_STREAM":          "",
+		"BRIDGE_STREAMSX":        "",
+		"BRIDGE_RELAY_BATCHSIZE": "",
+	} {
+		if hint == "" {
+			require.Empty(t, EnvHint(name), name)
+			continue
+		}
+		require.Contains(t, EnvHint(name), hint, name)
+	}
+
 	_, err = load(t, "", []string{"BRIDGE_RELAY_BATCH_SIZE=lots"})
 	e := requireConfigError(t, err, "relay.batch_size")
 	require.Equal(t, "lots", e.Value)
@@ -267,6 +292,8 @@ func TestValidateRefuses(t *testing.T) {
 		{"StreamDuplicates", func(c *Config) { s := stream("A", "a"); s.Duplicates = time.Millisecond; c.Streams = []Stream{s} }, "streams[0].duplicates"},
 		{"StreamStorage", func(c *Config) { s := stream("A", "a"); s.Storage = "disk"; c.Streams = []Stream{s} }, "streams[0].storage"},
 		{"StreamDuplicateName", func(c *Config) { c.Streams = []Stream{stream("A", "a"), stream("A", "b")} }, "streams[1].name"},
+		{"StreamDuplicatesOverMaxAge", func(c *Config) { s := stream("A", "a"); s.MaxAge = time.Second; c.Streams = []Stream{s} }, "streams[0].duplicates"},
+		{"StreamMaxAgeTiny", func(c *Config) { s := stream("A", "a"); s.MaxAge = time.Millisecond; c.Streams = []Stream{s} }, "streams[0].max_age"},
 		{"TLSKeyWithoutCert", func(c *Config) { c.NATS.TLS.KeyFile = "/k.pem" }, "nats.tls.key_file"},
 		{"TwoAuthMethods", func(c *Config) { c.NATS.CredsFile = "/c"; c.NATS.Token = "t" }, "nats.token"},
 	} {
@@ -402,4 +429,85 @@ func TestStreamWindowBelowHorizonRefusedWhenGuardRefuses(t *testing.T) {
 
 	_, err = load(t, yaml+"dedup:\n  guard: warn\n", nil)
 	require.NoError(t, err, "warn and off leave the choice to the operator")
+}
+
+// TestEmbeddedStreamWindowBelowHorizon: with no stream configured and the
+// embedded server, the relay creates EVENTS with a 2m window; timeouts the
+// guard would refuse against it are refused at load.
+func TestEmbeddedStreamWindowBelowHorizon(t *testing.T) {
+	t.Parallel()
+	_, err := load(t, "", nil, "--inflight-timeout", "1h")
+	e := requireConfigError(t, err, "relay.inflight_timeout")
+	require.Equal(t, "1h", e.Value)
+	require.Contains(t, e.Allowed, "at most 1m55s")
+	require.Contains(t, e.Allowed, "2m duplicate window of the embedded default stream EVENTS")
+
+	_, err = load(t, "", []string{"BRIDGE_RELAY_PUBLISH_TIMEOUT=3m", "BRIDGE_RELAY_ACK_DEADLINE=4m"}, "--inflight-timeout", "5m")
+	requireConfigError(t, err, "relay.publish_timeout")
+
+	_, err = load(t, "", nil, "--inflight-timeout", "1m55s")
+	require.NoError(t, err, "the horizon fits the window exactly")
+	_, err = load(t, "dedup:\n  guard: warn\n", nil, "--inflight-timeout", "1h")
+	require.NoError(t, err, "warn and off leave the choice to the operator")
+	_, err = load(t, "", nil, "--inflight-timeout", "1h", "--nats-url", "nats://127.0.0.1:4222")
+	require.NoError(t, err, "an external server with no stream configured: nothing is created")
+	_, err = load(t, "streams:\n  - name: EVENTS\n    subjects: [\"events.>\"]\n    duplicates: 2h\n", nil, "--inflight-timeout", "1h")
+	require.NoError(t, err, "a configured stream with a long enough window")
+}
+
+func TestStreamDuplicatesWithinMaxAge(t *testing.T) {
+	t.Parallel()
+	const base = "dedup:\n  guard: off\nstreams:\n  - name: EVENTS\n    subjects: [\"events.>\"]\n"
+	_, err := load(t, base+"    duplicates: 1m\n    max_age: 1s\n", nil)
+	e := requireConfigError(t, err, "streams[0].duplicates")
+	require.Equal(t, "1m", e.Value)
+	require.Contains(t, e.Allowed, "streams[0].max_age (1s)")
+
+	_, err = load(t, base+"    max_age: 1m\n", nil)
+	e = requireConfigError(t, err, "streams[0].duplicates")
+	require.Equal(t, "2m", e.Value, "the default window counts")
+
+	_, err = load(t, base+"    duplicates: 1m\n    max_age: 1m\n", nil)
+	require.NoError(t, err, "a window equal to the max age is allowed")
+	_, err = load(t, base+"    duplicates: 1m\n    max_age: 0s\n", nil)
+	require.NoError(t, err, "max_age 0 is no limit")
+}
+
+func TestCheckFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "user.creds")
+	require.NoError(t, os.WriteFile(file, []byte("x"), 0o600))
+	missing := filepath.Join(dir, "missing.pem")
+
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		key  string
+		want string
+	}{
+		{"CredsMissing", func(c *Config) { c.NATS.CredsFile = missing }, "nats.creds_file", "no such file or directory"},
+		{"CredsDirectory", func(c *Config) { c.NATS.CredsFile = dir }, "nats.creds_file", "it is a directory"},
+		{"NkeySeedMissing", func(c *Config) { c.NATS.NkeySeedFile = missing }, "nats.nkey_seed_file", "no such file"},
+		{"CAMissing", func(c *Config) { c.NATS.TLS.CAFile = missing }, "nats.tls.ca_file", "no such file"},
+		{"CertMissing", func(c *Config) { c.NATS.TLS.CertFile, c.NATS.TLS.KeyFile = missing, file }, "nats.tls.cert_file", "no such file"},
+		{"KeyMissing", func(c *Config) { c.NATS.TLS.CertFile, c.NATS.TLS.KeyFile = file, missing }, "nats.tls.key_file", "no such file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := Default()
+			tc.edit(&c)
+			require.NoError(t, c.Validate(), "Validate does not read files")
+			e := requireConfigError(t, c.CheckFiles(), tc.key)
+			require.Contains(t, e.Error(), tc.want)
+			require.Contains(t, e.Value, dir)
+		})
+	}
+
+	c := Default()
+	c.NATS.CredsFile = file
+	c.NATS.TLS = TLS{CAFile: file, CertFile: file, KeyFile: file}
+	require.NoError(t, c.CheckFiles())
+	d := Default()
+	require.NoError(t, d.CheckFiles(), "no file configured")
 }

@@ -69,6 +69,25 @@ func leafKeys(t reflect.Type, prefix string) []string {
 	return out
 }
 
+// listKeys lists the dotted paths of the list keys of t (streams), which have no
+// environment variable.
+func listKeys(t reflect.Type, prefix string) []string {
+	var out []string
+	for _, f := range fieldsOf(t) {
+		key := f.key
+		if prefix != "" {
+			key = prefix + "." + key
+		}
+		switch {
+		case isSection(f.typ):
+			out = append(out, listKeys(f.typ, key)...)
+		case f.typ.Kind() == reflect.Slice:
+			out = append(out, key)
+		}
+	}
+	return out
+}
+
 // EnvPrefix starts the name of every environment variable of the configuration.
 const EnvPrefix = "BRIDGE_"
 

@@ -128,6 +128,25 @@ func UnknownEnv(environ []string) []string {
 	return out
 }
 
+// EnvHint says why a BRIDGE_* variable that UnknownEnv lists is not read when it names a
+// real key that has no variable, such as BRIDGE_STREAMS (or BRIDGE_STREAMS_0_NAME): lists
+// are set in the YAML file, and streams also with --ensure-stream. It returns "" for any
+// other name, which is then most likely misspelled.
+func EnvHint(name string) string {
+	for _, key := range listKeys(configType, "") {
+		prefix := EnvName(key)
+		if name != prefix && !strings.HasPrefix(name, prefix+"_") {
+			continue
+		}
+		hint := key + " has no environment variable; set it in the YAML file (--config)"
+		if key == "streams" {
+			hint += " or with --" + flagEnsureStream + " NAME:SUBJ[,SUBJ]"
+		}
+		return hint
+	}
+	return ""
+}
+
 // envMap returns the known BRIDGE_* variables of environ as a flat map of dotted keys.
 func envMap(environ []string) map[string]any {
 	known := envKeys()

@@ -3,8 +3,10 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/url"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -23,6 +25,7 @@ const (
 	MaxInFlightMax       = 1000000
 	StreamReplicasMax    = 5
 	StreamDuplicatesMin  = 100 * time.Millisecond
+	StreamMaxAgeMin      = 100 * time.Millisecond // when not 0
 	DedupNamespaceMaxLen = 64
 	StreamNameMaxLen     = 255 // JSMaxNameLen of nats-server (server/jetstream_api.go)
 )
@@ -224,8 +227,16 @@ func (c *Config) validateStreams() error {
 		if s.Storage != StorageFile && s.Storage != StorageMemory {
 			return &Error{Key: key("storage"), Value: s.Storage, Allowed: "must be one of file, memory"}
 		}
-		if s.MaxAge < 0 {
-			return &Error{Key: key("max_age"), Value: fmtDuration(s.MaxAge), Allowed: "must be 0 (no limit) or a positive duration such as 168h"}
+		// nats-server refuses the next two when the stream is created
+		// (server/stream.go, checkStreamCfgLocked): "max age needs to be
+		// >= 100ms", "duplicates window can not be larger then max age".
+		if s.MaxAge < 0 || (s.MaxAge > 0 && s.MaxAge < StreamMaxAgeMin) {
+			return &Error{Key: key("max_age"), Value: fmtDuration(s.MaxAge), Allowed: "must be 0 (no limit) or a duration of at least 100ms such as 168h"}
+		}
+		if s.MaxAge > 0 && s.Duplicates > s.MaxAge {
+			return &Error{Key: key("duplicates"), Value: fmtDuration(s.Duplicates),
+				Allowed: fmt.Sprintf("must not be longer than %s (%s): JetStream refuses a duplicate window longer than the max age (duplicates defaults to %s)",
+					key("max_age"), fmtDuration(s.MaxAge), fmtDuration(StreamDuplicatesDefault))}
 		}
 	}
 	return c.validateStreamSubjects()
@@ -376,13 +387,29 @@ func (c *Config) validateDedup() error {
 		return err
 	}
 	// A stream the relay would create and then refuse (the guard never
-	// changes an existing stream) is refused here, before it exists.
+	// changes an existing stream) is refused here, before it exists: a
+	// configured stream, or the embedded default EVENTS, whose window is
+	// not configurable, so the relay's timeouts are at fault.
 	horizon := c.Relay.InflightTimeout + c.Relay.PublishTimeout
-	for i, s := range c.Streams {
-		if d.Guard == GuardRefuse && s.Duplicates < horizon {
-			return &Error{Key: fmt.Sprintf("streams[%d].duplicates", i), Value: fmtDuration(s.Duplicates),
-				Allowed: fmt.Sprintf("must be at least %s (relay.inflight_timeout + relay.publish_timeout) while dedup.guard is refuse", fmtDuration(horizon))}
+	if d.Guard != GuardRefuse {
+		return nil
+	}
+	for i, s := range c.EffectiveStreams() {
+		if s.Duplicates >= horizon {
+			continue
 		}
+		if len(c.Streams) == 0 && c.Relay.PublishTimeout >= s.Duplicates {
+			return &Error{Key: "relay.publish_timeout", Value: fmtDuration(c.Relay.PublishTimeout),
+				Allowed: fmt.Sprintf("must be well below the %s duplicate window of the embedded default stream %s while dedup.guard is refuse; configure streams with a longer duplicates window, or set dedup.guard to warn or off",
+					fmtDuration(s.Duplicates), s.Name)}
+		}
+		if len(c.Streams) == 0 {
+			return &Error{Key: "relay.inflight_timeout", Value: fmtDuration(c.Relay.InflightTimeout),
+				Allowed: fmt.Sprintf("must be at most %s while dedup.guard is refuse: relay.inflight_timeout + relay.publish_timeout (%s) must fit in the %s duplicate window of the embedded default stream %s; configure streams with a longer duplicates window, or set dedup.guard to warn or off",
+					fmtDuration(s.Duplicates-c.Relay.PublishTimeout), fmtDuration(horizon), fmtDuration(s.Duplicates), s.Name)}
+		}
+		return &Error{Key: fmt.Sprintf("streams[%d].duplicates", i), Value: fmtDuration(s.Duplicates),
+			Allowed: fmt.Sprintf("must be at least %s (relay.inflight_timeout + relay.publish_timeout) while dedup.guard is refuse", fmtDuration(horizon))}
 	}
 	return nil
 }
@@ -429,4 +456,50 @@ func oneOf(key, value string, allowed ...string) error {
 		}
 	}
 	return &Error{Key: key, Value: value, Allowed: "must be one of " + strings.Join(allowed, ", ")}
+}
+
+// CheckFiles checks that each file the NATS connection reads
+// (nats.creds_file, nats.nkey_seed_file, nats.tls.ca_file, cert_file and
+// key_file) is set to a regular file this process can open, and returns an
+// *Error naming the first key that is not. Validate does not read the file
+// system; the commands that connect to NATS (run, including
+// --check-config, and tail) call CheckFiles too, so that commands that
+// only use the outbox keep working where the NATS secrets are not mounted.
+func (c *Config) CheckFiles() error {
+	for _, f := range []struct{ key, path string }{
+		{"nats.creds_file", c.NATS.CredsFile},
+		{"nats.nkey_seed_file", c.NATS.NkeySeedFile},
+		{"nats.tls.ca_file", c.NATS.TLS.CAFile},
+		{"nats.tls.cert_file", c.NATS.TLS.CertFile},
+		{"nats.tls.key_file", c.NATS.TLS.KeyFile},
+	} {
+		if f.path == "" {
+			continue
+		}
+		if why := unreadable(f.path); why != "" {
+			return &Error{Key: f.key, Value: f.path, Allowed: "must name a readable file: " + why}
+		}
+	}
+	return nil
+}
+
+// unreadable says why path cannot be read as a file, or returns "".
+func unreadable(path string) string {
+	fh, err := os.Open(path)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) { // the path is in the message already
+			return pe.Err.Error()
+		}
+		return err.Error()
+	}
+	defer fh.Close()
+	info, err := fh.Stat()
+	if err != nil {
+		return err.Error()
+	}
+	if info.IsDir() {
+		return "it is a directory"
+	}
+	return ""
 }

@@ -46,8 +46,11 @@ func TestClassifyAgainstARealServer(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 
-	publish := func(subject string, size int) error {
+	publish := func(subject string, size int, metadata ...string) error {
 		msg := message.NewMessage("id-"+subject, bytes.Repeat([]byte("x"), size))
+		for i := 0; i+1 < len(metadata); i += 2 {
+			msg.Metadata.Set(metadata[i], metadata[i+1])
+		}
 		_, err := pub.PublishMsg(ctx, subject, msg)
 		return err
 	}
@@ -59,17 +62,30 @@ func TestClassifyAgainstARealServer(t *testing.T) {
 		subject string
 		size    int
 		want    outbox.FailureClass
+		// metadata: header name, value, … (the sink's default marshaler
+		// copies metadata to headers).
+		metadata []string
+		code     jetstream.ErrorCode // the JetStream error code expected, if any
 	}{
-		{"payload over max_payload", "ok.big", 2 << 20, outbox.Permanent},
-		{"over the stream's max_msg_size", "small.a", 200, outbox.Permanent},
-		{"no stream for the subject", "nostream.a", 10, outbox.Retryable},
-		{"stream full with discard new", "full.b", 10, outbox.Retryable},
-		{"publish timeout", "slow.x", 10, outbox.Retryable},
+		{"payload over max_payload", "ok.big", 2 << 20, outbox.Permanent, nil, 0},
+		{"over the stream's max_msg_size", "small.a", 200, outbox.Permanent, nil, 0},
+		{"no stream for the subject", "nostream.a", 10, outbox.Retryable, nil, 0},
+		{"stream full with discard new", "full.b", 10, outbox.Retryable, nil, 0},
+		{"publish timeout", "slow.x", 10, outbox.Retryable, nil, 0},
+		// 10111: the stream does not allow rollups.
+		{"rollup not permitted", "ok.rollup", 10, outbox.Permanent, []string{"Nats-Rollup", "all"}, 10111},
+		// 10166: the stream does not allow per-message TTLs.
+		{"per-message TTL disabled", "ok.ttl", 10, outbox.Permanent, []string{"Nats-TTL", "1s"}, 10166},
 	}
 	for _, c := range cases {
-		err := publish(c.subject, c.size)
+		err := publish(c.subject, c.size, c.metadata...)
 		require.Error(t, err, c.name)
 		require.Equal(t, c.want, forwarder.Classify(err), "%s: %v", c.name, err)
+		if c.code != 0 {
+			var apiErr *jetstream.APIError
+			require.ErrorAs(t, err, &apiErr, c.name)
+			require.Equal(t, c.code, apiErr.ErrorCode, "%s: %v", c.name, err)
+		}
 	}
 
 	// The server stops: whatever the client reports, it is never permanent,

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,6 +152,35 @@ func TestUserHeaderNamedLikeMsgIDDoesNotDedup(t *testing.T) {
 	require.Equal(t, "same", msgs[1].Headers().Get("X-Nats-Msg-Id-Copy"))
 }
 
+// TestKeyWithControlCharactersIsRelayed: enqueue and the producer package
+// refuse such keys, but a row written by other means is not a dead letter:
+// its Nats-Msg-Id is derived from the exact key (hashed), and only the
+// Outbox-Idempotency-Key header differs, as nats.go writes header values
+// (CR and LF replaced by spaces, leading and trailing blanks trimmed).
+func TestKeyWithControlCharactersIsRelayed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "sqlite")
+	keys := map[string]string{"nl\nkey": "nl key", "cr\r\nkey": "cr  key", " tab\t": "tab"}
+	for key := range keys {
+		_, err := b.prod.Exec(b.insertSQL(), key, "events.k", []byte("x"), "{}", nil)
+		require.NoError(t, err)
+	}
+	b.startRelay(t, "relay-1")
+	b.waitDone(t, int64(len(keys)))
+	msgs := bridgetest.Messages(t, b.js, "EVENTS")
+	require.Len(t, msgs, len(keys))
+	got := map[string]string{}
+	for _, m := range msgs {
+		got[m.Headers().Get(outbox.HeaderMsgID)] = m.Headers().Get(outbox.HeaderIdempotencyKey)
+	}
+	for key, header := range keys {
+		id := dedup.MsgID("", key)
+		require.True(t, strings.HasPrefix(id, "sha256:"), id)
+		require.Contains(t, got, id, "key %q", key)
+		require.Equal(t, header, got[id], "key %q", key)
+	}
+}
+
 func TestRowsThatCannotBePublishedAreDeadLetters(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "postgres")
@@ -161,6 +191,9 @@ func TestRowsThatCannotBePublishedAreDeadLetters(t *testing.T) {
 		"crlf value":    {"events.ok", `{"X-A": "v\r\nNats-Msg-Id: evil"}`, "CR, LF"},
 		"bad name":      {"events.ok", `{"X A": "v"}`, "not allowed"},
 		"reserved name": {"events.ok", `{"nats-msg-id": "evil"}`, "set by the relay"},
+		"rollup":        {"events.ok", `{"Nats-Rollup": "all"}`, `header "Nats-Rollup" is reserved for the JetStream server`},
+		"ttl":           {"events.ok", `{"nats-ttl": "1s"}`, `header "nats-ttl" is reserved`},
+		"expected":      {"events.ok", `{"X-Ok": "1", "NATS-EXPECTED-STREAM": "OTHER"}`, "reserved for the JetStream server"},
 		"number value":  {"events.ok", `{"X-N": 5}`, "neither a string"},
 	}
 	for key, p := range poison {

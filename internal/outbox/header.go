@@ -20,14 +20,23 @@ const (
 
 var reservedHeaders = []string{HeaderMsgID, HeaderID, HeaderIdempotencyKey, HeaderCreatedAt, HeaderAttempt}
 
+// ServerHeaderPrefix begins the header names JetStream reads as
+// instructions rather than data (nats-server server/stream.go:
+// Nats-Rollup purges a subject or the stream, Nats-TTL sets the message's
+// lifetime, Nats-Expected-* make the store conditional, Nats-Msg-Id is the
+// dedup id). A row may set none of them, in any case: the relay sets
+// Nats-Msg-Id, and the others would let a row change the stream.
+const ServerHeaderPrefix = "Nats-"
+
 // ParseHeaders decodes the headers column: a JSON object whose values are
 // strings or arrays of strings. It returns the headers in NATS form (a name
 // maps to its values, in order; names kept as written).
 //
 // It fails when the JSON is not such an object, when a name is not an HTTP
 // token (RFC 9110 section 5.6.2), when a value holds CR, LF or NUL (they
-// would inject headers), or when a name is one the relay sets. An empty
-// column and "null" mean no headers.
+// would inject headers), when a name is one the relay sets, or when a name
+// begins with Nats- (ServerHeaderPrefix, in any case). An empty column and
+// "null" mean no headers.
 func ParseHeaders(raw []byte) (map[string][]string, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" || string(raw) == "{}" { // the column default, most rows
@@ -68,6 +77,9 @@ func checkHeaderName(name string) error {
 			return fmt.Errorf("header %q is set by the relay and may not be set by a row", name)
 		}
 	}
+	if IsServerHeader(name) {
+		return fmt.Errorf("header %q is reserved for the JetStream server: Nats-* headers are instructions to the stream (rollup, TTL, expected stream or sequence), so a row may not set them", name)
+	}
 	return nil
 }
 
@@ -93,6 +105,12 @@ func checkHeaderValue(name, v string) error {
 		return fmt.Errorf("header %q: value contains CR, LF or NUL", name)
 	}
 	return nil
+}
+
+// IsServerHeader reports whether name begins with ServerHeaderPrefix, in
+// any case.
+func IsServerHeader(name string) bool {
+	return len(name) >= len(ServerHeaderPrefix) && strings.EqualFold(name[:len(ServerHeaderPrefix)], ServerHeaderPrefix)
 }
 
 // IsTokenChar reports whether c may appear in an HTTP token (RFC 9110

@@ -18,13 +18,24 @@ const NotifyChannel = "outbox_bridge"
 // table, until ctx ends. A lost connection is reopened after a backoff (up
 // to 5 s) and followed by one wake, since notifications sent meanwhile are
 // lost. Errors are logged: the poll interval keeps the relay going without
-// notifications.
+// notifications. Listening again after an interruption is logged once.
 func ListenPostgres(ctx context.Context, url, table string, wake func(), logger *slog.Logger) {
 	backoff := 100 * time.Millisecond
+	var interrupted time.Time // zero while listening, or before the first LISTEN
+	listening := func() {
+		backoff = 100 * time.Millisecond
+		if !interrupted.IsZero() {
+			logger.Info("outbox notifications restored", slog.Duration("interrupted_for", time.Since(interrupted).Round(time.Millisecond)))
+			interrupted = time.Time{}
+		}
+	}
 	for ctx.Err() == nil {
-		err := listenOnce(ctx, url, table, wake, func() { backoff = 100 * time.Millisecond })
+		err := listenOnce(ctx, url, table, wake, listening)
 		if ctx.Err() != nil {
 			return
+		}
+		if interrupted.IsZero() {
+			interrupted = time.Now()
 		}
 		logger.Warn("outbox notifications interrupted; polling meanwhile", slog.Any("error", err), slog.Duration("retry_in", backoff))
 		select {

@@ -101,6 +101,29 @@ func TestMissingTableSaysMigrate(t *testing.T) {
 	}
 }
 
+// TestEnqueueRefusesInvalidEntries: Enqueue refuses what could never be
+// published as given, and writes nothing.
+func TestEnqueueRefusesInvalidEntries(t *testing.T) {
+	t.Parallel()
+	s := setup(t, "sqlite")
+	for _, tc := range []struct {
+		entry outbox.Entry
+		want  string
+	}{
+		{outbox.Entry{IdempotencyKey: "nl\nkey", Subject: "events.t"}, `idempotency key "nl\nkey" contains the control character '\n'`},
+		{outbox.Entry{IdempotencyKey: "tab\tkey", Subject: "events.t"}, "Outbox-Idempotency-Key header"},
+		{outbox.Entry{IdempotencyKey: "k", Subject: "events.t", Headers: []byte(`{"Nats-Rollup": "all"}`)}, `header "Nats-Rollup" is reserved for the JetStream server`},
+		{outbox.Entry{IdempotencyKey: "k", Subject: "events.*"}, "wildcard"},
+	} {
+		_, err := s.Enqueue(context.Background(), tc.entry)
+		require.ErrorIs(t, err, outbox.ErrInvalidEntry, "%+v", tc.entry)
+		require.ErrorContains(t, err, tc.want)
+	}
+	st, err := s.Stats(context.Background(), 0)
+	require.NoError(t, err)
+	require.Empty(t, st.Rows[outbox.StatusPending])
+}
+
 func TestOpenRefusesUnknownScheme(t *testing.T) {
 	t.Parallel()
 	_, err := outbox.Open(context.Background(), "mongodb://u:secret@h/db")

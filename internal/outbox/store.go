@@ -251,9 +251,9 @@ type Entry struct {
 var ErrAlreadyEnqueued = errors.New("already enqueued")
 
 // KeyMaxBytes is the longest idempotency or ordering key a row may have
-// (MySQL/MariaDB tables hold 255). The key travels in full in the
-// Outbox-Idempotency-Key header and sits in a unique index, whose entries
-// PostgreSQL limits to about 2,700 bytes.
+// (MySQL/MariaDB tables hold 255). The idempotency key sits in a unique
+// index, whose entries PostgreSQL limits to about 2,700 bytes, and travels
+// in the Outbox-Idempotency-Key header (see CheckIdempotencyKey).
 const KeyMaxBytes = 1024
 
 // CheckKey returns an error naming what (e.g. "idempotency key") when k
@@ -266,6 +266,24 @@ func CheckKey(what, k string) error {
 		return fmt.Errorf("%s %q contains a NUL byte", what, k)
 	case len(k) > KeyMaxBytes:
 		return fmt.Errorf("%s %.40q… is %d bytes; keys are at most %d bytes", what, k, len(k), KeyMaxBytes)
+	}
+	return nil
+}
+
+// CheckIdempotencyKey is CheckKey for an idempotency key, which also
+// travels in the Outbox-Idempotency-Key header: it refuses ASCII control
+// characters too. nats.go writes a header value with CR and LF replaced by
+// spaces and leading and trailing spaces and tabs trimmed (writeHeaderValue
+// in nats.go), so the header would not hold such a key. The relay does not
+// refuse a row whose key has them (written by other means): the row is
+// relayed, its Nats-Msg-Id derived from the exact key (dedup.MsgID hashes
+// it), and only its header is altered.
+func CheckIdempotencyKey(what, k string) error {
+	if err := CheckKey(what, k); err != nil {
+		return err
+	}
+	if i := strings.IndexFunc(k, func(r rune) bool { return r < 0x20 || r == 0x7f }); i >= 0 {
+		return fmt.Errorf("%s %q contains the control character %q; a key travels in the Outbox-Idempotency-Key header, which cannot hold CR, LF, tab or other ASCII control characters", what, k, k[i])
 	}
 	return nil
 }
@@ -283,7 +301,7 @@ func (s *Store) Enqueue(ctx context.Context, e Entry) (int64, error) {
 	if err := CheckSubject(e.Subject); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalidEntry, err)
 	}
-	if err := CheckKey("idempotency key", e.IdempotencyKey); err != nil {
+	if err := CheckIdempotencyKey("idempotency key", e.IdempotencyKey); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalidEntry, err)
 	}
 	if err := CheckKey("ordering key", e.OrderingKey); err != nil {

@@ -1,0 +1,99 @@
+package outbox_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-bridge/bridge/internal/bridgetest"
+	"github.com/outbox-bridge/bridge/internal/outbox"
+)
+
+// syncBuffer is a bytes.Buffer safe for a logger and a reader at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// messages returns the level and message of each JSON log record.
+func (b *syncBuffer) messages(t *testing.T) []string {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	dec := json.NewDecoder(bytes.NewReader(b.buf.Bytes()))
+	for dec.More() {
+		var r struct{ Level, Msg string }
+		require.NoError(t, dec.Decode(&r))
+		out = append(out, r.Level+" "+r.Msg)
+	}
+	return out
+}
+
+// TestListenPostgresLogsRestore: when the LISTEN connection is killed, the
+// listener warns that notifications are interrupted, and says once when it
+// listens again; the first LISTEN is not announced.
+func TestListenPostgresLogsRestore(t *testing.T) {
+	t.Parallel()
+	url, table := bridgetest.PostgresTable(t)
+	app := fmt.Sprintf("bridge_listen_%d", time.Now().UnixNano())
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	var logs syncBuffer
+	logger := slog.New(slog.NewJSONHandler(&logs, nil))
+	woken := make(chan struct{}, 1)
+	wake := func() {
+		select {
+		case woken <- struct{}{}:
+		default:
+		}
+	}
+	waitWake := func(what string) {
+		t.Helper()
+		select {
+		case <-woken:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no wake %s; log: %q", what, logs.messages(t))
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		outbox.ListenPostgres(ctx, url+sep+"application_name="+app, table, wake, logger)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	waitWake("after the first LISTEN")
+	require.Empty(t, logs.messages(t), "the first LISTEN logs nothing")
+
+	admin, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { admin.Close() })
+	var killed int
+	require.NoError(t, admin.QueryRow("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&killed))
+	require.Equal(t, 1, killed)
+
+	waitWake("after listening again")
+	require.Eventually(t, func() bool { return len(logs.messages(t)) >= 2 }, 30*time.Second, 10*time.Millisecond)
+	require.Equal(t, []string{
+		"WARN outbox notifications interrupted; polling meanwhile",
+		"INFO outbox notifications restored",
+	}, logs.messages(t))
+}
