@@ -28,8 +28,8 @@ const unsettled = "e.status IN ('pending', 'in_flight', 'failed')"
 
 // sqlFor renders the statements.
 //
-// The claim (owner $1, limit $2, key cursor $3) takes candidates from two
-// places, then locks and updates up to $2 of them in id order:
+// The claim (owner $1, limit $2, key cursor $3) locks rows from two places
+// (SKIP LOCKED), then updates the first $2 of them in id order:
 //   - rows without an ordering key: the unordered partial index, in id order;
 //   - the first unsettled row (the head) of each ordering key that is
 //     claimable: a skip scan of the ordering index, one index descent per
@@ -72,21 +72,24 @@ func (postgresDialect) sqlFor(t tableName) statements {
 		SELECT e.ordering_key, e.id, e.status, e.available_at FROM ` + T + ` e
 		WHERE e.ordering_key > h.k AND e.ordering_key <= $3 AND ` + unsettled + `
 		ORDER BY e.ordering_key, e.id LIMIT 1) n
-), candidates AS (
-	(SELECT o.id FROM ` + T + ` o
-	 WHERE o.ordering_key IS NULL AND o.status IN ('pending', 'failed') AND o.available_at <= now()
-	 ORDER BY o.id LIMIT $2)
-	UNION ALL
-	(SELECT h.id FROM (SELECT * FROM after_cursor UNION ALL SELECT * FROM up_to_cursor) h
-	 WHERE h.status IN ('pending', 'failed') AND h.available_at <= now()
-	 LIMIT $2)
-), c AS (
+), free AS (
 	SELECT o.id FROM ` + T + ` o
-	WHERE o.id = ANY(ARRAY(SELECT id FROM candidates))
-	  AND o.status IN ('pending', 'failed') AND o.available_at <= now()
+	WHERE o.ordering_key IS NULL AND o.status IN ('pending', 'failed') AND o.available_at <= now()
 	ORDER BY o.id
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
+), heads AS (
+	SELECT o.id FROM ` + T + ` o
+	WHERE o.id = ANY(ARRAY(
+		SELECT h.id FROM (SELECT * FROM after_cursor UNION ALL SELECT * FROM up_to_cursor) h
+		WHERE h.status IN ('pending', 'failed') AND h.available_at <= now()
+		LIMIT $2))
+	  AND o.status IN ('pending', 'failed') AND o.available_at <= now()
+	FOR UPDATE SKIP LOCKED
+), c AS (
+	SELECT id FROM free UNION ALL SELECT id FROM heads
+	ORDER BY id
+	LIMIT $2
 ), claimed AS (
 	UPDATE ` + T + ` o SET status = 'in_flight', owner = $1, claimed_at = now(),
 		first_claimed_at = COALESCE(o.first_claimed_at, now()), attempts = o.attempts + 1
