@@ -34,9 +34,9 @@ var permanentCodes = map[jetstream.ErrorCode]bool{
 // Permanent: the payload is over the server's max_payload
 // (nats.ErrMaxPayload, checked by the client), an invalid subject or
 // header (nats.ErrBadSubject, nats.ErrBadHeaderMsg), or one of the
-// JetStream API error codes above (a row of the bridge table cannot set
-// the Nats-Rollup or Nats-TTL header behind 10111 and 10166; a Watermill
-// envelope's metadata is passed through and can). Everything else is retryable: timeouts
+// JetStream API error codes above (rows and Watermill envelopes cannot set
+// the Nats-Rollup or Nats-TTL header behind 10111 and 10166; the codes are
+// here for what the server may add). Everything else is retryable: timeouts
 // and disconnects (outcome unknown: the row is published again with the
 // same Nats-Msg-Id), no stream for the subject (jetstream.ErrNoStreamResponse),
 // 503 no responders, leader changes, "duplicate message id is in process"

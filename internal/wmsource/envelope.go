@@ -46,7 +46,9 @@ func (e *SkipError) Unwrap() error { return e.Err }
 
 // bridgeHeaders are the headers the relay sets on every message; metadata
 // entries with these names (in any case) are dropped, the relay's values
-// win.
+// win. Entries named Nats-* (outbox.IsServerHeader) are dropped too: they
+// are instructions to the stream (Nats-Rollup purges a subject), which a
+// row of the bridge table may not give either.
 var bridgeHeaders = []string{outbox.HeaderMsgID, outbox.HeaderIdempotencyKey}
 
 // unwrapped is a message taken out of its envelope, ready to publish.
@@ -54,7 +56,8 @@ type unwrapped struct {
 	// Subject is the envelope's destination topic.
 	Subject string
 	// Msg has UUID = the idempotency key, Payload = the original payload,
-	// Metadata = the original metadata less the bridge's own headers.
+	// Metadata = the original metadata less the bridge's own headers and
+	// Nats-* entries.
 	Msg *message.Message
 	// EnvelopeUUID is the original message's UUID.
 	EnvelopeUUID string
@@ -107,7 +110,7 @@ func unwrap(row *message.Message, msgIDMetadata string) (*unwrapped, error) {
 	}
 	u.Msg = message.NewMessage(key, env.Payload)
 	for name, value := range env.Metadata {
-		if isBridgeHeader(name) {
+		if isBridgeHeader(name) || outbox.IsServerHeader(name) {
 			continue
 		}
 		if err := checkHeader(name, value); err != nil {

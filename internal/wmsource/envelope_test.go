@@ -97,9 +97,11 @@ func TestUnwrapDropsTheRelaysHeadersFromMetadata(t *testing.T) {
 	orig.Metadata.Set("NATS-MSG-ID", "forged")
 	orig.Metadata.Set("Outbox-Idempotency-Key", "forged")
 	orig.Metadata.Set("Nats-Expected-Stream", "EVENTS")
+	orig.Metadata.Set("nats-rollup", "sub")
+	orig.Metadata.Set("X-Tenant", "t1")
 	u, err := unwrap(wrap(t, "events.x", orig), "")
 	require.NoError(t, err)
-	require.Equal(t, message.Metadata{"Nats-Expected-Stream": "EVENTS"}, u.Msg.Metadata)
+	require.Equal(t, message.Metadata{"X-Tenant": "t1"}, u.Msg.Metadata, "the relay's headers and Nats-* instructions are dropped, the rest kept")
 }
 
 func TestUnwrapRefusesWhatCanNeverBePublished(t *testing.T) {
