@@ -35,8 +35,9 @@ var permanentCodes = map[jetstream.ErrorCode]bool{
 // (nats.ErrMaxPayload, checked by the client), an invalid subject or
 // header (nats.ErrBadSubject, nats.ErrBadHeaderMsg), or one of the
 // JetStream API error codes above (rows and Watermill envelopes cannot set
-// the Nats-Rollup or Nats-TTL header behind 10111 and 10166; the codes are
-// here for what the server may add). Everything else is retryable: timeouts
+// the Nats-Rollup or Nats-TTL header behind 10111 and 10166, but should
+// one reach the server, retrying would not help). Everything else is
+// retryable: timeouts
 // and disconnects (outcome unknown: the row is published again with the
 // same Nats-Msg-Id), no stream for the subject (jetstream.ErrNoStreamResponse),
 // 503 no responders, leader changes, "duplicate message id is in process"
