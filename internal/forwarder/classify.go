@@ -29,7 +29,9 @@ var permanentCodes = map[jetstream.ErrorCode]bool{
 // Unavailable: the connection to NATS was not up (nats.ErrDisconnected,
 // ErrConnectionClosed, ErrConnectionReconnecting, ErrConnectionDraining,
 // ErrNoServers); the outcome is unknown, the row is retried as soon as the
-// relay is connected, and the attempt is not counted.
+// relay is connected, and the attempt is not counted. A message the relay
+// held past its publish deadline and did not send
+// (outbox.ErrPublishDeadline) is Unavailable too.
 //
 // Permanent: the payload is over the server's max_payload
 // (nats.ErrMaxPayload, checked by the client), an invalid subject or
@@ -45,6 +47,9 @@ var permanentCodes = map[jetstream.ErrorCode]bool{
 // not leader (10009), stream offline (10118), stream full with
 // discard-new (10077).
 func Classify(err error) outbox.FailureClass {
+	if errors.Is(err, outbox.ErrPublishDeadline) {
+		return outbox.Unavailable // never sent: not the row's fault
+	}
 	if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrBadHeaderMsg) {
 		return outbox.Permanent
 	}

@@ -16,7 +16,14 @@ type rowMarshaler struct{}
 
 var _ sink.Marshaler = rowMarshaler{}
 
+// Marshal runs in the publisher's writer goroutine right before the
+// message goes to the NATS client, the last point where the relay can
+// still decide not to send it: a message past its publish deadline
+// (outbox.CheckPublishDeadline) is refused here.
 func (rowMarshaler) Marshal(subject string, msg *message.Message) (*nats.Msg, error) {
+	if err := outbox.CheckPublishDeadline(msg); err != nil {
+		return nil, err
+	}
 	user, err := outbox.UserHeaders(msg)
 	if err != nil {
 		return nil, err

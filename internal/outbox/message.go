@@ -1,8 +1,10 @@
 package outbox
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -114,4 +116,40 @@ func failed(msg *message.Message) (reason string, class FailureClass) {
 		class = Retryable
 	}
 	return reason, class
+}
+
+// ErrPublishDeadline is returned (wrapped) by CheckPublishDeadline for a
+// message whose claim is older than relay.ack_deadline.
+var ErrPublishDeadline = errors.New("not published: the claim is older than the ack deadline")
+
+type publishDeadlineKey struct{}
+
+// withPublishDeadline records in ctx the last moment the row's message may
+// be handed to the NATS client.
+func withPublishDeadline(ctx context.Context, deadline time.Time) context.Context {
+	return context.WithValue(ctx, publishDeadlineKey{}, deadline)
+}
+
+// CheckPublishDeadline returns an error wrapping ErrPublishDeadline when
+// the message of a claimed row is past its publish deadline: the start of
+// its claim plus relay.ack_deadline, which is shorter than the lease
+// (relay.inflight_timeout). Call it right before handing the message to
+// the NATS client. A relay that was paused (SIGSTOP, a frozen container,
+// a long GC or swap stall) with claimed rows still in its pipeline must not
+// publish them when it resumes: their lease may have expired, another relay
+// may have published them since, and past the stream's duplicate window
+// JetStream would store the late copy again, after later rows of its
+// ordering key. The deadline is checked on the monotonic clock and on the
+// wall clock, so that a suspended machine, whose monotonic clock may have
+// stood still, is caught too. Messages not emitted by a Subscriber pass.
+func CheckPublishDeadline(msg *message.Message) error {
+	deadline, ok := msg.Context().Value(publishDeadlineKey{}).(time.Time)
+	if !ok {
+		return nil
+	}
+	now := time.Now()
+	if now.After(deadline) || now.Round(0).After(deadline.Round(0)) {
+		return fmt.Errorf("%w (%s late): the relay was paused or stalled, and another relay may have published the row since", ErrPublishDeadline, now.Round(0).Sub(deadline.Round(0)).Round(time.Millisecond))
+	}
+	return nil
 }

@@ -354,7 +354,7 @@ func (s *Subscriber) emit(row Row, claimed claimWindow, out chan<- *message.Mess
 		s.settleCh <- settlement{row: row, err: err.Error(), permanent: true}
 		return nil, true
 	}
-	msg.SetContext(s.traceClaim(row, headers, claimed))
+	msg.SetContext(withPublishDeadline(s.traceClaim(row, headers, claimed), claimed.start.Add(s.cfg.AckDeadline)))
 	if s.isClosing() { // select below picks at random when both are ready
 		return nil, false
 	}
