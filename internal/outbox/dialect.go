@@ -25,6 +25,9 @@ type dialect interface {
 	// returns them in id order; cursor is the store's position among
 	// ordering keys, which the dialect may read and move.
 	claim(ctx context.Context, db *sql.DB, s *statements, owner string, limit int, cursor *keyCursor) ([]Row, error)
+	// requeue moves in_flight rows whose lease started more than olderThan
+	// ago (database clock) to failed and returns how many moved.
+	requeue(ctx context.Context, db *sql.DB, s *statements, olderThan time.Duration) (int, error)
 	markDone(ctx context.Context, db *sql.DB, s *statements, owner string, done []Done, del bool) (int64, error)
 	markFailed(ctx context.Context, db *sql.DB, s *statements, owner string, failures []Failure) (int64, error)
 	isUndefinedTable(err error) bool
@@ -40,7 +43,8 @@ type statements struct {
 	// claim is the claim, run by the dialect's claim method: its
 	// parameters and statements differ by dialect.
 	claim string
-	// requeue(olderThan) moves stale in_flight rows to failed.
+	// requeue is the in-flight recovery, run by the dialect's requeue
+	// method.
 	requeue string
 	// stats() returns status, count, oldest created_at, and the database now.
 	stats string

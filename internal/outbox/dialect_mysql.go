@@ -86,17 +86,25 @@ WHERE id IN (` + mysqlIDs + `)`,
 			`SELECT id, idempotency_key, subject, payload, headers, ordering_key, attempts, created_at, claimed_at
 FROM ` + T + ` WHERE id IN (` + mysqlIDs + `) ORDER BY id`,
 		}, mysqlClaimSep),
-		// Stale leases are found by a non-locking read and locked by primary
-		// key, the lease re-checked: an UPDATE that scanned inflight_idx
-		// itself locked (and waited for) rows that other relays were
-		// claiming or marking, and deadlocked with them.
-		requeue: `UPDATE (
-	SELECT id, claimed_at FROM ` + T + `
-	WHERE status = 'in_flight' AND claimed_at < ` + mysqlNow + ` - INTERVAL ? MICROSECOND) stale
-STRAIGHT_JOIN ` + T + ` o FORCE INDEX (PRIMARY) ON o.id = stale.id AND o.claimed_at = stale.claimed_at
-SET o.status = 'failed', o.owner = NULL, o.available_at = ` + mysqlNow + `,
-	o.last_error = 'requeued after inflight timeout'
-WHERE o.status = 'in_flight'`,
+		// In-flight recovery, run by requeue one statement after another:
+		// stale leases found by a non-locking read (olderThan, limit), locked
+		// by primary key with the lease re-checked, SKIP LOCKED (ids…,
+		// olderThan), then moved (ids…). An UPDATE that scanned inflight_idx
+		// itself locked (and waited for) rows that other relays were claiming
+		// or marking, and deadlocked with them; one that read the stale rows
+		// in a derived table still took shared locks on inflight_idx on
+		// MariaDB 10.11 and waited 50 s (innodb_lock_wait_timeout) behind a
+		// relay frozen in the middle of a claim.
+		requeue: strings.Join([]string{
+			`SELECT id FROM ` + T + ` WHERE status = 'in_flight' AND claimed_at < ` + mysqlNow + ` - INTERVAL ? MICROSECOND
+ORDER BY claimed_at LIMIT ?`,
+			`SELECT id FROM ` + T + ` FORCE INDEX (PRIMARY)
+WHERE id IN (` + mysqlIDs + `) AND status = 'in_flight' AND claimed_at < ` + mysqlNow + ` - INTERVAL ? MICROSECOND
+FOR UPDATE SKIP LOCKED`,
+			`UPDATE ` + T + ` FORCE INDEX (PRIMARY) SET status = 'failed', owner = NULL, available_at = ` + mysqlNow + `,
+	last_error = 'requeued after inflight timeout'
+WHERE id IN (` + mysqlIDs + `)`,
+		}, mysqlClaimSep),
 		stats:        `SELECT status, COUNT(*), MIN(created_at), ` + mysqlNow + ` FROM ` + T + ` GROUP BY status`,
 		recentErrors: `SELECT id, status, attempts, last_error FROM ` + T + ` WHERE status IN ('failed', 'permanent_failed') ORDER BY id DESC LIMIT ?`,
 		// ON DUPLICATE KEY UPDATE with no change: 1 row affected when
@@ -241,6 +249,53 @@ func (mysqlDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner 
 		return nil, fmt.Errorf("commit: %w", err)
 	}
 	return out, nil
+}
+
+// requeue runs the in-flight recovery statements (see sqlFor) in one READ
+// COMMITTED transaction, at most mysqlBatchMax rows per call: the relay
+// calls it before every claim, so a longer list is worked off over the
+// next claims. A stale row locked by another transaction (a relay paused
+// in the middle of a mark) is skipped, not waited for, and found again
+// next time.
+func (mysqlDialect) requeue(ctx context.Context, db *sql.DB, s *statements, olderThan time.Duration) (_ int, err error) {
+	q := strings.Split(s.requeue, mysqlClaimSep)
+	if len(q) != 3 {
+		return 0, fmt.Errorf("mysql requeue: want 3 statements, have %d", len(q))
+	}
+	ago := micros(olderThan)
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	stale, err := mysqlIDList(ctx, tx, q[0], ago, mysqlBatchMax)
+	if err != nil {
+		return 0, fmt.Errorf("select stale leases: %w", err)
+	}
+	var n int64
+	if len(stale) > 0 {
+		locked, err := mysqlIDList(ctx, tx, mysqlExpand(q[1], len(stale)), append(anys(stale), ago)...)
+		if err != nil {
+			return 0, fmt.Errorf("lock stale leases: %w", err)
+		}
+		if len(locked) > 0 {
+			res, err := tx.ExecContext(ctx, mysqlExpand(q[2], len(locked)), anys(locked)...)
+			if err != nil {
+				return 0, fmt.Errorf("requeue: %w", err)
+			}
+			if n, err = res.RowsAffected(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("commit: %w", err)
+	}
+	return int(n), nil
 }
 
 func mysqlIDList(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]int64, error) {

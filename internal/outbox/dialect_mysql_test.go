@@ -239,3 +239,45 @@ func TestMySQLClaimPlanWithManyDoneRows(t *testing.T) {
 		t.Logf("claimed %d rows in %s", len(claimed), time.Since(start))
 	}
 }
+
+// TestMySQLRequeueSkipsALockedLease: in-flight recovery must not wait for
+// a stale row that another transaction holds (a relay paused in the middle
+// of its mark or claim), nor stop for it: it requeues the other stale rows
+// at once and the locked one once it is free. Its earlier form, one UPDATE
+// over a derived table of stale rows, took shared locks on MariaDB 10.11
+// and waited innodb_lock_wait_timeout (50 s) behind such a relay on every
+// claim, so no relay claimed anything.
+func TestMySQLRequeueSkipsALockedLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t, "mysql")
+	a := enqueue(t, s, "a", "")
+	b := enqueue(t, s, "b", "")
+	require.Len(t, claimIDs(t, s, "frozen"), 2)
+	db := s.DB().SQL
+	_, err := db.ExecContext(ctx, "UPDATE "+s.Table()+" SET claimed_at = claimed_at - INTERVAL 1 HOUR")
+	require.NoError(t, err)
+
+	holder, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	require.NoError(t, err)
+	defer holder.Rollback()
+	var id int64
+	require.NoError(t, holder.QueryRowContext(ctx, "SELECT id FROM "+s.Table()+" WHERE id = ? FOR UPDATE", a).Scan(&id))
+
+	// A lock wait would end with an error long before this deadline is
+	// reached only if innodb_lock_wait_timeout were short; the default is
+	// 50 s.
+	within, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	n, err := s.RequeueInflightOlderThan(within, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the stale row nobody holds is requeued")
+	require.Equal(t, "failed", get(t, s, b).status)
+	require.Equal(t, "in_flight", get(t, s, a).status, "the held row is skipped, not waited for")
+
+	require.NoError(t, holder.Rollback())
+	n, err = s.RequeueInflightOlderThan(ctx, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, "failed", get(t, s, a).status)
+}

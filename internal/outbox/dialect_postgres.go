@@ -143,6 +143,11 @@ func (postgresDialect) claim(ctx context.Context, db *sql.DB, s *statements, own
 	return out, nil
 }
 
+// requeue is one UPDATE.
+func (d postgresDialect) requeue(ctx context.Context, db *sql.DB, s *statements, olderThan time.Duration) (int, error) {
+	return execRequeue(ctx, d, db, s, olderThan)
+}
+
 func (postgresDialect) markDone(ctx context.Context, db *sql.DB, s *statements, owner string, done []Done, del bool) (int64, error) {
 	ids := make([]int64, len(done))
 	attempts := make([]int32, len(done))

@@ -132,6 +132,11 @@ func (sqliteDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner
 	return out, nil
 }
 
+// requeue is one UPDATE.
+func (d sqliteDialect) requeue(ctx context.Context, db *sql.DB, s *statements, olderThan time.Duration) (int, error) {
+	return execRequeue(ctx, d, db, s, olderThan)
+}
+
 func (sqliteDialect) markDone(ctx context.Context, db *sql.DB, s *statements, owner string, done []Done, del bool) (int64, error) {
 	query := s.markDone
 	if del {

@@ -168,7 +168,22 @@ func (s *Store) MarkFailed(ctx context.Context, owner string, failures []Failure
 // A requeue proves only that no result was recorded in time, not that the
 // publish failed: the next publish carries the same Nats-Msg-Id.
 func (s *Store) RequeueInflightOlderThan(ctx context.Context, timeout time.Duration) (int, error) {
-	return s.exec(ctx, "requeue in-flight outbox rows", s.sql.requeue, s.db.dialect.ago(timeout))
+	n, err := s.db.dialect.requeue(ctx, s.db.SQL, &s.sql, timeout)
+	if err != nil {
+		return 0, fmt.Errorf("requeue in-flight outbox rows: %w", err)
+	}
+	return n, nil
+}
+
+// execRequeue is the requeue of the dialects whose requeue is one
+// statement with the "now minus timeout" parameter.
+func execRequeue(ctx context.Context, d dialect, db *sql.DB, s *statements, olderThan time.Duration) (int, error) {
+	res, err := db.ExecContext(ctx, s.requeue, d.ago(olderThan))
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
 }
 
 // Stats is a snapshot of the table.

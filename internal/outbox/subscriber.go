@@ -300,9 +300,12 @@ func (s *Subscriber) tick(ctx context.Context, out chan<- *message.Message) (ful
 	if s.cfg.CanClaim != nil && !s.cfg.CanClaim() {
 		return false, nil
 	}
+	// A failed requeue does not stop the claim: it is tried again before
+	// the next one, and other rows can flow meanwhile. When the database is
+	// down, the claim fails too.
 	requeued, err := s.store.RequeueInflightOlderThan(ctx, s.cfg.InflightTimeout)
-	if err != nil {
-		return false, err
+	if err != nil && ctx.Err() == nil {
+		s.logger.Warn("in-flight recovery failed; claiming anyway", slog.Any("error", err))
 	}
 	if requeued > 0 {
 		s.Counters.Requeued.Add(int64(requeued))
