@@ -119,8 +119,8 @@ func failed(msg *message.Message) (reason string, class FailureClass) {
 }
 
 // ErrPublishDeadline is returned (wrapped) by CheckPublishDeadline for a
-// message whose claim is older than relay.ack_deadline.
-var ErrPublishDeadline = errors.New("not published: the claim is older than the ack deadline")
+// message emitted longer than relay.ack_deadline ago.
+var ErrPublishDeadline = errors.New("not published: the message is older than the ack deadline")
 
 type publishDeadlineKey struct{}
 
@@ -131,10 +131,11 @@ func withPublishDeadline(ctx context.Context, deadline time.Time) context.Contex
 }
 
 // CheckPublishDeadline returns an error wrapping ErrPublishDeadline when
-// the message of a claimed row is past its publish deadline: the start of
-// its claim plus relay.ack_deadline, which is shorter than the lease
-// (relay.inflight_timeout). Call it right before handing the message to
-// the NATS client. A relay that was paused (SIGSTOP, a frozen container,
+// the message of a claimed row is past its publish deadline: the moment
+// the Subscriber emitted it plus relay.ack_deadline, when the Subscriber
+// stops waiting for its outcome and settles the row (ack_deadline is
+// shorter than the lease, relay.inflight_timeout). Call it right before
+// handing the message to the NATS client. A relay that was paused (SIGSTOP, a frozen container,
 // a long GC or swap stall) with claimed rows still in its pipeline must not
 // publish them when it resumes: their lease may have expired, another relay
 // may have published them since, and past the stream's duplicate window

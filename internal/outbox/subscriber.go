@@ -357,7 +357,11 @@ func (s *Subscriber) emit(row Row, claimed claimWindow, out chan<- *message.Mess
 		s.settleCh <- settlement{row: row, err: err.Error(), permanent: true}
 		return nil, true
 	}
-	msg.SetContext(withPublishDeadline(s.traceClaim(row, headers, claimed), claimed.start.Add(s.cfg.AckDeadline)))
+	// The message may not be sent after the moment watch gives up on its
+	// outcome: ack_deadline after it is emitted. Not from the claim: a
+	// reconcile scan between claim and emit can outlast ack_deadline, and
+	// its rows would then never be sent.
+	msg.SetContext(withPublishDeadline(s.traceClaim(row, headers, claimed), time.Now().Add(s.cfg.AckDeadline)))
 	if s.isClosing() { // select below picks at random when both are ready
 		return nil, false
 	}
