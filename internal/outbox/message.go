@@ -135,12 +135,13 @@ func withPublishDeadline(ctx context.Context, deadline time.Time) context.Contex
 // the Subscriber emitted it plus relay.ack_deadline, when the Subscriber
 // stops waiting for its outcome and settles the row (ack_deadline is
 // shorter than the lease, relay.inflight_timeout). Call it right before
-// handing the message to the NATS client. A relay that was paused (SIGSTOP, a frozen container,
-// a long GC or swap stall) with claimed rows still in its pipeline must not
-// publish them when it resumes: their lease may have expired, another relay
-// may have published them since, and past the stream's duplicate window
-// JetStream would store the late copy again, after later rows of its
-// ordering key. The deadline is checked on the monotonic clock and on the
+// handing the message to the NATS client.
+//
+// A relay that was paused (SIGSTOP, a frozen container, a long GC or swap
+// stall) with claimed rows still in its pipeline must not publish them
+// when it resumes: their lease may have expired, another relay may have
+// published them since, and past the stream's duplicate window JetStream
+// would store the late copy again, after later rows of its ordering key. The deadline is checked on the monotonic clock and on the
 // wall clock, so that a suspended machine, whose monotonic clock may have
 // stood still, is caught too. Messages not emitted by a Subscriber pass.
 func CheckPublishDeadline(msg *message.Message) error {
@@ -149,8 +150,9 @@ func CheckPublishDeadline(msg *message.Message) error {
 		return nil
 	}
 	now := time.Now()
-	if now.After(deadline) || now.Round(0).After(deadline.Round(0)) {
-		return fmt.Errorf("%w (%s late): the relay was paused or stalled, and another relay may have published the row since", ErrPublishDeadline, now.Round(0).Sub(deadline.Round(0)).Round(time.Millisecond))
+	late := max(now.Sub(deadline), now.Round(0).Sub(deadline.Round(0)))
+	if late <= 0 {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("%w (%s late): the relay was paused or stalled, and another relay may have published the row since", ErrPublishDeadline, late.Round(time.Millisecond))
 }
