@@ -23,7 +23,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -111,28 +110,10 @@ func runBridge(t *testing.T, dir string, env []string, args ...string) result {
 	return r
 }
 
-// syncBuffer is a bytes.Buffer safe for one writer and many readers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // process is a bridge command running in the background.
 type process struct {
 	cmd            *exec.Cmd
-	stdout, stderr *syncBuffer
+	stdout, stderr *bridgetest.SyncBuffer
 	done           chan struct{} // closed when the process has exited
 	code           int           // valid after done
 }
@@ -141,7 +122,7 @@ type process struct {
 // through a pipe; the process is killed and reaped when the test ends.
 func start(t *testing.T, dir string, env []string, args ...string) *process {
 	t.Helper()
-	p := &process{stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &process{stdout: &bridgetest.SyncBuffer{}, stderr: &bridgetest.SyncBuffer{}, done: make(chan struct{})}
 	p.cmd = command(context.Background(), dir, env, args...)
 	p.cmd.Stderr = p.stderr
 	pipe, err := p.cmd.StdoutPipe()

@@ -183,9 +183,8 @@ func withStore(cmd *cobra.Command, fn func(ctx context.Context, store *outbox.St
 // not exist it returns missing(path): opening it would create an empty
 // file. Other databases pass.
 func checkSQLiteOutbox(cfg *config.Config, missing func(path string) error) error {
-	path, ok := strings.CutPrefix(cfg.DatabaseURL(), "sqlite:")
-	path = strings.TrimPrefix(path, "//")
-	if !ok || path == "" {
+	path := cfg.SQLitePath()
+	if path == "" {
 		return nil
 	}
 	// modernc.org/sqlite, like SQLite, keeps ":memory:" and a

@@ -1,11 +1,8 @@
 package broker_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"log/slog"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -17,32 +14,6 @@ import (
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// logBuffer collects JSON log records.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) records(t *testing.T) []map[string]any {
-	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	dec := json.NewDecoder(bytes.NewReader(b.buf.Bytes()))
-	for dec.More() {
-		var r map[string]any
-		require.NoError(t, dec.Decode(&r))
-		out = append(out, r)
-	}
-	return out
 }
 
 // TestEnsureStreamsExistingStream: an existing stream is never changed;
@@ -66,12 +37,12 @@ func TestEnsureStreamsExistingStream(t *testing.T) {
 		{"wider than the stream", []string{"events.a", "audit.>", "audit.x.y"}, []any{"audit.>", "audit.x.y"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var logs logBuffer
+			var logs bridgetest.SyncBuffer
 			logger := slog.New(slog.NewJSONHandler(&logs, nil))
 			err := broker.EnsureStreams(ctx, js, []broker.StreamSpec{{Name: "EVENTS", Subjects: tc.requested}}, logger)
 			require.NoError(t, err)
 
-			records := logs.records(t)
+			records := logs.Records(t)
 			require.Len(t, records, 1)
 			r := records[0]
 			require.Equal(t, "EVENTS", r["stream"])

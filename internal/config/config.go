@@ -346,9 +346,18 @@ func (c *Config) EmbeddedDatabase() bool {
 	if c.Database.URL == "" {
 		return true
 	}
-	path, ok := strings.CutPrefix(c.Database.URL, "sqlite:")
-	path = strings.TrimPrefix(path, "//")
-	return ok && path != "" && filepath.Clean(path) == filepath.Join(c.DataDir, "outbox.db")
+	path := c.SQLitePath()
+	return path != "" && filepath.Clean(path) == filepath.Join(c.DataDir, "outbox.db")
+}
+
+// SQLitePath is the path of the SQLite outbox (DatabaseURL without "sqlite:" and a
+// leading "//"), or "" when the outbox is not SQLite.
+func (c *Config) SQLitePath() string {
+	path, ok := strings.CutPrefix(c.DatabaseURL(), "sqlite:")
+	if !ok {
+		return ""
+	}
+	return strings.TrimPrefix(path, "//")
 }
 
 // EmbeddedNATS reports whether NATS.URL is "embedded": the bridge runs its own NATS server.

@@ -48,31 +48,21 @@ func keyNames(t reflect.Type) string {
 	return strings.Join(names, ", ")
 }
 
-// leafKeys lists the dotted paths of every scalar key of t, in declaration order. Lists
-// (streams) are not leaves: they have no environment variable.
+// leafKeys lists the dotted paths of every scalar key of t, in declaration order, and
+// listKeys those of the list keys (streams); lists have no environment variable.
 func leafKeys(t reflect.Type, prefix string) []string {
-	var out []string
-	for _, f := range fieldsOf(t) {
-		key := f.key
-		if prefix != "" {
-			key = prefix + "." + key
-		}
-		switch {
-		case isSection(f.typ):
-			out = append(out, leafKeys(f.typ, key)...)
-		case f.typ.Kind() == reflect.Slice:
-			// no variable for a list
-		default:
-			out = append(out, key)
-		}
-	}
-	return out
+	leaves, _ := keyPaths(t, prefix)
+	return leaves
 }
 
-// listKeys lists the dotted paths of the list keys of t (streams), which have no
-// environment variable.
 func listKeys(t reflect.Type, prefix string) []string {
-	var out []string
+	_, lists := keyPaths(t, prefix)
+	return lists
+}
+
+// keyPaths walks t once and returns the dotted paths of its scalar keys and of its
+// list keys, in declaration order.
+func keyPaths(t reflect.Type, prefix string) (leaves, lists []string) {
 	for _, f := range fieldsOf(t) {
 		key := f.key
 		if prefix != "" {
@@ -80,12 +70,15 @@ func listKeys(t reflect.Type, prefix string) []string {
 		}
 		switch {
 		case isSection(f.typ):
-			out = append(out, listKeys(f.typ, key)...)
+			l, ls := keyPaths(f.typ, key)
+			leaves, lists = append(leaves, l...), append(lists, ls...)
 		case f.typ.Kind() == reflect.Slice:
-			out = append(out, key)
+			lists = append(lists, key)
+		default:
+			leaves = append(leaves, key)
 		}
 	}
-	return out
+	return leaves, lists
 }
 
 // EnvPrefix starts the name of every environment variable of the configuration.

@@ -257,12 +257,12 @@ func (mysqlDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner 
 // next claims. A stale row locked by another transaction (a relay paused
 // in the middle of a mark) is skipped, not waited for, and found again
 // next time.
-func (mysqlDialect) requeue(ctx context.Context, db *sql.DB, s *statements, olderThan time.Duration) (_ int, err error) {
+func (d mysqlDialect) requeue(ctx context.Context, db *sql.DB, s *statements, olderThan time.Duration) (_ int, err error) {
 	q := strings.Split(s.requeue, mysqlClaimSep)
 	if len(q) != 3 {
 		return 0, fmt.Errorf("mysql requeue: want 3 statements, have %d", len(q))
 	}
-	ago := micros(olderThan)
+	ago := d.ago(olderThan)
 	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return 0, err

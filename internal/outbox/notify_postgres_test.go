@@ -1,14 +1,11 @@
 package outbox_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,29 +15,12 @@ import (
 	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
-// syncBuffer is a bytes.Buffer safe for a logger and a reader at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
 // messages returns the level and message of each JSON log record.
-func (b *syncBuffer) messages(t *testing.T) []string {
+func messages(t *testing.T, logs *bridgetest.SyncBuffer) []string {
 	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	var out []string
-	dec := json.NewDecoder(bytes.NewReader(b.buf.Bytes()))
-	for dec.More() {
-		var r struct{ Level, Msg string }
-		require.NoError(t, dec.Decode(&r))
-		out = append(out, r.Level+" "+r.Msg)
+	for _, r := range logs.Records(t) {
+		out = append(out, fmt.Sprint(r["level"], " ", r["msg"]))
 	}
 	return out
 }
@@ -56,7 +36,7 @@ func TestListenPostgresLogsRestore(t *testing.T) {
 	if strings.Contains(url, "?") {
 		sep = "&"
 	}
-	var logs syncBuffer
+	var logs bridgetest.SyncBuffer
 	logger := slog.New(slog.NewJSONHandler(&logs, nil))
 	woken := make(chan struct{}, 1)
 	wake := func() {
@@ -70,7 +50,7 @@ func TestListenPostgresLogsRestore(t *testing.T) {
 		select {
 		case <-woken:
 		case <-time.After(30 * time.Second):
-			t.Fatalf("no wake %s; log: %q", what, logs.messages(t))
+			t.Fatalf("no wake %s; log: %q", what, messages(t, &logs))
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -81,7 +61,7 @@ func TestListenPostgresLogsRestore(t *testing.T) {
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	waitWake("after the first LISTEN")
-	require.Empty(t, logs.messages(t), "the first LISTEN logs nothing")
+	require.Empty(t, messages(t, &logs), "the first LISTEN logs nothing")
 
 	admin, err := sql.Open("pgx", url)
 	require.NoError(t, err)
@@ -91,9 +71,9 @@ func TestListenPostgresLogsRestore(t *testing.T) {
 	require.Equal(t, 1, killed)
 
 	waitWake("after listening again")
-	require.Eventually(t, func() bool { return len(logs.messages(t)) >= 2 }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(messages(t, &logs)) >= 2 }, 30*time.Second, 10*time.Millisecond)
 	require.Equal(t, []string{
 		"WARN outbox notifications interrupted; polling meanwhile",
 		"INFO outbox notifications restored",
-	}, logs.messages(t))
+	}, messages(t, &logs))
 }
