@@ -25,7 +25,8 @@ type env struct {
 	s       settings
 	db      *outbox.DB
 	dbURL   string
-	schema  string // PostgreSQL schema of this run, or ""
+	schema  string   // PostgreSQL schema of this run, or ""
+	tables  []string // MySQL tables of this run
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	natsURL string
@@ -159,6 +160,9 @@ func (e *env) openDB(ctx context.Context) (func(), error) {
 		if e.schema != "" {
 			_, _ = e.db.SQL.Exec("DROP SCHEMA " + e.schema + " CASCADE")
 		}
+		for _, t := range e.tables {
+			_, _ = e.db.SQL.Exec("DROP TABLE IF EXISTS " + t)
+		}
 		e.db.Close()
 	}, nil
 }
@@ -166,8 +170,14 @@ func (e *env) openDB(ctx context.Context) (func(), error) {
 // table creates a migrated outbox table for one phase.
 func (e *env) table(ctx context.Context, phase string) (*outbox.Store, error) {
 	name := "outbox_" + phase
-	if e.schema != "" {
+	switch {
+	case e.schema != "":
 		name = e.schema + "." + name
+	case e.db.Dialect() == "mysql":
+		// The tables of the URL's database, named per run and dropped at
+		// the end, as PostgreSQL's are by their schema.
+		name = "bench_" + e.suffix + "_" + name
+		e.tables = append(e.tables, name)
 	}
 	if _, err := outbox.Migrate(ctx, e.db, name); err != nil {
 		return nil, err
@@ -180,6 +190,9 @@ func (e *env) databaseVersion(ctx context.Context) string {
 	q := "SELECT version()"
 	if e.db.Dialect() == "sqlite" {
 		q = "SELECT 'SQLite ' || sqlite_version()"
+	}
+	if e.db.Dialect() == "mysql" {
+		q = "SELECT CONCAT(IF(VERSION() LIKE '%MariaDB%', 'MariaDB ', 'MySQL '), VERSION())"
 	}
 	if err := e.db.SQL.QueryRowContext(ctx, q).Scan(&v); err != nil {
 		return e.db.Dialect()
@@ -201,6 +214,9 @@ func (e *env) fill(ctx context.Context, store *outbox.Store, prefix string, n in
 		WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < ?3)
 		SELECT 'k-' || g, ?1 || '.' || (g % 16), ?2, '{}', CASE WHEN ?4 > 0 THEN 'o-' || (g % ?4) END FROM s`
 	}
+	if e.db.Dialect() == "mysql" {
+		return e.fillMySQL(ctx, store, prefix, n)
+	}
 	if _, err := e.db.SQL.ExecContext(ctx, q, prefix, e.payload, n, e.s.OrderingKeys); err != nil {
 		return fmt.Errorf("insert %d rows: %w", n, err)
 	}
@@ -209,6 +225,26 @@ func (e *env) fill(ctx context.Context, store *outbox.Store, prefix string, n in
 		return err
 	}
 	return nil
+}
+
+// fillMySQL is fill for MySQL and MariaDB, whose recursive CTEs stop at
+// 1,000 rows by default: the numbers come from a cross join of digits, in
+// statements of up to 100,000 rows.
+func (e *env) fillMySQL(ctx context.Context, store *outbox.Store, prefix string, n int) error {
+	digits := "(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)"
+	q := `INSERT INTO ` + store.Table() + ` (idempotency_key, subject, payload, headers, ordering_key)
+		SELECT CONCAT('k-', g), CONCAT(?, '.', g % 16), ?, '{}', IF(? > 0, CONCAT('o-', g % ?), NULL)
+		FROM (SELECT ? + a.d + 10*b.d + 100*c.d + 1000*e.d + 10000*f.d AS g
+			FROM ` + digits + ` a, ` + digits + ` b, ` + digits + ` c, ` + digits + ` e, ` + digits + ` f) s
+		WHERE g <= ? ORDER BY g`
+	keys := max(e.s.OrderingKeys, 1)
+	for first := 1; first <= n; first += 100_000 {
+		if _, err := e.db.SQL.ExecContext(ctx, q, prefix, e.payload, e.s.OrderingKeys, keys, first, n); err != nil {
+			return fmt.Errorf("insert rows %d to %d: %w", first, min(first+99_999, n), err)
+		}
+	}
+	_, err := e.db.SQL.ExecContext(ctx, "ANALYZE TABLE "+store.Table())
+	return err
 }
 
 // waitDone polls until n rows of store are done, printing progress.
@@ -299,16 +335,26 @@ func span(ctx context.Context, store *outbox.Store) (time.Duration, error) {
 	return b.Sub(a), nil
 }
 
+// asTime reads a time as the drivers return it: a time.Time (pgx), or text
+// in SQLite's layout or MySQL's DATETIME(6) layout (UTC).
 func asTime(v any) (time.Time, error) {
+	var text string
 	switch t := v.(type) {
 	case time.Time:
 		return t, nil
 	case string:
-		return time.Parse("2006-01-02T15:04:05.999Z07:00", t)
+		text = t
 	case []byte:
-		return time.Parse("2006-01-02T15:04:05.999Z07:00", string(t))
+		text = string(t)
+	default:
+		return time.Time{}, fmt.Errorf("unexpected time value %T", v)
 	}
-	return time.Time{}, fmt.Errorf("unexpected time value %T", v)
+	for _, layout := range []string{"2006-01-02T15:04:05.999Z07:00", "2006-01-02 15:04:05.999999"} {
+		if t, err := time.Parse(layout, text); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("unexpected time %q", text)
 }
 
 func randomHex(n int) string {

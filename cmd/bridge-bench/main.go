@@ -79,7 +79,7 @@ func run(args []string) int {
 	var s settings
 	var asJSON bool
 	fs.StringVar(&s.DatabaseURL, "database-url", os.Getenv("BRIDGE_TEST_POSTGRES_URL"),
-		"outbox database: postgres://… (a schema bench_* is created and dropped) or sqlite:PATH; default $BRIDGE_TEST_POSTGRES_URL, else SQLite in a temp dir")
+		"outbox database: postgres://… (a schema bench_* is created and dropped), mysql://… (tables bench_* are created and dropped; no baseline phase) or sqlite:PATH; default $BRIDGE_TEST_POSTGRES_URL, else SQLite in a temp dir")
 	fs.StringVar(&s.NATSURL, "nats-url", "", "NATS server with JetStream; default an in-process server storing in a temp dir")
 	fs.IntVar(&s.Rows, "n", 100000, "rows for the limit and bridge phases")
 	fs.IntVar(&s.PayloadBytes, "size", 256, "payload bytes per message")

@@ -101,7 +101,7 @@ func (e *env) latency(ctx context.Context) (latencies, error) {
 	defer func() { _, _ = c.stop() }()
 
 	insert := `INSERT INTO ` + store.Table() + ` (idempotency_key, subject, payload) VALUES ($1, $2, $3)`
-	if e.db.Dialect() == "sqlite" {
+	if e.db.Dialect() != "postgres" {
 		insert = `INSERT INTO ` + store.Table() + ` (idempotency_key, subject, payload) VALUES (?, ?, ?)`
 	}
 	stmt, err := e.db.SQL.PrepareContext(ctx, insert)

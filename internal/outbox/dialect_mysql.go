@@ -136,24 +136,40 @@ WHERE id IN (` + mysqlIDs + `) AND attempts = CASE id ` + mysqlArms + ` END` + f
 // mysqlCandidates selects the ids of claimable rows in id order: pending
 // or failed, available, and without ordering key or first of their key
 // among its rows not done or permanent_failed (the head of the key).
-// Parameters: limit, four times.
+// Parameters: mysqlCandidateArgs.
 //
 // It reads claimable_idx (status, ordering_key, id) only, and never rows
 // that are blocked behind the head of their key nor relayed ones:
 //   - rows without a key: one branch per status, each reading the index in
 //     id order and stopping at its LIMIT (an IN over two statuses would
 //     sort every claimable row);
-//   - heads: MIN(id) per (status, key) is a loose index scan (one index
-//     dive per group), then MIN over the three unsettled statuses per key.
-//     A row is claimable when it is that head, pending or failed, and
-//     available.
+//   - heads: a walk over the keys that have a pending or failed row, from
+//     the key cursor on and then from the first key up to the cursor, at
+//     most LIMIT keys (one branch per status and lap, GROUP BY in index
+//     order, so MariaDB stops at the LIMIT: a loose index scan, one index
+//     dive per key, when keys are few and hold many rows, a range scan
+//     reading one row per key when each holds one). The head of each
+//     walked key is the least of its first pending, in_flight and failed
+//     ids, three index dives; it is claimable when it is pending or failed
+//     and available.
 //
 // The first version asked NOT EXISTS (an earlier unsettled row of the
-// key) per scanned row, as the PostgreSQL claim does; MariaDB 10.11 walked
-// the primary key through every done row to answer it (0.7 s per claim
-// with 200,000 done rows), and even with the index pinned, evaluating the
-// dependent subquery for every blocked row took 100-300 ms per claim with
-// 6,000 rows queued behind 56 keys.
+// key) per scanned row, as the PostgreSQL claim did then; MariaDB 10.11
+// walked the primary key through every done row to answer it (0.7 s per
+// claim with 200,000 done rows), and even with the index pinned, evaluating
+// the dependent subquery for every blocked row took 100-300 ms per claim
+// with 6,000 rows queued behind 56 keys. The second took MIN(id) per
+// (status, key) over every key: a loose index scan that stayed cheap for
+// few keys but read every key on every claim, 0.8 s per claim with 100,000
+// keys. MariaDB cannot seek with a value of the outer query inside a
+// subquery (no LATERAL; a correlated "key > w.k" scans the index from its
+// start), so the walk is a window of keys rather than a recursive skip scan
+// as on PostgreSQL and SQLite.
+//
+// The walk's status literals carry the column's collation: in a session
+// whose connection collation is utf8mb4_general_ci (Go's MySQL driver's)
+// MariaDB 10.11 no longer treats the status of "GROUP BY status, key" as a
+// constant, sorts the walk in a temporary table and reads every key.
 func mysqlCandidates(t tableName) string {
 	T := t.String()
 	claimable := mysqlDialect{}.indexName(t, "claimable")
@@ -163,12 +179,28 @@ func mysqlCandidates(t tableName) string {
 	WHERE o.status = '`+status+`' AND o.ordering_key IS NULL AND o.available_at <= `+mysqlNow+`
 	ORDER BY o.id LIMIT ?)`)
 	}
+	var walk []string
+	for lap, after := range []string{">", "<="} {
+		for _, status := range []string{"pending", "failed"} {
+			walk = append(walk, `(SELECT e.ordering_key AS k, `+fmt.Sprint(lap)+` AS lap FROM `+T+` e FORCE INDEX (`+claimable+`)
+				WHERE e.status = _utf8mb4'`+status+`' COLLATE utf8mb4_bin AND e.ordering_key `+after+` ?
+				GROUP BY e.status, e.ordering_key ORDER BY e.status, e.ordering_key LIMIT ?)`)
+		}
+	}
+	var first []string
+	for _, status := range []string{"pending", "in_flight", "failed"} {
+		first = append(first, `COALESCE((SELECT x.id FROM `+T+` x FORCE INDEX (`+claimable+`)
+			WHERE x.status = '`+status+`' AND x.ordering_key = w.k ORDER BY x.id LIMIT 1), `+mysqlNoID+`)`)
+	}
 	branches = append(branches, `(SELECT o.id FROM (
-		SELECT MIN(m.id) AS id FROM (
-			SELECT e.ordering_key, MIN(e.id) AS id FROM `+T+` e FORCE INDEX (`+claimable+`)
-			WHERE e.status IN ('pending', 'in_flight', 'failed') AND e.ordering_key IS NOT NULL
-			GROUP BY e.status, e.ordering_key) m
-		GROUP BY m.ordering_key) h
+		SELECT LEAST(
+			`+strings.Join(first, `,
+			`)+`) AS id
+		FROM (
+			`+strings.Join(walk, `
+			UNION ALL
+			`)+`) w
+		GROUP BY w.lap, w.k ORDER BY w.lap, w.k LIMIT ?) h
 	STRAIGHT_JOIN `+T+` o FORCE INDEX (PRIMARY) ON o.id = h.id
 	WHERE o.status IN ('pending', 'failed') AND o.available_at <= `+mysqlNow+`
 	ORDER BY o.id LIMIT ?)`)
@@ -177,6 +209,21 @@ func mysqlCandidates(t tableName) string {
 	UNION ALL
 	`) + `) c
 ORDER BY id LIMIT ?`
+}
+
+// mysqlNoID stands for "no such row" in the LEAST of mysqlCandidates (a
+// NULL would make LEAST NULL): the largest BIGINT, never an id in practice
+// and never claimable as a head, since no row has it.
+const mysqlNoID = "9223372036854775807"
+
+// mysqlCandidateArgs are the parameters of mysqlCandidates, in the order
+// they appear: want rows from the key cursor on.
+func mysqlCandidateArgs(cursor string, want int) []any {
+	args := []any{want, want}
+	for range 4 {
+		args = append(args, cursor, want)
+	}
+	return append(args, want, want, want)
 }
 
 // claim leases up to limit rows to owner in one READ COMMITTED transaction:
@@ -206,7 +253,7 @@ ORDER BY id LIMIT ?`
 // READ COMMITTED: every statement reads the newest committed data, and
 // InnoDB takes no gap locks, so the claim does not block producers' inserts.
 // SKIP LOCKED never waits, so two claims cannot deadlock.
-func (mysqlDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner string, limit int, _ *keyCursor) (_ []Row, err error) {
+func (mysqlDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner string, limit int, cursor *keyCursor) (_ []Row, err error) {
 	q := strings.Split(s.claim, mysqlClaimSep)
 	if len(q) != 4 {
 		return nil, fmt.Errorf("mysql claim: want 4 statements, have %d", len(q))
@@ -220,8 +267,8 @@ func (mysqlDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner 
 			_ = tx.Rollback()
 		}
 	}()
-	want := limit * mysqlOverfetch
-	candidates, err := mysqlIDList(ctx, tx, q[0], want, want, want, want)
+	from := cursor.get()
+	candidates, err := mysqlIDList(ctx, tx, q[0], mysqlCandidateArgs(from, limit*mysqlOverfetch)...)
 	if err != nil {
 		return nil, fmt.Errorf("select candidates: %w", err)
 	}
@@ -248,6 +295,7 @@ func (mysqlDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner 
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("commit: %w", err)
 	}
+	cursor.set(nextKeyCursor(from, out))
 	return out, nil
 }
 

@@ -188,9 +188,7 @@ func TestMySQLClaimPlanWithManyDoneRows(t *testing.T) {
 	ctx := context.Background()
 	s := setup(t, "mysql")
 	db := s.DB().SQL
-	digits := "(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)"
-	n := "(a.d + 10*b.d + 100*c.d + 1000*e.d + 10000*f.d)"
-	from := " FROM " + digits + " a, " + digits + " b, " + digits + " c, " + digits + " e, " + digits + " f"
+	n, from := mysqlSeries()
 	for batch := range 2 {
 		_, err := db.ExecContext(ctx, `INSERT INTO `+s.Table()+` (idempotency_key, subject, payload, ordering_key, status, attempts, relayed_at, stream, stream_seq)
 			SELECT CONCAT('done-`+itoa(batch)+`-', `+n+`), 'events.x', '', IF(`+n+` % 2 = 0, CONCAT('k', `+n+` % 50), NULL), 'done', 1, UTC_TIMESTAMP(6), 'EVENTS', `+n+from)
@@ -204,8 +202,7 @@ func TestMySQLClaimPlanWithManyDoneRows(t *testing.T) {
 
 	q, ok := outbox.MySQLCandidatesSQL(s.Table())
 	require.True(t, ok)
-	q = strings.ReplaceAll(q, "LIMIT ?", "LIMIT 1000")
-	rows, err := db.QueryContext(ctx, "EXPLAIN "+q)
+	rows, err := db.QueryContext(ctx, "EXPLAIN "+q, outbox.MySQLCandidatesArgs("", 1000)...)
 	require.NoError(t, err)
 	cols, err := rows.Columns()
 	require.NoError(t, err)
@@ -280,4 +277,94 @@ func TestMySQLRequeueSkipsALockedLease(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	require.Equal(t, "failed", get(t, s, a).status)
+}
+
+// mysqlSeries is a number expression n and a FROM clause over which it
+// takes each value 0 to 99,999 once (MariaDB caps recursive CTEs at 1,000
+// iterations by default).
+func mysqlSeries() (n, from string) {
+	digits := "(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)"
+	return "(a.d + 10*b.d + 100*c.d + 1000*e.d + 10000*f.d)",
+		" FROM " + digits + " a, " + digits + " b, " + digits + " c, " + digits + " e, " + digits + " f"
+}
+
+// TestMySQLClaimReadsOnlyTheHeadsOfOrderingKeys: the candidate query reads
+// a bounded window of keys from the key cursor, whatever the number of
+// keys or of rows behind them. Counted from the session's Handler_read_*
+// counters (index and row reads by the storage engine, temporary tables
+// left out), for the claim of 500 rows (1,000 candidates):
+//   - 20 keys with 500 rows each: a scan that did not skip to the next key
+//     reads the 10,000 rows;
+//   - 50,000 keys with one row each: the claim before this one, MIN(id) per
+//     (status, key) over every key, read them all on every claim (0.8 s per
+//     claim with 100,000 keys, about 600 rows/s).
+func TestMySQLClaimReadsOnlyTheHeadsOfOrderingKeys(t *testing.T) {
+	t.Parallel()
+	const want = 2 * 500 // mysqlOverfetch × the default batch
+	for _, shape := range []struct {
+		name       string
+		keys, rows int
+		maxReads   int
+	}{
+		{"20 keys of 500 rows", 20, 10_000, 25 * 20},
+		{"50,000 keys of one row", 50_000, 50_000, 15 * want},
+	} {
+		t.Run(shape.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			s := setup(t, "mysql")
+			db := s.DB().SQL
+			n, from := mysqlSeries()
+			_, err := db.ExecContext(ctx, `INSERT INTO `+s.Table()+` (idempotency_key, subject, payload, ordering_key)
+				SELECT CONCAT('k-', `+n+`), 'events.x', '', CONCAT('key-', `+n+` % ?)`+from+` WHERE `+n+` < ?`, shape.keys, shape.rows)
+			require.NoError(t, err)
+			_, err = db.ExecContext(ctx, "ANALYZE TABLE "+s.Table())
+			require.NoError(t, err)
+
+			q, ok := outbox.MySQLCandidatesSQL(s.Table())
+			require.True(t, ok)
+			conn, err := db.Conn(ctx)
+			require.NoError(t, err)
+			defer conn.Close()
+			before := handlerReads(t, conn)
+			ids, err := conn.QueryContext(ctx, q, outbox.MySQLCandidatesArgs("", want)...)
+			require.NoError(t, err)
+			got := 0
+			for ids.Next() {
+				got++
+			}
+			require.NoError(t, ids.Err())
+			reads := handlerReads(t, conn) - before
+			t.Logf("%s: %d candidates, %d index and row reads", shape.name, got, reads)
+			require.Equal(t, min(shape.keys, want), got, "one candidate per key, up to the window")
+			require.Less(t, reads, shape.maxReads, "the candidates read a window of keys and the head of each, not the rows behind the heads nor every key")
+
+			rows, err := s.Claim(ctx, "relay", 500)
+			require.NoError(t, err)
+			require.Len(t, rows, min(shape.keys, 500))
+			for _, r := range rows {
+				require.Less(t, r.ID, int64(shape.keys+1), "row %d is not the first of its key", r.ID)
+			}
+		})
+	}
+}
+
+// handlerReads is the sum of the session's Handler_read_* counters but
+// Handler_read_rnd_next, which counts reads of temporary tables too.
+func handlerReads(t *testing.T, conn *sql.Conn) int {
+	t.Helper()
+	rows, err := conn.QueryContext(context.Background(), "SHOW SESSION STATUS LIKE 'Handler_read%'")
+	require.NoError(t, err)
+	defer rows.Close()
+	sum := 0
+	for rows.Next() {
+		var name string
+		var v int
+		require.NoError(t, rows.Scan(&name, &v))
+		if name != "Handler_read_rnd_next" {
+			sum += v
+		}
+	}
+	require.NoError(t, rows.Err())
+	return sum
 }

@@ -96,11 +96,8 @@ WHERE id = ? AND attempts = ? AND status = 'in_flight' AND owner = ?`,
 	}
 }
 
-// claim runs the claim from the store's key cursor and moves the cursor to
-// the last key claimed in the order the claim walked the keys: the largest
-// key up to the old cursor if the walk wrapped around, else the largest
-// key. Keys compare as bytes, as SQLite's default BINARY collation of the
-// column does.
+// claim runs the claim from the store's key cursor and moves the cursor
+// (nextKeyCursor).
 func (sqliteDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner string, limit int, cursor *keyCursor) ([]Row, error) {
 	from := cursor.get()
 	rows, err := db.QueryContext(ctx, s.claim, owner, limit, from)
@@ -111,24 +108,7 @@ func (sqliteDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner
 	if err != nil {
 		return nil, err
 	}
-	var after, upTo sql.NullString
-	for _, r := range out {
-		k := r.OrderingKey
-		switch {
-		case !k.Valid:
-		case k.String <= from:
-			if !upTo.Valid || k.String > upTo.String {
-				upTo = k
-			}
-		case !after.Valid || k.String > after.String:
-			after = k
-		}
-	}
-	if upTo.Valid {
-		cursor.set(upTo)
-	} else {
-		cursor.set(after)
-	}
+	cursor.set(nextKeyCursor(from, out))
 	return out, nil
 }
 

@@ -132,7 +132,7 @@ func rowsRead(node map[string]any) int {
 // behind keys that keep having rows.
 func TestClaimGivesEveryOrderingKeyItsTurn(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"sqlite", "postgres"} {
+	for _, kind := range kinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			const keys, perKey, limit = 10, 5, 3

@@ -25,8 +25,8 @@ type Store struct {
 }
 
 // keyCursor is the ordering key after which the next claim of this store
-// looks for the heads of ordering keys first (PostgreSQL and SQLite; see
-// postgresDialect.sqlFor).
+// looks for the heads of ordering keys first (see postgresDialect.sqlFor
+// and mysqlCandidates).
 type keyCursor struct {
 	mu  sync.Mutex
 	key string
@@ -46,6 +46,31 @@ func (c *keyCursor) set(key sql.NullString) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.key = key.String
+}
+
+// nextKeyCursor is the cursor after a claim from cursor from that took
+// rows: the last key claimed in the order the claim walked the keys — the
+// largest key up to from if the walk wrapped around, else the largest key
+// — or no key (the cursor stays) when no row had one. Keys compare as
+// bytes, as SQLite's BINARY collation and MySQL's VARBINARY columns do.
+func nextKeyCursor(from string, rows []Row) sql.NullString {
+	var after, upTo sql.NullString
+	for _, r := range rows {
+		k := r.OrderingKey
+		switch {
+		case !k.Valid:
+		case k.String <= from:
+			if !upTo.Valid || k.String > upTo.String {
+				upTo = k
+			}
+		case !after.Valid || k.String > after.String:
+			after = k
+		}
+	}
+	if upTo.Valid {
+		return upTo
+	}
+	return after
 }
 
 // NewStore returns a Store for table (an SQL identifier, optionally
