@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -133,10 +134,11 @@ WHERE id IN (` + mysqlIDs + `) AND attempts = CASE id ` + mysqlArms + ` END` + f
 	}
 }
 
-// mysqlCandidates selects the ids of claimable rows in id order: pending
-// or failed, available, and without ordering key or first of their key
+// mysqlCandidates selects the claimable rows, a non-locking read: pending
+// or failed and available, without ordering key or first of their key
 // among its rows not done or permanent_failed (the head of the key).
-// Parameters: mysqlCandidateArgs.
+// Parameters: mysqlCandidateArgs. Columns: id, ordering key, lap, ready
+// (see mysqlCandidateSet), in no particular order.
 //
 // It reads claimable_idx (status, ordering_key, id) only, and never rows
 // that are blocked behind the head of their key nor relayed ones:
@@ -144,14 +146,15 @@ WHERE id IN (` + mysqlIDs + `) AND attempts = CASE id ` + mysqlArms + ` END` + f
 //     id order and stopping at its LIMIT (an IN over two statuses would
 //     sort every claimable row);
 //   - heads: a walk over the keys that have a pending or failed row, from
-//     the key cursor on and then from the first key up to the cursor, at
-//     most LIMIT keys (one branch per status and lap, GROUP BY in index
-//     order, so MariaDB stops at the LIMIT: a loose index scan, one index
-//     dive per key, when keys are few and hold many rows, a range scan
-//     reading one row per key when each holds one). The head of each
-//     walked key is the least of its first pending, in_flight and failed
-//     ids, three index dives; it is claimable when it is pending or failed
-//     and available.
+//     the key cursor on (lap 0) and then from the first key up to the
+//     cursor (lap 1), at most LIMIT keys (one branch per status and lap,
+//     GROUP BY in index order, so MariaDB stops at the LIMIT: a loose index
+//     scan, one index dive per key, when keys are few and hold many rows, a
+//     range scan reading one row per key when each holds one). The head of
+//     each walked key is the least of its first pending, in_flight and
+//     failed ids, three index dives; it is ready when it is pending or
+//     failed and available. Every walked key is returned, ready or not, so
+//     that the claim can move the cursor past a window of held-back keys.
 //
 // The first version asked NOT EXISTS (an earlier unsettled row of the
 // key) per scanned row, as the PostgreSQL claim did then; MariaDB 10.11
@@ -175,7 +178,7 @@ func mysqlCandidates(t tableName) string {
 	claimable := mysqlDialect{}.indexName(t, "claimable")
 	var branches []string
 	for _, status := range []string{"pending", "failed"} {
-		branches = append(branches, `(SELECT o.id FROM `+T+` o FORCE INDEX (`+claimable+`)
+		branches = append(branches, `(SELECT o.id, NULL AS k, 0 AS lap, 1 AS ready FROM `+T+` o FORCE INDEX (`+claimable+`)
 	WHERE o.status = '`+status+`' AND o.ordering_key IS NULL AND o.available_at <= `+mysqlNow+`
 	ORDER BY o.id LIMIT ?)`)
 	}
@@ -192,8 +195,10 @@ func mysqlCandidates(t tableName) string {
 		first = append(first, `COALESCE((SELECT x.id FROM `+T+` x FORCE INDEX (`+claimable+`)
 			WHERE x.status = '`+status+`' AND x.ordering_key = w.k ORDER BY x.id LIMIT 1), `+mysqlNoID+`)`)
 	}
-	branches = append(branches, `(SELECT o.id FROM (
-		SELECT LEAST(
+	branches = append(branches, `(SELECT h.id, h.k, h.lap,
+		COALESCE(o.status IN ('pending', 'failed') AND o.available_at <= `+mysqlNow+`, 0) AS ready
+	FROM (
+		SELECT w.k, w.lap, LEAST(
 			`+strings.Join(first, `,
 			`)+`) AS id
 		FROM (
@@ -201,36 +206,75 @@ func mysqlCandidates(t tableName) string {
 			UNION ALL
 			`)+`) w
 		GROUP BY w.lap, w.k ORDER BY w.lap, w.k LIMIT ?) h
-	STRAIGHT_JOIN `+T+` o FORCE INDEX (PRIMARY) ON o.id = h.id
-	WHERE o.status IN ('pending', 'failed') AND o.available_at <= `+mysqlNow+`
-	ORDER BY o.id LIMIT ?)`)
-	return `SELECT id FROM (
-	` + strings.Join(branches, `
-	UNION ALL
-	`) + `) c
-ORDER BY id LIMIT ?`
+	LEFT JOIN `+T+` o FORCE INDEX (PRIMARY) ON o.id = h.id)`)
+	return strings.Join(branches, `
+UNION ALL
+`)
 }
 
 // mysqlNoID stands for "no such row" in the LEAST of mysqlCandidates (a
 // NULL would make LEAST NULL): the largest BIGINT, never an id in practice
-// and never claimable as a head, since no row has it.
+// and never ready, since no row has it.
 const mysqlNoID = "9223372036854775807"
 
 // mysqlCandidateArgs are the parameters of mysqlCandidates, in the order
-// they appear: want rows from the key cursor on.
+// they appear: want rows without key, want keys from the key cursor on.
 func mysqlCandidateArgs(cursor string, want int) []any {
 	args := []any{want, want}
 	for range 4 {
 		args = append(args, cursor, want)
 	}
-	return append(args, want, want, want)
+	return append(args, want)
+}
+
+// mysqlCandidateSet is what mysqlCandidates found.
+type mysqlCandidateSet struct {
+	ids        []int64        // the first want ready rows, in id order
+	walked     int            // keys walked
+	lastWalked sql.NullString // the last key walked, in walk order
+}
+
+// readMySQLCandidates runs mysqlCandidates from cursor for want rows.
+func readMySQLCandidates(ctx context.Context, tx *sql.Tx, query, cursor string, want int) (mysqlCandidateSet, error) {
+	var c mysqlCandidateSet
+	rows, err := tx.QueryContext(ctx, query, mysqlCandidateArgs(cursor, want)...)
+	if err != nil {
+		return c, err
+	}
+	defer rows.Close()
+	lastLap := -1
+	for rows.Next() {
+		var id int64
+		var key sql.NullString
+		var lap int
+		var ready bool
+		if err := rows.Scan(&id, &key, &lap, &ready); err != nil {
+			return c, err
+		}
+		if key.Valid {
+			c.walked++
+			if lap > lastLap || lap == lastLap && key.String > c.lastWalked.String {
+				lastLap, c.lastWalked = lap, key
+			}
+		}
+		if ready {
+			c.ids = append(c.ids, id)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return c, err
+	}
+	slices.Sort(c.ids)
+	c.ids = c.ids[:min(len(c.ids), want)]
+	return c, nil
 }
 
 // claim leases up to limit rows to owner in one READ COMMITTED transaction:
 //
-//  1. candidates: a plain (non-locking) SELECT of the claimable rows in id
-//     order, ordering condition included (mysqlCandidates): at most one
-//     row per ordering key, its first row not yet done or permanent_failed.
+//  1. candidates: a plain (non-locking) SELECT of the claimable rows,
+//     ordering condition included (mysqlCandidates; the first limit ×
+//     mysqlOverfetch in id order are kept): at most one row per ordering
+//     key, its first row not yet done or permanent_failed.
 //     A non-locking read sees the latest committed version of every row,
 //     locked or not, so an earlier row of a key that another relay is
 //     claiming at this moment still counts as pending and holds its key
@@ -267,11 +311,12 @@ func (mysqlDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner 
 			_ = tx.Rollback()
 		}
 	}()
-	from := cursor.get()
-	candidates, err := mysqlIDList(ctx, tx, q[0], mysqlCandidateArgs(from, limit*mysqlOverfetch)...)
+	from, want := cursor.get(), limit*mysqlOverfetch
+	found, err := readMySQLCandidates(ctx, tx, q[0], from, want)
 	if err != nil {
 		return nil, fmt.Errorf("select candidates: %w", err)
 	}
+	candidates := found.ids
 	var out []Row
 	if len(candidates) > 0 {
 		locked, err := mysqlIDList(ctx, tx, mysqlExpand(q[1], len(candidates)), append(anys(candidates), limit)...)
@@ -295,7 +340,15 @@ func (mysqlDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner 
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("commit: %w", err)
 	}
-	cursor.set(nextKeyCursor(from, out))
+	next := nextKeyCursor(from, out)
+	if !next.Valid && found.walked == want {
+		// A full window of keys and none claimed: their heads are held
+		// back (in flight, waiting out a backoff, or locked by another
+		// relay's claim). The next claim starts after them, so the keys
+		// beyond the window get their turn.
+		next = found.lastWalked
+	}
+	cursor.set(next)
 	return out, nil
 }
 

@@ -190,3 +190,46 @@ func TestSQLiteClaimWalksKeysLazily(t *testing.T) {
 	}
 	require.Contains(t, plan.String(), "outbox_unordered_idx")
 }
+
+// TestClaimPassesKeysThatAreHeldBack: keys whose head is held back (in
+// flight here; a failed row waiting out its backoff is the same) must not
+// keep the claim from the keys after them, however many they are. MySQL
+// looks at a window of keys from the key cursor per claim (twice the
+// claim's rows); a window of held-back keys once left the cursor where it
+// was, and the keys after it waited for the held-back ones.
+func TestClaimPassesKeysThatAreHeldBack(t *testing.T) {
+	t.Parallel()
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			const held, limit = 10, 2
+			s := setup(t, kind)
+			ctx := context.Background()
+			for k := range held {
+				enqueue(t, s, fmt.Sprintf("a%d-1", k), fmt.Sprintf("a-%02d", k))
+				enqueue(t, s, fmt.Sprintf("a%d-2", k), fmt.Sprintf("a-%02d", k))
+			}
+			// Another relay, whose key cursor is its own, holds the heads.
+			other, err := outbox.NewStore(s.DB(), s.Table())
+			require.NoError(t, err)
+			heads, err := other.Claim(ctx, "other", held)
+			require.NoError(t, err)
+			require.Len(t, heads, held, "the head of every a- key is in flight")
+			enqueue(t, s, "b1", "b-1")
+			enqueue(t, s, "b2", "b-2")
+
+			var got []string
+			for range held / limit {
+				rows, err := s.Claim(ctx, "relay", limit)
+				require.NoError(t, err)
+				for _, r := range rows {
+					got = append(got, r.OrderingKey.String)
+				}
+				if len(got) > 0 {
+					break
+				}
+			}
+			require.ElementsMatch(t, []string{"b-1", "b-2"}, got, "the rows of keys after %d held-back keys are claimed within %d claims of %d rows", held, held/limit, limit)
+		})
+	}
+}
