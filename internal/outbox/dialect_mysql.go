@@ -138,7 +138,7 @@ WHERE id IN (` + mysqlIDs + `) AND attempts = CASE id ` + mysqlArms + ` END` + f
 // or failed and available, without ordering key or first of their key
 // among its rows not done or permanent_failed (the head of the key).
 // Parameters: mysqlCandidateArgs. Columns: id, ordering key, lap, ready
-// (see mysqlCandidateSet), in no particular order.
+// (see readMySQLCandidates), in no particular order.
 //
 // It reads claimable_idx (status, ordering_key, id) only, and never rows
 // that are blocked behind the head of their key nor relayed ones:
@@ -229,20 +229,33 @@ func mysqlCandidateArgs(cursor string, want int) []any {
 
 // mysqlCandidateSet is what mysqlCandidates found.
 type mysqlCandidateSet struct {
-	ids        []int64        // the first want ready rows, in id order
-	walked     int            // keys walked
-	lastWalked sql.NullString // the last key walked, in walk order
+	ids    []int64       // the rows to lock, in id order (see readMySQLCandidates)
+	walked []mysqlWalked // the keys walked, in walk order
 }
 
-// readMySQLCandidates runs mysqlCandidates from cursor for want rows.
-func readMySQLCandidates(ctx context.Context, tx *sql.Tx, query, cursor string, want int) (mysqlCandidateSet, error) {
+// mysqlWalked is one key of the walk and its head.
+type mysqlWalked struct {
+	key   string
+	lap   int
+	head  int64
+	ready bool
+}
+
+// readMySQLCandidates runs mysqlCandidates from cursor for a claim of
+// limit rows and keeps, of what it finds, the ready heads of the first
+// keys in walk order (at most limit) and the rows without key, at most
+// want = limit × mysqlOverfetch rows in id order. Heads are taken in walk
+// order, not by id: the head of a key that got a row only now has a larger
+// id than the heads of keys around it that keep failing and coming back,
+// and by id it would lose to them on every claim.
+func readMySQLCandidates(ctx context.Context, tx *sql.Tx, query, cursor string, limit int) (mysqlCandidateSet, error) {
 	var c mysqlCandidateSet
+	want := limit * mysqlOverfetch
 	rows, err := tx.QueryContext(ctx, query, mysqlCandidateArgs(cursor, want)...)
 	if err != nil {
 		return c, err
 	}
 	defer rows.Close()
-	lastLap := -1
 	for rows.Next() {
 		var id int64
 		var key sql.NullString
@@ -251,30 +264,66 @@ func readMySQLCandidates(ctx context.Context, tx *sql.Tx, query, cursor string, 
 		if err := rows.Scan(&id, &key, &lap, &ready); err != nil {
 			return c, err
 		}
-		if key.Valid {
-			c.walked++
-			if lap > lastLap || lap == lastLap && key.String > c.lastWalked.String {
-				lastLap, c.lastWalked = lap, key
-			}
-		}
-		if ready {
+		switch {
+		case key.Valid:
+			c.walked = append(c.walked, mysqlWalked{key: key.String, lap: lap, head: id, ready: ready})
+		case ready:
 			c.ids = append(c.ids, id)
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return c, err
 	}
+	slices.SortFunc(c.walked, func(a, b mysqlWalked) int {
+		if a.lap != b.lap {
+			return a.lap - b.lap
+		}
+		return strings.Compare(a.key, b.key) // VARBINARY: byte order
+	})
+	heads := 0
+	for _, w := range c.walked {
+		if w.ready && heads < limit {
+			c.ids = append(c.ids, w.head)
+			heads++
+		}
+	}
 	slices.Sort(c.ids)
 	c.ids = c.ids[:min(len(c.ids), want)]
 	return c, nil
 }
 
+// nextCursor is where the claim after this one starts walking: just
+// before the first walked key whose head was ready but not claimed (left
+// out for rows with smaller ids, or taken by another relay meanwhile), so
+// that it comes first next time; else after the last key walked, past the
+// keys claimed and those held back (heads in flight or waiting out a
+// backoff). A cursor moved past a ready key that was left out once kept
+// such a key waiting as long as older heads around it kept failing
+// (TestClaimGivesANewKeyItsTurnAmongRetryingKeys).
+func (c mysqlCandidateSet) nextCursor(from string, claimed []Row) sql.NullString {
+	taken := make(map[int64]bool, len(claimed))
+	for _, r := range claimed {
+		taken[r.ID] = true
+	}
+	next := sql.NullString{}
+	if from != "" {
+		next = sql.NullString{String: from, Valid: true}
+	}
+	for _, w := range c.walked {
+		if w.ready && !taken[w.head] {
+			return next
+		}
+		next = sql.NullString{String: w.key, Valid: true}
+	}
+	return next
+}
+
 // claim leases up to limit rows to owner in one READ COMMITTED transaction:
 //
 //  1. candidates: a plain (non-locking) SELECT of the claimable rows,
-//     ordering condition included (mysqlCandidates; the first limit ×
-//     mysqlOverfetch in id order are kept): at most one row per ordering
-//     key, its first row not yet done or permanent_failed.
+//     ordering condition included (mysqlCandidates, readMySQLCandidates):
+//     at most one row per ordering key, its first row not yet done or
+//     permanent_failed.
 //     A non-locking read sees the latest committed version of every row,
 //     locked or not, so an earlier row of a key that another relay is
 //     claiming at this moment still counts as pending and holds its key
@@ -311,8 +360,8 @@ func (mysqlDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner 
 			_ = tx.Rollback()
 		}
 	}()
-	from, want := cursor.get(), limit*mysqlOverfetch
-	found, err := readMySQLCandidates(ctx, tx, q[0], from, want)
+	from := cursor.get()
+	found, err := readMySQLCandidates(ctx, tx, q[0], from, limit)
 	if err != nil {
 		return nil, fmt.Errorf("select candidates: %w", err)
 	}
@@ -340,15 +389,7 @@ func (mysqlDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner 
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("commit: %w", err)
 	}
-	next := nextKeyCursor(from, out)
-	if !next.Valid && found.walked == want {
-		// A full window of keys and none claimed: their heads are held
-		// back (in flight, waiting out a backoff, or locked by another
-		// relay's claim). The next claim starts after them, so the keys
-		// beyond the window get their turn.
-		next = found.lastWalked
-	}
-	cursor.set(next)
+	cursor.set(found.nextCursor(from, out))
 	return out, nil
 }
 

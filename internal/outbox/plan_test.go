@@ -233,3 +233,44 @@ func TestClaimPassesKeysThatAreHeldBack(t *testing.T) {
 		})
 	}
 }
+
+// TestClaimGivesANewKeyItsTurnAmongRetryingKeys: keys whose heads fail and
+// are ready again at once keep their old, small ids; a key among them
+// whose head is newer (a larger id) must still be claimed within a lap of
+// the keys. A stress trial found MySQL passing over such a key for minutes:
+// its claim kept the ready heads with the smallest ids and then moved the
+// key cursor past the key it had left out.
+func TestClaimGivesANewKeyItsTurnAmongRetryingKeys(t *testing.T) {
+	t.Parallel()
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			const retrying, limit = 20, 2
+			s := setup(t, kind)
+			ctx := context.Background()
+			for k := range retrying {
+				enqueue(t, s, fmt.Sprintf("r%d", k), fmt.Sprintf("r%04d", k))
+			}
+			enqueue(t, s, "new", "r0010z") // sorts among them, newest id
+
+			claims := 0
+			for ; claims < 3*retrying/limit; claims++ {
+				rows, err := s.Claim(ctx, "relay", limit)
+				require.NoError(t, err)
+				var failures []outbox.Failure
+				found := false
+				for _, r := range rows {
+					found = found || r.OrderingKey.String == "r0010z"
+					failures = append(failures, outbox.Failure{ID: r.ID, Attempt: r.Attempt, Err: "no stream"})
+				}
+				if found {
+					break
+				}
+				_, err = s.MarkFailed(ctx, "relay", failures) // retryable, ready again at once
+				require.NoError(t, err)
+			}
+			require.Less(t, claims, 3*retrying/limit, "key r0010z was not claimed within %d claims of %d rows while %d keys around it kept retrying", 3*retrying/limit, limit, retrying)
+			t.Logf("claimed after %d claims", claims+1)
+		})
+	}
+}
