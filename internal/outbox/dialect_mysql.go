@@ -305,10 +305,7 @@ func (c mysqlCandidateSet) nextCursor(from string, claimed []Row) sql.NullString
 	for _, r := range claimed {
 		taken[r.ID] = true
 	}
-	next := sql.NullString{}
-	if from != "" {
-		next = sql.NullString{String: from, Valid: true}
-	}
+	next := sql.NullString{String: from, Valid: true}
 	for _, w := range c.walked {
 		if w.ready && !taken[w.head] {
 			return next

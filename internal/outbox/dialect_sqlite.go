@@ -112,6 +112,31 @@ func (sqliteDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner
 	return out, nil
 }
 
+// nextKeyCursor is the cursor after a claim from cursor from that took
+// rows: the last key claimed in the order the claim walked the keys — the
+// largest key up to from if the walk wrapped around, else the largest key
+// — or no key (the cursor stays) when no row had one. Keys compare as
+// bytes, as SQLite's default BINARY collation of the column does.
+func nextKeyCursor(from string, rows []Row) sql.NullString {
+	var after, upTo sql.NullString
+	for _, r := range rows {
+		k := r.OrderingKey
+		switch {
+		case !k.Valid:
+		case k.String <= from:
+			if !upTo.Valid || k.String > upTo.String {
+				upTo = k
+			}
+		case !after.Valid || k.String > after.String:
+			after = k
+		}
+	}
+	if upTo.Valid {
+		return upTo
+	}
+	return after
+}
+
 // requeue is one UPDATE.
 func (d sqliteDialect) requeue(ctx context.Context, db *sql.DB, s *statements, olderThan time.Duration) (int, error) {
 	return execRequeue(ctx, d, db, s, olderThan)

@@ -48,31 +48,6 @@ func (c *keyCursor) set(key sql.NullString) {
 	c.key = key.String
 }
 
-// nextKeyCursor is the cursor after a claim from cursor from that took
-// rows: the last key claimed in the order the claim walked the keys — the
-// largest key up to from if the walk wrapped around, else the largest key
-// — or no key (the cursor stays) when no row had one. Keys compare as
-// bytes, as SQLite's BINARY collation and MySQL's VARBINARY columns do.
-func nextKeyCursor(from string, rows []Row) sql.NullString {
-	var after, upTo sql.NullString
-	for _, r := range rows {
-		k := r.OrderingKey
-		switch {
-		case !k.Valid:
-		case k.String <= from:
-			if !upTo.Valid || k.String > upTo.String {
-				upTo = k
-			}
-		case !after.Valid || k.String > after.String:
-			after = k
-		}
-	}
-	if upTo.Valid {
-		return upTo
-	}
-	return after
-}
-
 // NewStore returns a Store for table (an SQL identifier, optionally
 // schema-qualified) in db. It does not touch the database; see CheckSchema.
 func NewStore(db *DB, table string) (*Store, error) {
