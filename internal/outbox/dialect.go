@@ -43,6 +43,10 @@ type statements struct {
 	// claim is the claim, run by the dialect's claim method: its
 	// parameters and statements differ by dialect.
 	claim string
+	// jump(cursor, window) returns the window-th ordering key with
+	// unsettled rows after cursor, or no row (PostgreSQL and SQLite; see
+	// jumpKeyCursor).
+	jump string
 	// requeue is the in-flight recovery, run by the dialect's requeue
 	// method.
 	requeue string

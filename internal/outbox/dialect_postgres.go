@@ -28,13 +28,15 @@ const unsettled = "e.status IN ('pending', 'in_flight', 'failed')"
 
 // sqlFor renders the statements.
 //
-// The claim (owner $1, limit $2, key cursor $3) locks rows from two places
-// (SKIP LOCKED), then updates the first $2 of them in id order:
+// The claim (owner $1, limit $2, key cursor $3, key window $4) locks rows
+// from two places (SKIP LOCKED), then updates the first $2 of them in id
+// order:
 //   - rows without an ordering key: the unordered partial index, in id order;
 //   - the first unsettled row (the head) of each ordering key that is
 //     claimable: a skip scan of the ordering index, one index descent per
 //     key — the keys after the cursor, then from the first key up to the
-//     cursor — that stops after $2 claimable heads.
+//     cursor, at most $4 keys each (keyWindow) — that stops after $2
+//     claimable heads.
 //
 // A row behind its key's head is never read, so a claim costs the same
 // with a backlog of 100 or 1,000,000 rows queued behind a few keys (a scan
@@ -42,7 +44,8 @@ const unsettled = "e.status IN ('pending', 'in_flight', 'failed')"
 // last column is the next cursor: the last key claimed in scan order, so
 // that the next claim starts after it and every key gets its turn when
 // more keys are claimable than a claim takes. Key order is the database's
-// (the column's collation), which is why the cursor is computed here.
+// (the column's collation), which is why the cursor is computed here; a
+// claim that took no keyed row leaves it NULL, and jumpKeyCursor moves it.
 //
 // The marks compare coalesce(o.status, …)
 // rather than o.status with 'in_flight' on purpose: the plain form lets the planner drive the join
@@ -54,24 +57,26 @@ const unsettled = "e.status IN ('pending', 'in_flight', 'failed')"
 func (postgresDialect) sqlFor(t tableName) statements {
 	T := t.String()
 	return statements{
-		claim: `WITH RECURSIVE after_cursor(k, id, status, available_at) AS (
-	(SELECT e.ordering_key, e.id, e.status, e.available_at FROM ` + T + ` e
+		claim: `WITH RECURSIVE after_cursor(k, id, status, available_at, n) AS (
+	(SELECT e.ordering_key, e.id, e.status, e.available_at, 1 FROM ` + T + ` e
 	 WHERE e.ordering_key > $3 AND ` + unsettled + `
 	 ORDER BY e.ordering_key, e.id LIMIT 1)
 	UNION ALL
-	SELECT n.* FROM after_cursor h CROSS JOIN LATERAL (
+	SELECT n.*, h.n + 1 FROM after_cursor h CROSS JOIN LATERAL (
 		SELECT e.ordering_key, e.id, e.status, e.available_at FROM ` + T + ` e
 		WHERE e.ordering_key > h.k AND ` + unsettled + `
 		ORDER BY e.ordering_key, e.id LIMIT 1) n
-), up_to_cursor(k, id, status, available_at) AS (
-	(SELECT e.ordering_key, e.id, e.status, e.available_at FROM ` + T + ` e
+	WHERE h.n < $4
+), up_to_cursor(k, id, status, available_at, n) AS (
+	(SELECT e.ordering_key, e.id, e.status, e.available_at, 1 FROM ` + T + ` e
 	 WHERE e.ordering_key <= $3 AND ` + unsettled + `
 	 ORDER BY e.ordering_key, e.id LIMIT 1)
 	UNION ALL
-	SELECT n.* FROM up_to_cursor h CROSS JOIN LATERAL (
+	SELECT n.*, h.n + 1 FROM up_to_cursor h CROSS JOIN LATERAL (
 		SELECT e.ordering_key, e.id, e.status, e.available_at FROM ` + T + ` e
 		WHERE e.ordering_key > h.k AND e.ordering_key <= $3 AND ` + unsettled + `
 		ORDER BY e.ordering_key, e.id LIMIT 1) n
+	WHERE h.n < $4
 ), free AS (
 	SELECT o.id FROM ` + T + ` o
 	WHERE o.ordering_key IS NULL AND o.status IN ('pending', 'failed') AND o.available_at <= now()
@@ -100,6 +105,16 @@ SELECT id, idempotency_key, subject, payload, headers, ordering_key, attempts, c
 	coalesce(max(ordering_key) FILTER (WHERE ordering_key <= $3) OVER (),
 		max(ordering_key) FILTER (WHERE ordering_key > $3) OVER ())
 FROM claimed`,
+		jump: `WITH RECURSIVE walk(k, n) AS (
+	(SELECT e.ordering_key, 1 FROM ` + T + ` e WHERE e.ordering_key > $1 AND ` + unsettled + `
+	 ORDER BY e.ordering_key LIMIT 1)
+	UNION ALL
+	SELECT x.k, w.n + 1 FROM walk w CROSS JOIN LATERAL (
+		SELECT e.ordering_key AS k FROM ` + T + ` e WHERE e.ordering_key > w.k AND ` + unsettled + `
+		ORDER BY e.ordering_key LIMIT 1) x
+	WHERE w.n < $2
+)
+SELECT k FROM walk WHERE n = $2`,
 		requeue: `UPDATE ` + T + ` SET status = 'failed', owner = NULL, available_at = now(),
 	last_error = 'requeued after inflight timeout'
 WHERE status = 'in_flight' AND claimed_at < now() - $1 * interval '1 microsecond'`,
@@ -130,7 +145,8 @@ WHERE o.id = m.id AND o.attempts = m.attempt AND coalesce(o.status, '') = 'in_fl
 
 // claim runs the claim from the store's key cursor and moves the cursor.
 func (postgresDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner string, limit int, cursor *keyCursor) ([]Row, error) {
-	rows, err := db.QueryContext(ctx, s.claim, owner, limit, cursor.get())
+	from, window := cursor.get(), keyWindow(limit)
+	rows, err := db.QueryContext(ctx, s.claim, owner, limit, from, window)
 	if err != nil {
 		return nil, err
 	}
@@ -138,6 +154,10 @@ func (postgresDialect) claim(ctx context.Context, db *sql.DB, s *statements, own
 	out, err := scanClaimed(rows, &next)
 	if err != nil {
 		return nil, err
+	}
+	if !next.Valid {
+		jumpKeyCursor(ctx, db, s, cursor, from, window)
+		return out, nil
 	}
 	cursor.set(next)
 	return out, nil

@@ -40,7 +40,8 @@ func (sqliteDialect) indexName(t tableName, suffix string) string {
 // sqlFor renders the statements. The claim takes what the PostgreSQL claim
 // takes (see postgresDialect.sqlFor): rows without an ordering key in id
 // order, and the claimable first unsettled row of each ordering key, found
-// key by key from the cursor ?3 with one index seek per key. The key walk
+// key by key from the cursor ?3 with one index seek per key, at most ?4
+// keys per lap (keyWindow). The key walk
 // must run as a co-routine, which stops once the claim has its ?2 rows:
 // hence NOT MATERIALIZED (without it SQLite 3.54 materializes every key
 // first) and scalar subqueries rather than a join with the walk.
@@ -49,16 +50,16 @@ func (sqliteDialect) sqlFor(t tableName) statements {
 	// head is the first unsettled row of the ordering key x.k.
 	head := `(SELECT min(e.id) FROM ` + T + ` e WHERE e.ordering_key = x.k AND ` + unsettled + `)`
 	return statements{
-		claim: `WITH RECURSIVE after_cursor(k) AS NOT MATERIALIZED (
-	SELECT (SELECT min(e.ordering_key) FROM ` + T + ` e WHERE e.ordering_key > ?3 AND ` + unsettled + `)
+		claim: `WITH RECURSIVE after_cursor(k, n) AS NOT MATERIALIZED (
+	SELECT (SELECT min(e.ordering_key) FROM ` + T + ` e WHERE e.ordering_key > ?3 AND ` + unsettled + `), 1
 	UNION ALL
-	SELECT (SELECT min(e.ordering_key) FROM ` + T + ` e WHERE e.ordering_key > a.k AND ` + unsettled + `)
-	FROM after_cursor a WHERE a.k IS NOT NULL
-), up_to_cursor(k) AS NOT MATERIALIZED (
-	SELECT (SELECT min(e.ordering_key) FROM ` + T + ` e WHERE e.ordering_key <= ?3 AND ` + unsettled + `)
+	SELECT (SELECT min(e.ordering_key) FROM ` + T + ` e WHERE e.ordering_key > a.k AND ` + unsettled + `), a.n + 1
+	FROM after_cursor a WHERE a.k IS NOT NULL AND a.n < ?4
+), up_to_cursor(k, n) AS NOT MATERIALIZED (
+	SELECT (SELECT min(e.ordering_key) FROM ` + T + ` e WHERE e.ordering_key <= ?3 AND ` + unsettled + `), 1
 	UNION ALL
-	SELECT (SELECT min(e.ordering_key) FROM ` + T + ` e WHERE e.ordering_key > u.k AND e.ordering_key <= ?3 AND ` + unsettled + `)
-	FROM up_to_cursor u WHERE u.k IS NOT NULL
+	SELECT (SELECT min(e.ordering_key) FROM ` + T + ` e WHERE e.ordering_key > u.k AND e.ordering_key <= ?3 AND ` + unsettled + `), u.n + 1
+	FROM up_to_cursor u WHERE u.k IS NOT NULL AND u.n < ?4
 )
 UPDATE ` + T + ` SET status = 'in_flight', owner = ?1, claimed_at = ` + sqliteNow + `,
 	first_claimed_at = COALESCE(first_claimed_at, ` + sqliteNow + `), attempts = attempts + 1
@@ -74,6 +75,13 @@ WHERE id IN (
 		LIMIT ?2)
 	ORDER BY 1 LIMIT ?2)
 RETURNING id, idempotency_key, subject, payload, headers, ordering_key, attempts, created_at, claimed_at`,
+		jump: `WITH RECURSIVE walk(k, n) AS (
+	SELECT (SELECT min(e.ordering_key) FROM ` + T + ` e WHERE e.ordering_key > ?1 AND ` + unsettled + `), 1
+	UNION ALL
+	SELECT (SELECT min(e.ordering_key) FROM ` + T + ` e WHERE e.ordering_key > w.k AND ` + unsettled + `), w.n + 1
+	FROM walk w WHERE w.k IS NOT NULL AND w.n < ?2
+)
+SELECT k FROM walk WHERE n = ?2 AND k IS NOT NULL`,
 		requeue: `UPDATE ` + T + ` SET status = 'failed', owner = NULL, available_at = ` + sqliteNow + `,
 	last_error = 'requeued after inflight timeout'
 WHERE status = 'in_flight' AND claimed_at < ` + sqliteNowPlus,
@@ -99,8 +107,8 @@ WHERE id = ? AND attempts = ? AND status = 'in_flight' AND owner = ?`,
 // claim runs the claim from the store's key cursor and moves the cursor
 // (nextKeyCursor).
 func (sqliteDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner string, limit int, cursor *keyCursor) ([]Row, error) {
-	from := cursor.get()
-	rows, err := db.QueryContext(ctx, s.claim, owner, limit, from)
+	from, window := cursor.get(), keyWindow(limit)
+	rows, err := db.QueryContext(ctx, s.claim, owner, limit, from, window)
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +116,12 @@ func (sqliteDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner
 	if err != nil {
 		return nil, err
 	}
-	cursor.set(nextKeyCursor(from, out))
+	next := nextKeyCursor(from, out)
+	if !next.Valid {
+		jumpKeyCursor(ctx, db, s, cursor, from, window)
+		return out, nil
+	}
+	cursor.set(next)
 	return out, nil
 }
 
