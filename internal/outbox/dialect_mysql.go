@@ -378,7 +378,7 @@ func (mysqlDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner 
 			if err != nil {
 				return nil, err
 			}
-			if out, err = scanClaimed(rows, nil); err != nil {
+			if out, err = scanClaimed(rows); err != nil {
 				return nil, err
 			}
 		}

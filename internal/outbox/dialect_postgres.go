@@ -44,8 +44,9 @@ const unsettled = "e.status IN ('pending', 'in_flight', 'failed')"
 // last column is the next cursor: the last key claimed in scan order, so
 // that the next claim starts after it and every key gets its turn when
 // more keys are claimable than a claim takes. Key order is the database's
-// (the column's collation), which is why the cursor is computed here; a
-// claim that took no keyed row leaves it NULL, and jumpKeyCursor moves it.
+// (the column's collation), which is why the cursor is computed here, and
+// the last column says whether a claimed key came after the cursor: when
+// none did, jumpKeyCursor moves it.
 //
 // The marks compare coalesce(o.status, …)
 // rather than o.status with 'in_flight' on purpose: the plain form lets the planner drive the join
@@ -103,7 +104,8 @@ func (postgresDialect) sqlFor(t tableName) statements {
 )
 SELECT id, idempotency_key, subject, payload, headers, ordering_key, attempts, created_at, claimed_at,
 	coalesce(max(ordering_key) FILTER (WHERE ordering_key <= $3) OVER (),
-		max(ordering_key) FILTER (WHERE ordering_key > $3) OVER ())
+		max(ordering_key) FILTER (WHERE ordering_key > $3) OVER ()),
+	coalesce(bool_or(ordering_key > $3) OVER (), false)
 FROM claimed`,
 		jump: `WITH RECURSIVE walk(k, n) AS (
 	(SELECT e.ordering_key, 1 FROM ` + T + ` e WHERE e.ordering_key > $1 AND ` + unsettled + `
@@ -151,11 +153,12 @@ func (postgresDialect) claim(ctx context.Context, db *sql.DB, s *statements, own
 		return nil, err
 	}
 	var next sql.NullString
-	out, err := scanClaimed(rows, &next)
+	var afterCursor bool
+	out, err := scanClaimed(rows, &next, &afterCursor)
 	if err != nil {
 		return nil, err
 	}
-	if !next.Valid {
+	if !afterCursor {
 		jumpKeyCursor(ctx, db, s, cursor, from, window)
 		return out, nil
 	}

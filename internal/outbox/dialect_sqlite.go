@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -104,24 +105,24 @@ WHERE id = ? AND attempts = ? AND status = 'in_flight' AND owner = ?`,
 	}
 }
 
-// claim runs the claim from the store's key cursor and moves the cursor
-// (nextKeyCursor).
+// claim runs the claim from the store's key cursor and moves the cursor:
+// nextKeyCursor when it took a keyed row after the cursor, else
+// jumpKeyCursor.
 func (sqliteDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner string, limit int, cursor *keyCursor) ([]Row, error) {
 	from, window := cursor.get(), keyWindow(limit)
 	rows, err := db.QueryContext(ctx, s.claim, owner, limit, from, window)
 	if err != nil {
 		return nil, err
 	}
-	out, err := scanClaimed(rows, nil)
+	out, err := scanClaimed(rows)
 	if err != nil {
 		return nil, err
 	}
-	next := nextKeyCursor(from, out)
-	if !next.Valid {
+	if !slices.ContainsFunc(out, func(r Row) bool { return r.OrderingKey.Valid && r.OrderingKey.String > from }) {
 		jumpKeyCursor(ctx, db, s, cursor, from, window)
 		return out, nil
 	}
-	cursor.set(next)
+	cursor.set(nextKeyCursor(from, out))
 	return out, nil
 }
 

@@ -308,3 +308,49 @@ func TestClaimWalksABoundedWindowOfHeldBackKeys(t *testing.T) {
 	t.Logf("rows read by a claim of 10 with %d held-back keys: %d", keys, read)
 	require.Less(t, read, 5*2*40, "the claim walks a window of keys, not every held-back key")
 }
+
+// TestClaimPassesHeldBackKeysWhileAnEarlyKeyStaysBusy: a key early in key
+// order that has a new row at every claim must not keep the claim from
+// walking on past a window of held-back keys to the keys after them. A
+// stress trial found PostgreSQL and SQLite moving the cursor back to the
+// busy key at every claim (its row was claimed in the lap from the first
+// key), so the walk after the cursor never got past the held-back window.
+func TestClaimPassesHeldBackKeysWhileAnEarlyKeyStaysBusy(t *testing.T) {
+	t.Parallel()
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			const held, limit, claims = 20, 2, 10
+			s := setup(t, kind)
+			ctx := context.Background()
+			for k := range held {
+				enqueue(t, s, fmt.Sprintf("h%d", k), fmt.Sprintf("h%02d", k))
+			}
+			// Another relay, whose key cursor is its own, holds the heads.
+			other, err := outbox.NewStore(s.DB(), s.Table())
+			require.NoError(t, err)
+			heads, err := other.Claim(ctx, "other", held)
+			require.NoError(t, err)
+			require.Len(t, heads, held)
+			enqueue(t, s, "a-0", "a")
+			enqueue(t, s, "z", "z")
+
+			for i := range claims {
+				rows, err := s.Claim(ctx, "relay", limit)
+				require.NoError(t, err)
+				var done []outbox.Done
+				for _, r := range rows {
+					if r.OrderingKey.String == "z" {
+						t.Logf("key z claimed at claim %d", i+1)
+						return
+					}
+					done = append(done, outbox.Done{ID: r.ID, Attempt: r.Attempt, Stream: "S", Seq: uint64(r.ID)})
+				}
+				_, err = s.MarkDone(ctx, "relay", done, false)
+				require.NoError(t, err)
+				enqueue(t, s, fmt.Sprintf("a-%d", i+1), "a") // key a is busy again
+			}
+			t.Fatalf("key z was not claimed within %d claims of %d rows while key a stayed busy before %d held-back keys", claims, limit, held)
+		})
+	}
+}

@@ -58,13 +58,15 @@ func (c *keyCursor) set(key sql.NullString) {
 func keyWindow(limit int) int { return 4 * limit }
 
 // jumpKeyCursor moves the cursor after a claim that took no row with an
-// ordering key: to the window-th key after it, so that the next claim walks
-// the keys beyond a window of held-back ones, or back to the first key when
-// fewer keys follow (the next claim walks from the start). Without it, a
-// window of held-back keys would keep every key after it waiting. A
+// ordering key after it (in the lap from the cursor on): to the window-th
+// key after it, so that the next claim walks the keys beyond a window of
+// held-back ones, or back to the first key when fewer keys follow (the next
+// claim walks from the start). Without it, a window of held-back keys kept
+// every key after it waiting — also when a busy key before the cursor was
+// claimed at every claim, in the lap from the first key, and set the cursor
+// back to itself (TestClaimPassesHeldBackKeysWhileAnEarlyKeyStaysBusy). A
 // failed query leaves the cursor where it is: the rows are claimed by then
-// and must reach the relay, and the next claim that takes no keyed row
-// tries again.
+// and must reach the relay, and the next claim tries again.
 func jumpKeyCursor(ctx context.Context, db *sql.DB, s *statements, cursor *keyCursor, from string, window int) {
 	var k string
 	err := db.QueryRowContext(ctx, s.jump, from, window).Scan(&k)
@@ -130,9 +132,9 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int) ([]Row, erro
 
 // scanClaimed reads and closes the result of a claim: id, idempotency_key,
 // subject, payload, headers, ordering_key, attempts, created_at,
-// claimed_at, and with extra set one more column into *extra (the same on
-// every row). It returns the rows in id order.
-func scanClaimed(rows *sql.Rows, extra *sql.NullString) ([]Row, error) {
+// claimed_at, then one more column into each of extra (the same on every
+// row). It returns the rows in id order.
+func scanClaimed(rows *sql.Rows, extra ...any) ([]Row, error) {
 	defer rows.Close()
 	var out []Row
 	for rows.Next() {
@@ -140,9 +142,7 @@ func scanClaimed(rows *sql.Rows, extra *sql.NullString) ([]Row, error) {
 		var headers sql.NullString
 		dest := []any{&r.ID, &r.IdempotencyKey, &r.Subject, &r.Payload, &headers, &r.OrderingKey,
 			&r.Attempt, dbTime{&r.CreatedAt}, dbTime{&r.ClaimedAt}}
-		if extra != nil {
-			dest = append(dest, extra)
-		}
+		dest = append(dest, extra...)
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("claim outbox rows: scan: %w", err)
 		}
