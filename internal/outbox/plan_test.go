@@ -214,12 +214,7 @@ func TestClaimPassesKeysThatAreHeldBack(t *testing.T) {
 				enqueue(t, s, fmt.Sprintf("a%d-1", k), fmt.Sprintf("a-%02d", k))
 				enqueue(t, s, fmt.Sprintf("a%d-2", k), fmt.Sprintf("a-%02d", k))
 			}
-			// Another relay, whose key cursor is its own, holds the heads.
-			other, err := outbox.NewStore(s.DB(), s.Table())
-			require.NoError(t, err)
-			heads, err := other.Claim(ctx, "other", held)
-			require.NoError(t, err)
-			require.Len(t, heads, held, "the head of every a- key is in flight")
+			holdHeads(t, s, held)
 			enqueue(t, s, "b1", "b-1")
 			enqueue(t, s, "b2", "b-2")
 
@@ -326,12 +321,7 @@ func TestClaimPassesHeldBackKeysWhileAnEarlyKeyStaysBusy(t *testing.T) {
 			for k := range held {
 				enqueue(t, s, fmt.Sprintf("h%d", k), fmt.Sprintf("h%02d", k))
 			}
-			// Another relay, whose key cursor is its own, holds the heads.
-			other, err := outbox.NewStore(s.DB(), s.Table())
-			require.NoError(t, err)
-			heads, err := other.Claim(ctx, "other", held)
-			require.NoError(t, err)
-			require.Len(t, heads, held)
+			holdHeads(t, s, held)
 			enqueue(t, s, "a-0", "a")
 			enqueue(t, s, "z", "z")
 
@@ -353,4 +343,15 @@ func TestClaimPassesHeldBackKeysWhileAnEarlyKeyStaysBusy(t *testing.T) {
 			t.Fatalf("key z was not claimed within %d claims of %d rows while key a stayed busy before %d held-back keys", claims, limit, held)
 		})
 	}
+}
+
+// holdHeads has another relay, whose key cursor is its own, claim the
+// first row of each of the n ordering keys in s, and keep them in flight.
+func holdHeads(t *testing.T, s *outbox.Store, n int) {
+	t.Helper()
+	other, err := outbox.NewStore(s.DB(), s.Table())
+	require.NoError(t, err)
+	heads, err := other.Claim(context.Background(), "other", n)
+	require.NoError(t, err)
+	require.Len(t, heads, n, "the head of every key is in flight")
 }
