@@ -41,7 +41,7 @@ const unsettled = "e.status IN ('pending', 'in_flight', 'failed')"
 // A row behind its key's head is never read, so a claim costs the same
 // with a backlog of 100 or 1,000,000 rows queued behind a few keys (a scan
 // in id order that skipped them took 112 ms for 40 rows out of 10,000). The
-// last column is the next cursor: the last key claimed in scan order, so
+// next-to-last column is the next cursor: the last key claimed in scan order, so
 // that the next claim starts after it and every key gets its turn when
 // more keys are claimable than a claim takes. Key order is the database's
 // (the column's collation), which is why the cursor is computed here, and
