@@ -175,9 +175,10 @@ func (e *env) table(ctx context.Context, phase string) (*outbox.Store, error) {
 		name = e.schema + "." + name
 	case e.db.Dialect() == "mysql":
 		// The tables of the URL's database, named per run and dropped at
-		// the end, as PostgreSQL's are by their schema.
+		// the end with their migration versions, as PostgreSQL's are by
+		// their schema.
 		name = "bench_" + e.suffix + "_" + name
-		e.tables = append(e.tables, name)
+		e.tables = append(e.tables, name, name+"_migrations")
 	}
 	if _, err := outbox.Migrate(ctx, e.db, name); err != nil {
 		return nil, err
