@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -118,20 +117,22 @@ func (sqliteDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner
 	if err != nil {
 		return nil, err
 	}
-	if !slices.ContainsFunc(out, func(r Row) bool { return r.OrderingKey.Valid && r.OrderingKey.String > from }) {
+	next, afterCursor := nextKeyCursor(from, out)
+	if !afterCursor {
 		jumpKeyCursor(ctx, db, s, cursor, from, window)
 		return out, nil
 	}
-	cursor.set(nextKeyCursor(from, out))
+	cursor.set(next)
 	return out, nil
 }
 
 // nextKeyCursor is the cursor after a claim from cursor from that took
 // rows: the last key claimed in the order the claim walked the keys — the
 // largest key up to from if the walk wrapped around, else the largest key
-// — or no key (the cursor stays) when no row had one. Keys compare as
-// bytes, as SQLite's default BINARY collation of the column does.
-func nextKeyCursor(from string, rows []Row) sql.NullString {
+// — or no key when no row had one; afterCursor reports whether a claimed
+// key came after from. Keys compare as bytes, as SQLite's default BINARY
+// collation of the column does.
+func nextKeyCursor(from string, rows []Row) (next sql.NullString, afterCursor bool) {
 	var after, upTo sql.NullString
 	for _, r := range rows {
 		k := r.OrderingKey
@@ -146,9 +147,9 @@ func nextKeyCursor(from string, rows []Row) sql.NullString {
 		}
 	}
 	if upTo.Valid {
-		return upTo
+		return upTo, after.Valid
 	}
-	return after
+	return after, after.Valid
 }
 
 // requeue is one UPDATE.

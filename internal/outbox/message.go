@@ -141,9 +141,10 @@ func withPublishDeadline(ctx context.Context, deadline time.Time) context.Contex
 // stall) with claimed rows still in its pipeline must not publish them
 // when it resumes: their lease may have expired, another relay may have
 // published them since, and past the stream's duplicate window JetStream
-// would store the late copy again, after later rows of its ordering key. The deadline is checked on the monotonic clock and on the
-// wall clock, so that a suspended machine, whose monotonic clock may have
-// stood still, is caught too. Messages not emitted by a Subscriber pass.
+// would store the late copy again, after later rows of its ordering key.
+// The deadline is checked on the monotonic clock and on the wall clock, so
+// that a suspended machine, whose monotonic clock may have stood still, is
+// caught too. Messages not emitted by a Subscriber pass.
 func CheckPublishDeadline(msg *message.Message) error {
 	deadline, ok := msg.Context().Value(publishDeadlineKey{}).(time.Time)
 	if !ok {
