@@ -44,9 +44,10 @@ const unsettled = "e.status IN ('pending', 'in_flight', 'failed')"
 // next-to-last column is the next cursor: the last key claimed in scan order, so
 // that the next claim starts after it and every key gets its turn when
 // more keys are claimable than a claim takes. Key order is the database's
-// (the column's collation), which is why the cursor is computed here, and
-// the last column says whether a claimed key came after the cursor: when
-// none did, jumpKeyCursor moves it.
+// (the column's collation), which is why the cursor is computed here; the
+// two last columns say whether a claimed key came after the cursor and
+// whether any key with unsettled rows does: when none was claimed after
+// it, jumpKeyCursor moves it.
 //
 // The marks compare coalesce(o.status, …)
 // rather than o.status with 'in_flight' on purpose: the plain form lets the planner drive the join
@@ -105,7 +106,8 @@ func (postgresDialect) sqlFor(t tableName) statements {
 SELECT id, idempotency_key, subject, payload, headers, ordering_key, attempts, created_at, claimed_at,
 	coalesce(max(ordering_key) FILTER (WHERE ordering_key <= $3) OVER (),
 		max(ordering_key) FILTER (WHERE ordering_key > $3) OVER ()),
-	coalesce(bool_or(ordering_key > $3) OVER (), false)
+	coalesce(bool_or(ordering_key > $3) OVER (), false),
+	EXISTS (SELECT 1 FROM ` + T + ` e WHERE e.ordering_key > $3 AND ` + unsettled + `)
 FROM claimed`,
 		jump: `WITH RECURSIVE walk(k, n) AS (
 	(SELECT e.ordering_key, 1 FROM ` + T + ` e WHERE e.ordering_key > $1 AND ` + unsettled + `
@@ -153,16 +155,22 @@ func (postgresDialect) claim(ctx context.Context, db *sql.DB, s *statements, own
 		return nil, err
 	}
 	var next sql.NullString
-	var afterCursor bool
-	out, err := scanClaimed(rows, &next, &afterCursor)
+	var afterCursor, keysAfter bool
+	out, err := scanClaimed(rows, &next, &afterCursor, &keysAfter)
 	if err != nil {
 		return nil, err
 	}
-	if !afterCursor {
+	switch {
+	case afterCursor:
+		cursor.set(next)
+	case len(out) > 0 && !keysAfter:
+		// What jumpKeyCursor would find, without its query on the way of
+		// every claim of rows without keys: no key after the cursor, so
+		// the next claim walks from the first key.
+		cursor.set(sql.NullString{Valid: true})
+	default:
 		jumpKeyCursor(ctx, db, s, cursor, from, window)
-		return out, nil
 	}
-	cursor.set(next)
 	return out, nil
 }
 
