@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,16 +27,22 @@ type Relay struct {
 	Forwarder  *forwarder.Forwarder
 	Subscriber *outbox.Subscriber
 	Guard      *dedup.Guard
+	Keeper     *broker.Keeper
 	Health     *health.Server
+	Probes     *health.Probes
 	Store      *outbox.Store
+	Conn       *nats.Conn
 	Streams    broker.Streams
 	Config     *config.Config
 	Logger     *slog.Logger
 }
 
-// Run relays until ctx ends, then drains: /readyz turns 503 at once,
-// claiming stops, publishes in progress finish or are released and marks
-// are flushed. It returns nil after a clean drain.
+// Run relays until ctx ends, then drains: claiming stops, publishes in
+// progress finish or are released and marks are flushed. Beside the relay
+// run the duplicate-window guard, the stream keeper, the PostgreSQL
+// listener and retention. It returns nil after a clean drain, and an
+// error wrapping daemon.ErrConnectionClosed, after the same drain, when
+// the NATS connection was closed for good.
 func (r *Relay) Run(ctx context.Context) error {
 	streams := r.Streams.Names()
 	r.Logger.Info("relay running",
@@ -43,14 +50,23 @@ func (r *Relay) Run(ctx context.Context) error {
 		slog.Any("streams", streams), slog.String("http", r.Health.Addr()), slog.String("owner", r.Config.Relay.Owner))
 
 	daemon.LogStreams(r.Logger, streams)
+	services := []func(context.Context){
+		func(ctx context.Context) { r.Guard.Run(ctx, dedup.GuardIntervalDefault) },
+		func(ctx context.Context) { r.Keeper.Run(ctx, broker.KeeperIntervalDefault) },
+	}
 	if r.Store.DB().Dialect() == "postgres" {
-		go outbox.ListenPostgres(ctx, r.Config.DatabaseURL(), r.Store.Table(), r.Subscriber.Wake, r.Logger)
+		services = append(services, func(ctx context.Context) {
+			outbox.ListenPostgres(ctx, r.Config.DatabaseURL(), r.Store.Table(), r.Subscriber.Wake, r.Logger)
+		})
 	}
 	if !r.Config.Relay.DeleteOnRelay {
 		retention := r.Config.Relay.Retention
-		go outbox.RunRetention(ctx, r.Store, retention, min(max(retention/10, time.Second), time.Minute), r.Logger)
+		services = append(services, func(ctx context.Context) {
+			outbox.RunRetention(ctx, r.Store, retention, min(max(retention/10, time.Second), time.Minute), r.Logger)
+		})
 	}
-	return daemon.Run(ctx, r.Health, r.Guard, r.Logger, r.Forwarder.Run)
+	r.Health.Running(r.Probes)
+	return daemon.Run(ctx, r.Conn, r.Logger, r.Forwarder.Run, services...)
 }
 
 // reconciler is the dedup.Reconciler as the subscriber sees it.
@@ -62,8 +78,9 @@ func claimGate(nc *nats.Conn) outbox.ClaimGate { return nc.IsConnected }
 
 // provideRegistry registers the relay's metrics and the Go runtime and
 // process collectors.
-func provideRegistry(sub *outbox.Subscriber, store *outbox.Store, guard *dedup.Guard, rec *dedup.Reconciler) (*prometheus.Registry, error) {
-	cs := append(sub.Collectors(), outbox.NewTableCollector(store, 15*time.Second), guard.Collector())
+func provideRegistry(sub *outbox.Subscriber, store *outbox.Store, guard *dedup.Guard, rec *dedup.Reconciler, keeper *broker.Keeper) (*prometheus.Registry, error) {
+	cs := append(sub.Collectors(), outbox.NewTableCollector(store, 15*time.Second), keeper.Collector())
+	cs = append(cs, guard.Collectors()...)
 	return newRegistry(append(cs, rec.Collectors()...)...)
 }
 
@@ -79,9 +96,11 @@ func newRegistry(cs ...prometheus.Collector) (*prometheus.Registry, error) {
 	return reg, nil
 }
 
-// provideHealth binds http.listen with the readiness checks: database
-// reachable, NATS connected, ensured streams present.
-func provideHealth(cfg *config.Config, reg *prometheus.Registry, db *outbox.DB, nc *nats.Conn, js jetstream.JetStream, streams broker.Streams, logger *slog.Logger) (*health.Server, error) {
+// provideHealth lists the relay's probes: readiness (database reachable,
+// NATS connected, ensured streams present; the streams whose rows the
+// duplicate-window guard holds back are named without failing it) and
+// liveness, with the relay's metrics.
+func provideHealth(reg *prometheus.Registry, db *outbox.DB, nc *nats.Conn, js jetstream.JetStream, streams broker.Streams, guard *dedup.Guard) *health.Probes {
 	checks := []health.Check{
 		{Name: "database", Check: func(ctx context.Context) error { return db.SQL.PingContext(ctx) }},
 		{Name: "nats", Check: func(context.Context) error {
@@ -98,8 +117,24 @@ func provideHealth(cfg *config.Config, reg *prometheus.Registry, db *outbox.DB, 
 			}
 			return nil
 		}},
+		{Name: "dedup_guard", Check: func(context.Context) error { return guardDetail(guard) }},
 	}
-	return health.Listen(cfg.HTTP.Listen, reg, checks, logger)
+	var alive []health.Check
+	return &health.Probes{Gatherer: reg, Ready: checks, Alive: alive}
+}
+
+// guardDetail names the streams whose rows the guard holds back, as a
+// partial fault (health.Degraded): the other streams flow.
+func guardDetail(guard *dedup.Guard) error {
+	unsafe := guard.Unsafe()
+	if len(unsafe) == 0 {
+		return nil
+	}
+	parts := make([]string, len(unsafe))
+	for i, u := range unsafe {
+		parts[i] = "rows held back: " + u.Error()
+	}
+	return health.Degraded(errors.New(strings.Join(parts, "; ")))
 }
 
 // Daemon is what `bridge run` runs: the relay of the configured source.
@@ -109,16 +144,17 @@ type Daemon interface {
 
 // NewDaemon builds the relay of source: NewRelay for the bridge table
 // (source: table), NewWatermillRelay for the tables of a Watermill
-// forwarder (source: watermill-forwarder). The cleanup is the injector's.
-func NewDaemon(ctx context.Context, cfg *config.Config, logger *slog.Logger) (Daemon, func(), error) {
+// forwarder (source: watermill-forwarder), reporting through hs. The
+// cleanup is the injector's.
+func NewDaemon(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) (Daemon, func(), error) {
 	if cfg.Source == config.SourceWatermillForwarder {
-		relay, cleanup, err := NewWatermillRelay(ctx, cfg, logger)
+		relay, cleanup, err := NewWatermillRelay(ctx, cfg, logger, hs)
 		if err != nil {
 			return nil, nil, err
 		}
 		return relay, cleanup, nil
 	}
-	relay, cleanup, err := NewRelay(ctx, cfg, logger)
+	relay, cleanup, err := NewRelay(ctx, cfg, logger, hs)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -127,8 +163,8 @@ func NewDaemon(ctx context.Context, cfg *config.Config, logger *slog.Logger) (Da
 
 // provideWatermillRegistry registers the watermill-forwarder relay's
 // metrics and the Go runtime and process collectors.
-func provideWatermillRegistry(f *wmsource.Forwarder, guard *dedup.Guard) (*prometheus.Registry, error) {
-	return newRegistry(append(f.Collectors(), guard.Collector())...)
+func provideWatermillRegistry(f *wmsource.Forwarder, guard *dedup.Guard, keeper *broker.Keeper) (*prometheus.Registry, error) {
+	return newRegistry(append(append(f.Collectors(), keeper.Collector()), guard.Collectors()...)...)
 }
 
 // provideTableStore is outbox.ProvideStore for the commands that work on

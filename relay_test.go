@@ -12,6 +12,7 @@ import (
 	bridge "github.com/outbox-bridge/bridge"
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
 	"github.com/outbox-bridge/bridge/internal/config"
+	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
@@ -39,8 +40,7 @@ func TestNotificationWakesTheRelay(t *testing.T) {
 	cfg.Relay.PollInterval = time.Hour
 	require.NoError(t, cfg.Validate())
 
-	relay, cleanup, err := bridge.NewRelay(ctx, &cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	require.NoError(t, err)
+	relay, cleanup := newRelay(t, &cfg)
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(runCtx) }()
@@ -69,4 +69,16 @@ func waitDone(t *testing.T, store *outbox.Store, n int64) {
 		require.NoError(t, err)
 		return st.Rows[outbox.StatusDone] == n
 	}, 5*time.Second, 5*time.Millisecond, "row not relayed within 5s although the poll interval is 1h: no notification")
+}
+
+// newRelay builds the relay of cfg as wire assembles it, with a health
+// server that is bound but not served.
+func newRelay(t *testing.T, cfg *config.Config) (*bridge.Relay, func()) {
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	hs, err := health.Listen(cfg.HTTP.Listen, logger)
+	require.NoError(t, err)
+	relay, cleanup, err := bridge.NewRelay(context.Background(), cfg, logger, hs)
+	require.NoError(t, err)
+	return relay, cleanup
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/hex"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -16,7 +15,6 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
-	bridge "github.com/outbox-bridge/bridge"
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/outbox"
@@ -72,15 +70,14 @@ func TestTraceContextAndSpans(t *testing.T) {
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	cfg.Relay.PollInterval = 10 * time.Millisecond
 	require.NoError(t, cfg.Validate())
-	relay, cleanup, err := bridge.NewRelay(ctx, &cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	require.NoError(t, err)
+	relay, cleanup := newRelay(t, &cfg)
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(runCtx) }()
 
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	traceparent := "00-" + traceID + "-" + parentID + "-01"
-	_, err = relay.Store.Enqueue(ctx, outbox.Entry{IdempotencyKey: "traced", Subject: "events.t", Payload: []byte("x"),
+	_, err := relay.Store.Enqueue(ctx, outbox.Entry{IdempotencyKey: "traced", Subject: "events.t", Payload: []byte("x"),
 		Headers: []byte(`{"traceparent": "` + traceparent + `", "tracestate": "vendor=1"}`)})
 	require.NoError(t, err)
 	_, err = relay.Store.Enqueue(ctx, outbox.Entry{IdempotencyKey: "untraced", Subject: "events.t", Payload: []byte("y")})

@@ -13,16 +13,17 @@ import (
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/forwarder"
+	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
 	"github.com/outbox-bridge/bridge/internal/telemetry"
 	"github.com/outbox-bridge/bridge/internal/wmsource"
 )
 
-// NewRelay builds the daemon of `bridge run`. The cleanup closes the NATS
-// connection, stops the embedded server and closes the database; call it
-// after Run returned.
-func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*Relay, func(), error) {
+// NewRelay builds the daemon of `bridge run`, which reports its probes
+// through hs. The cleanup closes the NATS connection, stops the embedded
+// server and closes the database; call it after Run returned.
+func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) (*Relay, func(), error) {
 	wire.Build(
 		outbox.ProviderSet,
 		broker.ProviderSet,
@@ -44,7 +45,7 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*Re
 // the JetStream publisher, the guard and the health server. The cleanup
 // closes the NATS connection, stops the embedded server and closes the
 // database; call it after Run returned.
-func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*wmsource.Relay, func(), error) {
+func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) (*wmsource.Relay, func(), error) {
 	wire.Build(
 		outbox.ProvideDB,
 		broker.ProviderSet,

@@ -13,6 +13,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/forwarder"
+	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
 	"github.com/outbox-bridge/bridge/internal/telemetry"
@@ -22,10 +23,10 @@ import (
 
 // Injectors from wire.go:
 
-// NewRelay builds the daemon of `bridge run`. The cleanup closes the NATS
-// connection, stops the embedded server and closes the database; call it
-// after Run returned.
-func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*Relay, func(), error) {
+// NewRelay builds the daemon of `bridge run`, which reports its probes
+// through hs. The cleanup closes the NATS connection, stops the embedded
+// server and closes the database; call it after Run returned.
+func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) (*Relay, func(), error) {
 	db, cleanup, err := outbox.ProvideDB(ctx, cfg, logger)
 	if err != nil {
 		return nil, nil, err
@@ -35,7 +36,8 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*Re
 		cleanup()
 		return nil, nil, err
 	}
-	conn, cleanup2, err := broker.ProvideConn(ctx, cfg, logger)
+	denials := broker.NewDenials()
+	conn, cleanup2, err := broker.ProvideConn(ctx, cfg, logger, denials)
 	if err != nil {
 		cleanup()
 		return nil, nil, err
@@ -64,7 +66,7 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*Re
 		return nil, nil, err
 	}
 	marshaler := forwarder.NewPublisherMarshaler()
-	publisher, err := sink.ProvidePublisher(jetStream, cfg, marshaler)
+	publisher, err := sink.ProvidePublisher(jetStream, cfg, marshaler, denials)
 	if err != nil {
 		cleanup3()
 		cleanup2()
@@ -85,33 +87,31 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*Re
 		cleanup()
 		return nil, nil, err
 	}
-	registry, err := provideRegistry(subscriber, store, guard, dedupReconciler)
+	keeper := broker.ProvideKeeper(jetStream, streams, logger)
+	registry, err := provideRegistry(subscriber, store, guard, dedupReconciler, keeper)
 	if err != nil {
 		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
-	forwarderForwarder, err := forwarder.ProvideForwarder(subscriber, store, publisher, conn, guard, tracer, registry, cfg, logger)
+	forwarderForwarder, err := forwarder.ProvideForwarder(subscriber, store, publisher, conn, guard, keeper, tracer, registry, cfg, logger)
 	if err != nil {
 		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
-	server, err := provideHealth(cfg, registry, db, conn, jetStream, streams, logger)
-	if err != nil {
-		cleanup3()
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
+	probes := provideHealth(registry, db, conn, jetStream, streams, guard)
 	relay := &Relay{
 		Forwarder:  forwarderForwarder,
 		Subscriber: subscriber,
 		Guard:      guard,
-		Health:     server,
+		Keeper:     keeper,
+		Health:     hs,
+		Probes:     probes,
 		Store:      store,
+		Conn:       conn,
 		Streams:    streams,
 		Config:     cfg,
 		Logger:     logger,
@@ -128,7 +128,7 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*Re
 // the JetStream publisher, the guard and the health server. The cleanup
 // closes the NATS connection, stops the embedded server and closes the
 // database; call it after Run returned.
-func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*wmsource.Relay, func(), error) {
+func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) (*wmsource.Relay, func(), error) {
 	db, cleanup, err := outbox.ProvideDB(ctx, cfg, logger)
 	if err != nil {
 		return nil, nil, err
@@ -138,7 +138,8 @@ func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Log
 		cleanup()
 		return nil, nil, err
 	}
-	conn, cleanup2, err := broker.ProvideConn(ctx, cfg, logger)
+	denials := broker.NewDenials()
+	conn, cleanup2, err := broker.ProvideConn(ctx, cfg, logger, denials)
 	if err != nil {
 		cleanup()
 		return nil, nil, err
@@ -150,7 +151,7 @@ func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Log
 		return nil, nil, err
 	}
 	marshaler := wmsource.ProvideMarshaler(cfg)
-	publisher, err := sink.ProvidePublisher(jetStream, cfg, marshaler)
+	publisher, err := sink.ProvidePublisher(jetStream, cfg, marshaler, denials)
 	if err != nil {
 		cleanup2()
 		cleanup()
@@ -168,29 +169,28 @@ func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Log
 		cleanup()
 		return nil, nil, err
 	}
-	wmsourceForwarder, err := wmsource.ProvideForwarder(subscriber, publisher, conn, guard, cfg, logger)
+	keeper := broker.ProvideKeeper(jetStream, streams, logger)
+	wmsourceForwarder, err := wmsource.ProvideForwarder(subscriber, publisher, conn, guard, keeper, cfg, logger)
 	if err != nil {
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
-	registry, err := provideWatermillRegistry(wmsourceForwarder, guard)
+	registry, err := provideWatermillRegistry(wmsourceForwarder, guard, keeper)
 	if err != nil {
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
-	server, err := provideHealth(cfg, registry, db, conn, jetStream, streams, logger)
-	if err != nil {
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
+	probes := provideHealth(registry, db, conn, jetStream, streams, guard)
 	relay := &wmsource.Relay{
 		Forwarder: wmsourceForwarder,
 		Guard:     guard,
-		Health:    server,
+		Keeper:    keeper,
+		Health:    hs,
+		Probes:    probes,
 		DB:        db,
+		Conn:      conn,
 		Streams:   streams,
 		Config:    cfg,
 		Logger:    logger,

@@ -139,6 +139,9 @@ func checkSubject(s string, max int) string {
 	if max > 0 && len(s) > max {
 		return fmt.Sprintf("%.40q… is %d bytes; this table holds subjects of at most %d bytes", s, len(s), max)
 	}
+	if len(s) > subjectMax {
+		return fmt.Sprintf("%.40q… is %d bytes; the relay publishes subjects of at most %d bytes: a longer publish line makes the NATS server close the connection (max_control_line, 4096 bytes by default)", s, len(s), subjectMax)
+	}
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c <= ' ' || c == 0x7f {
 			return fmt.Sprintf("%q contains whitespace or a control byte; %s", s, form)
@@ -154,6 +157,13 @@ func checkSubject(s string, max int) string {
 	}
 	return ""
 }
+
+// subjectMax is the longest subject the relay publishes, in bytes (the
+// relay's outbox.SubjectMaxBytes, checked equal in a test): a NATS server
+// closes the connection of a client whose protocol line exceeds its
+// max_control_line (4,096 bytes by default), and the publish line carries
+// the subject, a reply subject and two sizes besides.
+const subjectMax = 4000
 
 // keyMax is the longest key of any table: the relay's limit
 // (outbox.KeyMaxBytes, checked equal in a test). The idempotency key sits

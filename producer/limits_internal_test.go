@@ -12,3 +12,10 @@ func TestKeyLimitMatchesRelay(t *testing.T) {
 		t.Fatalf("producer keyMax %d, relay outbox.KeyMaxBytes %d", keyMax, outbox.KeyMaxBytes)
 	}
 }
+
+// The producer refuses the subjects the relay refuses for their length.
+func TestSubjectLimitMatchesRelay(t *testing.T) {
+	if subjectMax != outbox.SubjectMaxBytes {
+		t.Fatalf("producer subjectMax %d, relay outbox.SubjectMaxBytes %d", subjectMax, outbox.SubjectMaxBytes)
+	}
+}

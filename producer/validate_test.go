@@ -92,6 +92,11 @@ func TestValidationMatchesRelay(t *testing.T) {
 		{subject: "ünïcode.subject"}, {subject: "events.$sys"}, {subject: ""}, {subject: "events.*"},
 		{subject: ">"}, {subject: "a..b"}, {subject: "a b"}, {subject: "a\x7f"}, {subject: "a\x00"},
 		{subject: "a.\xff", stricter: true},
+		// A NATS server closes the connection of a publish line longer than
+		// its max_control_line (4096 bytes by default).
+		{subject: "events." + strings.Repeat("x", 4000-len("events."))},
+		{subject: "events." + strings.Repeat("x", 4001-len("events."))},
+		{subject: "events." + strings.Repeat("x", 5000)},
 	}
 	for i, tc := range subjects {
 		relayErr := outbox.CheckSubject(tc.subject)

@@ -18,6 +18,7 @@ import (
 
 	bridge "github.com/outbox-bridge/bridge"
 	"github.com/outbox-bridge/bridge/internal/config"
+	"github.com/outbox-bridge/bridge/internal/health"
 )
 
 // childCommand is the hidden first argument that makes this binary run the
@@ -66,7 +67,9 @@ func runChild(args []string) int {
 	report := childReport{}
 	if err := cfg.Validate(); err != nil {
 		report.Error = err.Error()
-	} else if relay, cleanup, err := bridge.NewRelay(ctx, &cfg, quietLogger()); err != nil {
+	} else if hs, err := health.Listen(cfg.HTTP.Listen, quietLogger()); err != nil {
+		report.Error = err.Error()
+	} else if relay, cleanup, err := bridge.NewRelay(ctx, &cfg, quietLogger(), hs); err != nil {
 		report.Error = err.Error()
 	} else {
 		fmt.Println("ready")

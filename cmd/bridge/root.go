@@ -15,7 +15,6 @@ import (
 
 	bridge "github.com/outbox-bridge/bridge"
 	"github.com/outbox-bridge/bridge/internal/config"
-	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
@@ -127,8 +126,7 @@ func classify(err error) error {
 	if err == nil {
 		return nil
 	}
-	var unsafe *dedup.UnsafeStreamError
-	if errors.Is(err, outbox.ErrUnknownScheme) || errors.Is(err, outbox.ErrInvalidEntry) || errors.As(err, &unsafe) || config.IsError(err) {
+	if bridge.IsConfigError(err) {
 		return usageError{err}
 	}
 	return err

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 
 	"github.com/spf13/cobra"
 
@@ -39,18 +36,10 @@ on --nats-listen storing in <data-dir>/jetstream, and stream EVENTS on events.>.
 				fmt.Fprintln(cmd.OutOrStdout(), "configuration is valid")
 				return nil
 			}
-			relay, cleanup, err := bridge.NewDaemon(ctx, cfg, logger)
-			if err != nil {
-				// A SIGTERM or SIGINT while starting is a clean stop (exit
-				// 0), not a failure to start.
-				if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-					logger.Info("relay stopped before it started", slog.String("interrupted", err.Error()))
-					return nil
-				}
-				return classify(err)
-			}
-			defer cleanup()
-			return classify(relay.Run(ctx))
+			// bridge.Serve waits for a database or NATS that cannot be
+			// reached, and a SIGTERM or SIGINT meanwhile is a clean stop
+			// (exit 0); only bad configuration stops it (exit 2).
+			return classify(bridge.Serve(ctx, cfg, logger))
 		},
 	}
 	cmd.Flags().BoolVar(&checkOnly, "check-config", false, "validate the configuration and exit (0 valid, 2 invalid)")

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/outbox-bridge/bridge/internal/config"
 )
 
 // ConnectConfig says how to reach NATS.
@@ -28,6 +30,9 @@ type ConnectConfig struct {
 	// CAFile verifies the server's certificate; CertFile and KeyFile are the
 	// client certificate for mutual TLS.
 	CAFile, CertFile, KeyFile string
+	// Denials, when set, records the publish permission violations the
+	// server reports on the connection.
+	Denials *Denials
 }
 
 // Connect opens a connection that reconnects forever (every 250 ms to
@@ -49,7 +54,18 @@ func Connect(ctx context.Context, cfg ConnectConfig, logger *slog.Logger) (*nats
 			logger.Info("NATS reconnected", slog.String("server", nc.ConnectedUrlRedacted()))
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			logger.Error("NATS asynchronous error", slog.Any("error", err))
+			denied, log := cfg.Denials.Record(err)
+			switch {
+			case !denied:
+				logger.Error("NATS asynchronous error", slog.Any("error", err))
+			case log: // once a minute per subject; the rows of the subject record it
+				logger.Error("NATS refused a publish: no permission", slog.Any("error", err))
+			}
+		}),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			if err := nc.LastError(); err != nil {
+				logger.Warn("NATS connection closed", slog.Any("error", err))
+			}
 		}),
 	}
 	switch {
@@ -58,7 +74,8 @@ func Connect(ctx context.Context, cfg ConnectConfig, logger *slog.Logger) (*nats
 	case cfg.NkeySeedFile != "":
 		opt, err := nats.NkeyOptionFromSeed(cfg.NkeySeedFile)
 		if err != nil {
-			return nil, fmt.Errorf("nats.nkey_seed_file %s: %w", cfg.NkeySeedFile, err)
+			return nil, &config.Error{Key: "nats.nkey_seed_file", Value: cfg.NkeySeedFile,
+				Allowed: "must hold an nkey user seed (SU…): " + err.Error()}
 		}
 		opts = append(opts, opt)
 	case cfg.User != "":

@@ -52,21 +52,8 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, specs []StreamSp
 		if !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return fmt.Errorf("look up stream %s: %w", spec.Name, err)
 		}
-		storage := jetstream.FileStorage
-		if spec.Storage == "memory" {
-			storage = jetstream.MemoryStorage
-		}
-		_, err = js.CreateStream(ctx, jetstream.StreamConfig{
-			Name:       spec.Name,
-			Subjects:   spec.Subjects,
-			Retention:  jetstream.LimitsPolicy,
-			Duplicates: spec.Duplicates,
-			Replicas:   max(spec.Replicas, 1),
-			Storage:    storage,
-			MaxAge:     spec.MaxAge,
-		})
-		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return fmt.Errorf("create stream %s on %s: %w", spec.Name, strings.Join(spec.Subjects, ","), err)
+		if err := createStream(ctx, js, spec); err != nil {
+			return err
 		}
 		logger.Info("stream created", slog.String("stream", spec.Name), slog.Any("subjects", spec.Subjects))
 	}

@@ -15,7 +15,7 @@ import (
 
 // ProviderSet builds the NATS side of the relay: the connection (starting
 // the embedded server when configured), JetStream and the ensured streams.
-var ProviderSet = wire.NewSet(ProvideConn, ProvideJetStream, ProvideStreams)
+var ProviderSet = wire.NewSet(ProvideConn, ProvideJetStream, ProvideStreams, NewDenials, ProvideKeeper)
 
 // Streams are the streams ensured at start.
 type Streams []StreamSpec
@@ -31,9 +31,11 @@ func (s Streams) Names() []string {
 
 // ProvideConn connects to nats.url; with "embedded" it first starts the
 // in-process server on nats.listen storing in <data_dir>/jetstream. The
-// cleanup drains the connection and stops the server.
-func ProvideConn(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*nats.Conn, func(), error) {
+// server's publish permission violations go to denials. The cleanup
+// closes the connection and stops the server.
+func ProvideConn(ctx context.Context, cfg *config.Config, logger *slog.Logger, denials *Denials) (*nats.Conn, func(), error) {
 	cc := connectConfig(cfg)
+	cc.Denials = denials
 	if !cfg.EmbeddedNATS() {
 		nc, err := Connect(ctx, cc, logger)
 		if err != nil {
@@ -113,4 +115,9 @@ func ProvideStreams(ctx context.Context, js jetstream.JetStream, cfg *config.Con
 		return nil, err
 	}
 	return specs, nil
+}
+
+// ProvideKeeper keeps the ensured streams: created again when lost.
+func ProvideKeeper(js jetstream.JetStream, streams Streams, logger *slog.Logger) *Keeper {
+	return NewKeeper(js, streams, logger)
 }

@@ -1,7 +1,7 @@
 // Package daemon is the lifecycle shared by the relays of `bridge run`:
-// the health server and the duplicate-window guard run beside the relay,
-// and a Watermill router is started and drained the same way whatever the
-// source.
+// services such as the duplicate-window guard run beside the relay, the
+// relay stops when its NATS connection is closed for good, and a Watermill
+// router is started and drained the same way whatever the source.
 package daemon
 
 import (
@@ -9,45 +9,56 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-
-	"github.com/outbox-bridge/bridge/internal/dedup"
-	"github.com/outbox-bridge/bridge/internal/health"
+	"github.com/nats-io/nats.go"
 )
 
-// Run serves hs and runs guard beside relay until ctx ends: /readyz turns
-// 503 as soon as ctx ends, relay drains, then the HTTP server stops. In
-// refuse mode the guard stops relay when it finds an unsafe stream, and its
-// *dedup.UnsafeStreamError is returned. Run returns nil after a clean stop.
-func Run(ctx context.Context, hs *health.Server, guard *dedup.Guard, logger *slog.Logger, relay func(context.Context) error) error {
-	httpCtx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopHTTP()
-	httpErr := make(chan error, 1)
-	go func() { httpErr <- hs.Serve(httpCtx) }()
-	go func() {
-		<-ctx.Done()
-		hs.SetDraining()
-	}()
+// ErrConnectionClosed is returned (wrapped) by Run when the NATS
+// connection was closed for good: nats.go does not reconnect after some
+// server errors (a protocol line over max_control_line, an authorization
+// error received twice in a row), and a closed connection publishes
+// nothing. The caller builds the relay again, with a new connection.
+var ErrConnectionClosed = errors.New("NATS connection closed for good")
 
+// Run runs relay, and each of services beside it, until ctx ends or nc is
+// closed for good: then relay's context ends, it drains, and Run returns
+// an error wrapping ErrConnectionClosed. Services are stopped with the
+// relay; they log their own failures. Run returns relay's error, nil after
+// a clean stop.
+func Run(ctx context.Context, nc *nats.Conn, logger *slog.Logger, relay func(context.Context) error, services ...func(context.Context)) error {
 	relayCtx, stopRelay := context.WithCancel(ctx)
 	defer stopRelay()
-	guardErr := make(chan error, 1)
+
+	closed := nc.StatusChanged(nats.CLOSED)
+	defer nc.RemoveStatusListener(closed)
+	lost := make(chan error, 1)
 	go func() {
-		err := guard.Run(relayCtx, dedup.GuardIntervalDefault)
-		if err != nil {
-			logger.Error("dedup guard: stopping the relay", slog.Any("error", err))
-			stopRelay()
+		if !nc.IsClosed() {
+			select {
+			case <-closed:
+			case <-relayCtx.Done():
+				return
+			}
 		}
-		guardErr <- err
+		err := fmt.Errorf("%w: %v", ErrConnectionClosed, nc.LastError())
+		logger.Error("NATS connection closed for good: stopping the relay to start again with a new connection", slog.Any("error", err))
+		lost <- err
+		stopRelay()
 	}()
 
+	var wg sync.WaitGroup
+	for _, service := range services {
+		wg.Go(func() { service(relayCtx) })
+	}
 	err := relay(relayCtx)
 	stopRelay()
-	err = errors.Join(<-guardErr, err)
-	stopHTTP()
-	if herr := <-httpErr; herr != nil && !errors.Is(herr, context.Canceled) {
-		err = errors.Join(err, herr)
+	wg.Wait()
+	select {
+	case lostErr := <-lost:
+		return errors.Join(lostErr, err)
+	default:
 	}
 	if err == nil {
 		logger.Info("relay stopped")

@@ -2,10 +2,10 @@ package dedup
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,13 +19,19 @@ type GuardMode string
 
 // The guard modes (configuration key dedup.guard).
 const (
-	GuardRefuse GuardMode = "refuse" // refuse to start (exit 2), or stop when found later
+	GuardRefuse GuardMode = "refuse" // refuse to start (exit 2) for an ensured stream; hold back the rows of one found later
 	GuardWarn   GuardMode = "warn"   // log once per stream and problem, and count
 	GuardOff    GuardMode = "off"    // do not check
 )
 
 // GuardIntervalDefault is how often a running relay checks its streams again.
 const GuardIntervalDefault = time.Minute
+
+// HoldBack is how long the rows of a stream the guard refuses are held
+// back before they are tried again, and how often at most the guard
+// inspects such a stream again: a fixed stream lets its rows through
+// within about this long, without a restart.
+const HoldBack = 15 * time.Second
 
 // UnsafeStreamError says why a stream cannot deduplicate the relay's
 // republishes, and how to fix it.
@@ -49,21 +55,32 @@ func (e *UnsafeStreamError) Error() string {
 // when its max age is shorter than its duplicate window (the id expires
 // with the message). JetStream's duplicate window counts from the first
 // store of an id and is not extended by duplicates (nats-server#7302).
+//
+// In refuse mode a stream found unsafe while the relay runs does not stop
+// the relay: Admit refuses the subjects it captures, their rows are held
+// back (see HoldBack), and every other stream keeps flowing. Each finding
+// is logged once per stream and problem, counted, and listed by Unsafe.
 type Guard struct {
 	js      jetstream.JetStream
 	mode    GuardMode
 	horizon time.Duration
 	logger  *slog.Logger
 
-	mu      sync.Mutex
-	seen    []string
-	warned  map[string]bool
-	refused chan error // an unsafe stream found by Admit in refuse mode
+	mu       sync.Mutex
+	seen     []string
+	logged   map[string]bool     // stream + problem logged (and counted) once
+	verdicts map[string]*verdict // stream name → last inspection
 
-	admitted sync.Map // subject → struct{}: its stream passed Admit
+	subjects sync.Map // subject → stream name; cleared at every periodic check
 
 	// Violations counts unsafe findings (each stream and problem once).
 	Violations atomic.Int64
+}
+
+// verdict is the result of inspecting one stream.
+type verdict struct {
+	unsafe *UnsafeStreamError // nil: safe
+	at     time.Time
 }
 
 // NewGuard returns a guard for streams; more are added with Observe.
@@ -74,8 +91,8 @@ func NewGuard(js jetstream.JetStream, mode GuardMode, horizon time.Duration, str
 	default:
 		return nil, fmt.Errorf("invalid config: dedup.guard: %q: must be refuse, warn or off", mode)
 	}
-	return &Guard{js: js, mode: mode, horizon: horizon, logger: logger, seen: slices.Clone(streams), warned: map[string]bool{},
-		refused: make(chan error, 1)}, nil
+	return &Guard{js: js, mode: mode, horizon: horizon, logger: logger, seen: slices.Clone(streams),
+		logged: map[string]bool{}, verdicts: map[string]*verdict{}}, nil
 }
 
 // Observe adds a stream the relay published to (from a PubAck). Safe for
@@ -88,23 +105,21 @@ func (g *Guard) Observe(stream string) {
 	}
 }
 
-// Check inspects every known stream once. In refuse mode it returns the
-// first *UnsafeStreamError; in warn mode it logs each finding once and
-// returns nil. A stream that cannot be read is logged and skipped.
+// Check inspects every known stream once: at start, the streams the relay
+// ensures. In refuse mode it returns the first *UnsafeStreamError (a
+// configuration error: the relay does not start); in warn mode it logs
+// each finding once and returns nil. A stream that cannot be read is
+// logged and skipped.
 func (g *Guard) Check(ctx context.Context) error {
 	if g.mode == GuardOff {
 		return nil
 	}
-	g.mu.Lock()
-	streams := slices.Clone(g.seen)
-	g.mu.Unlock()
-	for _, name := range streams {
-		s, err := g.js.Stream(ctx, name)
+	for _, name := range g.streams() {
+		unsafe, err := g.inspectStream(ctx, name)
 		if err != nil {
 			g.logger.Warn("dedup guard: cannot read stream", slog.String("stream", name), slog.Any("error", err))
 			continue
 		}
-		unsafe := g.inspect(name, s.CachedInfo().Config)
 		if unsafe == nil {
 			continue
 		}
@@ -112,9 +127,32 @@ func (g *Guard) Check(ctx context.Context) error {
 			g.Violations.Add(1)
 			return unsafe
 		}
-		g.warn(name, unsafe)
+		g.report(unsafe)
 	}
 	return nil
+}
+
+func (g *Guard) streams() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.seen)
+}
+
+// inspectStream reads stream name and records its verdict.
+func (g *Guard) inspectStream(ctx context.Context, name string) (*UnsafeStreamError, error) {
+	s, err := g.js.Stream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	unsafe := g.inspect(name, s.CachedInfo().Config)
+	g.mu.Lock()
+	prev := g.verdicts[name]
+	g.verdicts[name] = &verdict{unsafe: unsafe, at: time.Now()}
+	g.mu.Unlock()
+	if unsafe == nil && prev != nil && prev.unsafe != nil && g.mode == GuardRefuse {
+		g.logger.Info("dedup guard: stream is safe now; its rows are relayed again", slog.String("stream", name))
+	}
+	return unsafe, nil
 }
 
 func (g *Guard) inspect(name string, cfg jetstream.StreamConfig) *UnsafeStreamError {
@@ -136,74 +174,117 @@ func (g *Guard) inspect(name string, cfg jetstream.StreamConfig) *UnsafeStreamEr
 	return nil
 }
 
-// Admit is asked before a message is published to subject. The first time
-// a subject is seen, it finds the subject's stream and inspects it; later
-// calls are a map lookup. In refuse mode an unsafe stream returns its
-// *UnsafeStreamError (nothing is published to it) and makes Run stop the
-// relay; in warn mode it is logged once and admitted. A subject that no
-// stream captures is admitted: the publish itself fails then.
+// Admit is asked before a message is published to subject. It finds the
+// subject's stream (once per subject and check interval) and that
+// stream's verdict: inspected the first time, again by every periodic
+// check, and for an unsafe stream again at most every HoldBack. In refuse
+// mode an unsafe stream returns its *UnsafeStreamError: nothing is
+// published to it, and the caller holds the row back without counting the
+// attempt. In warn mode an unsafe stream is logged once and admitted. A
+// subject that no stream captures, or a stream that cannot be read, is
+// admitted: the publish itself fails then.
 func (g *Guard) Admit(ctx context.Context, subject string) error {
 	if g.mode == GuardOff {
 		return nil
 	}
-	if _, ok := g.admitted.Load(subject); ok {
-		return nil
-	}
-	name, err := g.js.StreamNameBySubject(ctx, subject)
-	if err != nil {
-		return nil
-	}
-	s, err := g.js.Stream(ctx, name)
-	if err != nil {
-		return nil
-	}
-	g.Observe(name)
-	if unsafe := g.inspect(name, s.CachedInfo().Config); unsafe != nil {
-		if g.mode == GuardRefuse {
-			g.Violations.Add(1)
-			select {
-			case g.refused <- unsafe:
-			default:
-			}
-			return unsafe
+	var name string
+	if v, ok := g.subjects.Load(subject); ok {
+		name = v.(string)
+	} else {
+		n, err := g.js.StreamNameBySubject(ctx, subject)
+		if err != nil {
+			return nil
 		}
-		g.warn(name, unsafe)
+		name = n
+		g.subjects.Store(subject, name)
+		g.Observe(name)
 	}
-	g.admitted.Store(subject, struct{}{})
+	g.mu.Lock()
+	v := g.verdicts[name]
+	g.mu.Unlock()
+	unsafe := (*UnsafeStreamError)(nil)
+	if v != nil && (v.unsafe == nil || time.Since(v.at) < HoldBack) {
+		unsafe = v.unsafe
+	} else {
+		u, err := g.inspectStream(ctx, name)
+		if err != nil {
+			return nil
+		}
+		unsafe = u
+	}
+	if unsafe == nil {
+		return nil
+	}
+	g.report(unsafe)
+	if g.mode == GuardRefuse {
+		return unsafe
+	}
 	return nil
 }
 
-func (g *Guard) warn(name string, unsafe *UnsafeStreamError) {
+// report logs and counts a finding, once per stream and problem.
+func (g *Guard) report(unsafe *UnsafeStreamError) {
+	key := unsafe.Stream + "\x00" + unsafe.Problem
 	g.mu.Lock()
-	first := !g.warned[name+unsafe.Problem]
-	g.warned[name+unsafe.Problem] = true
+	first := !g.logged[key]
+	g.logged[key] = true
 	g.mu.Unlock()
-	if first {
-		g.Violations.Add(1)
-		g.logger.Warn("dedup guard: stream cannot deduplicate republishes", slog.String("stream", name),
-			slog.String("problem", unsafe.Problem), slog.String("fix", unsafe.Fix))
+	if !first {
+		return
 	}
+	g.Violations.Add(1)
+	if g.mode == GuardRefuse {
+		g.logger.Error("dedup guard: stream cannot deduplicate republishes; holding back its rows, the other streams flow",
+			slog.String("stream", unsafe.Stream), slog.String("problem", unsafe.Problem), slog.String("fix", unsafe.Fix),
+			slog.Duration("retry_every", HoldBack))
+		return
+	}
+	g.logger.Warn("dedup guard: stream cannot deduplicate republishes", slog.String("stream", unsafe.Stream),
+		slog.String("problem", unsafe.Problem), slog.String("fix", unsafe.Fix))
 }
 
-// Run checks the streams every interval until ctx ends. In refuse mode it
-// returns the first *UnsafeStreamError, found by a check or by Admit, so
-// the relay stops.
-func (g *Guard) Run(ctx context.Context, interval time.Duration) error {
-	if g.mode == GuardOff {
+// Unsafe returns the streams whose rows are held back now (refuse mode),
+// by name; nil when none.
+func (g *Guard) Unsafe() []*UnsafeStreamError {
+	if g.mode != GuardRefuse {
 		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []*UnsafeStreamError
+	for _, v := range g.verdicts {
+		if v.unsafe != nil {
+			out = append(out, v.unsafe)
+		}
+	}
+	slices.SortFunc(out, func(a, b *UnsafeStreamError) int { return strings.Compare(a.Stream, b.Stream) })
+	return out
+}
+
+// Run inspects the known streams every interval until ctx ends, so that a
+// stream changed by an operator is seen: made unsafe, its rows are held
+// back from then on; made safe, they flow again. It never stops the relay.
+func (g *Guard) Run(ctx context.Context, interval time.Duration) {
+	if g.mode == GuardOff {
+		return
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
-		case err := <-g.refused:
-			return err
+			return
 		case <-t.C:
 		}
-		if err := g.Check(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			return err
+		g.subjects.Clear()
+		for _, name := range g.streams() {
+			unsafe, err := g.inspectStream(ctx, name)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				g.logger.Warn("dedup guard: cannot read stream", slog.String("stream", name), slog.Any("error", err))
+			case unsafe != nil:
+				g.report(unsafe)
+			}
 		}
 	}
 }

@@ -2,11 +2,17 @@ package dedup
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Collector exposes bridge_dedup_guard_violations_total.
-func (g *Guard) Collector() prometheus.Collector {
-	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bridge_dedup_guard_violations_total",
-		Help: "Streams found unable to deduplicate the relay's republishes (dedup.guard)."},
-		func() float64 { return float64(g.Violations.Load()) })
+// Collectors expose bridge_dedup_guard_violations_total and the gauge
+// bridge_dedup_unsafe_streams.
+func (g *Guard) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bridge_dedup_guard_violations_total",
+			Help: "Streams found unable to deduplicate the relay's republishes (dedup.guard), each stream and problem once."},
+			func() float64 { return float64(g.Violations.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bridge_dedup_unsafe_streams",
+			Help: "Streams whose rows the relay holds back now because they cannot deduplicate its republishes (dedup.guard: refuse)."},
+			func() float64 { return float64(len(g.Unsafe())) }),
+	}
 }
 
 // Collectors expose bridge_rows_reconciled_total and

@@ -6,6 +6,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-bridge/bridge/internal/broker"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
@@ -35,7 +36,12 @@ var permanentCodes = map[jetstream.ErrorCode]bool{
 //
 // Permanent: the payload is over the server's max_payload
 // (nats.ErrMaxPayload, checked by the client), an invalid subject or
-// header (nats.ErrBadSubject, nats.ErrBadHeaderMsg), or one of the
+// header (nats.ErrBadSubject, nats.ErrBadHeaderMsg), a subject the relay's
+// NATS user may not publish to (broker.ErrPublishDenied: permissions are
+// the account's configuration, which retrying does not change; after the
+// permission is granted, `bridge retry --subject` sends the dead letters
+// again — while a retry would hold the row's ordering key for about an
+// hour of backoff for nothing), or one of the
 // JetStream API error codes above (rows and Watermill envelopes cannot set
 // the Nats-Rollup or Nats-TTL header behind 10111 and 10166, but should
 // one reach the server, retrying would not help). Everything else is
@@ -50,7 +56,8 @@ func Classify(err error) outbox.FailureClass {
 	if errors.Is(err, outbox.ErrPublishDeadline) {
 		return outbox.Unavailable // never sent: not the row's fault
 	}
-	if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrBadHeaderMsg) {
+	if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrBadHeaderMsg) ||
+		errors.Is(err, broker.ErrPublishDenied) {
 		return outbox.Permanent
 	}
 	var apiErr *jetstream.APIError

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/components/metrics"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -39,10 +40,14 @@ type Config struct {
 	// duplicate-window guard watches those streams). Defaults to nil.
 	StreamSeen func(stream string)
 	// Admit, when set, is asked before every publish; an error stops that
-	// publish, and the row is given back without counting the attempt
-	// (the duplicate-window guard refusing an unsafe stream). Defaults to
-	// nil.
+	// publish, and the row is held back (outbox.Held: failed with the error
+	// as last_error, the attempt not counted, tried again later) — the
+	// duplicate-window guard refusing an unsafe stream. Defaults to nil.
 	Admit func(ctx context.Context, subject string) error
+	// StreamMissing, when set, is told the subject of every publish that
+	// found no stream (the relay's streams are created again when lost).
+	// Defaults to nil.
+	StreamMissing func(ctx context.Context, subject string)
 	// Registerer, when set, receives bridge_publish_duration_seconds and
 	// Watermill's router metrics (namespace "watermill"). Defaults to nil:
 	// no metrics.
@@ -62,6 +67,7 @@ type Forwarder struct {
 	connected func() bool
 	seen      func(stream string)
 	admit     func(ctx context.Context, subject string) error
+	missing   func(ctx context.Context, subject string)
 	tracer    trace.Tracer
 	duration  prometheus.Observer
 }
@@ -85,7 +91,7 @@ func New(sub *outbox.Subscriber, table string, pub *sink.Publisher, logger *slog
 	if err != nil {
 		return nil, fmt.Errorf("create router: %w", err)
 	}
-	f := &Forwarder{router: router, pub: pub, logger: logger, connected: cfg.Connected, seen: cfg.StreamSeen, admit: cfg.Admit, tracer: cfg.Tracer}
+	f := &Forwarder{router: router, pub: pub, logger: logger, connected: cfg.Connected, seen: cfg.StreamSeen, admit: cfg.Admit, missing: cfg.StreamMissing, tracer: cfg.Tracer}
 	// First added is outermost: classification sees recovered panics too.
 	router.AddMiddleware(f.classify, middleware.Recoverer)
 	if cfg.Registerer != nil {
@@ -129,6 +135,10 @@ func (f *Forwarder) handle(msg *message.Message) error {
 		f.duration.Observe(time.Since(start).Seconds())
 	}
 	if err != nil {
+		err = NoStream(subject, err)
+		if f.missing != nil && errors.Is(err, jetstream.ErrNoStreamResponse) {
+			f.missing(ctx, subject)
+		}
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 		return err
@@ -154,7 +164,10 @@ func (f *Forwarder) classify(h message.HandlerFunc) message.HandlerFunc {
 		}
 		class := Classify(err)
 		var refused refusedError
-		if class == outbox.Retryable && (errors.As(err, &refused) || f.connected != nil && !f.connected()) {
+		switch {
+		case errors.As(err, &refused):
+			class = outbox.Held
+		case class == outbox.Retryable && f.connected != nil && !f.connected():
 			class = outbox.Unavailable
 		}
 		outbox.SetFailed(msg, err, class)
@@ -173,9 +186,35 @@ func (f *Forwarder) Run(ctx context.Context) error {
 // Running is closed once the router runs.
 func (f *Forwarder) Running() <-chan struct{} { return f.router.Running() }
 
+// NoStreamError is a publish that no stream answered: no stream captures
+// its subject (jetstream.ErrNoStreamResponse, the client's "no response
+// from stream" after the server's no-responders status). It is retryable:
+// the stream may be created.
+type NoStreamError struct {
+	Subject string
+	Err     error
+}
+
+func (e *NoStreamError) Error() string {
+	return fmt.Sprintf("no stream captures subject %s: create a stream on it (streams, --ensure-stream NAME:SUBJECT) or fix the row's subject; the row is retried (%v)", e.Subject, e.Err)
+}
+
+func (e *NoStreamError) Unwrap() error { return e.Err }
+
+// NoStream returns err, said in words as a *NoStreamError when it is
+// jetstream.ErrNoStreamResponse.
+func NoStream(subject string, err error) error {
+	if errors.Is(err, jetstream.ErrNoStreamResponse) {
+		return &NoStreamError{Subject: subject, Err: err}
+	}
+	return err
+}
+
 // refusedError is a publish that Admit refused: not the row's fault, so
-// its attempt is given back.
+// the row is held back and its attempt given back.
 type refusedError struct{ err error }
 
-func (e refusedError) Error() string { return "not published: " + e.err.Error() }
+func (e refusedError) Error() string {
+	return "held back, not published (attempt not counted): " + e.err.Error()
+}
 func (e refusedError) Unwrap() error { return e.err }

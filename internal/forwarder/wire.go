@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/outbox-bridge/bridge/internal/broker"
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/outbox"
@@ -19,8 +20,9 @@ var ProviderSet = wire.NewSet(ProvideForwarder, NewPublisherMarshaler)
 
 // ProvideForwarder builds the router, closing within shutdown_timeout.
 // Failures while nc is disconnected do not count as attempts.
-// The guard learns every stream a PubAck names.
-func ProvideForwarder(sub *outbox.Subscriber, store *outbox.Store, pub *sink.Publisher, nc *nats.Conn, guard *dedup.Guard, tracer trace.Tracer, reg *prometheus.Registry, cfg *config.Config, logger *slog.Logger) (*Forwarder, error) {
+// The guard learns every stream a PubAck names and holds back the rows of
+// unsafe streams; the keeper creates a lost ensured stream again.
+func ProvideForwarder(sub *outbox.Subscriber, store *outbox.Store, pub *sink.Publisher, nc *nats.Conn, guard *dedup.Guard, keeper *broker.Keeper, tracer trace.Tracer, reg *prometheus.Registry, cfg *config.Config, logger *slog.Logger) (*Forwarder, error) {
 	return New(sub, store.Table(), pub, logger, Config{CloseTimeout: cfg.ShutdownTimeout, Connected: nc.IsConnected,
-		StreamSeen: guard.Observe, Admit: guard.Admit, Tracer: tracer, Registerer: reg})
+		StreamSeen: guard.Observe, Admit: guard.Admit, StreamMissing: keeper.Missing, Tracer: tracer, Registerer: reg})
 }

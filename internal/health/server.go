@@ -13,40 +13,88 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Check is one readiness check; a nil error means ready.
+// Check is one probe; a nil error means ok. An error made by Degraded is
+// shown but does not fail the probe.
 type Check struct {
 	Name  string
 	Check func(ctx context.Context) error
 }
 
-// Server serves /healthz, /readyz and /metrics.
+// Degraded marks the result of a check as a partial fault: /readyz names it
+// under the check's name and still answers 200. For a fault confined to
+// some rows (an unsafe stream whose rows are held back) while the relay
+// relays the others: failing readiness would not help them, and would stop
+// a rolling update (a new replica that never becomes ready) that may bring
+// the fix.
+func Degraded(err error) error {
+	if err == nil {
+		return nil
+	}
+	return degraded{err}
+}
+
+type degraded struct{ err error }
+
+func (d degraded) Error() string { return d.err.Error() }
+func (d degraded) Unwrap() error { return d.err }
+
+// Probes are what a running relay reports: its metrics, its readiness
+// checks (/readyz) and its liveness checks (/healthz).
+type Probes struct {
+	Gatherer prometheus.Gatherer
+	Ready    []Check
+	Alive    []Check
+}
+
+// state is what the server reports: a running relay's probes, or why
+// there is none.
+type state struct {
+	probes  *Probes
+	metrics http.Handler
+	// waiting says why no relay runs yet (dependencies unavailable); dead,
+	// that the process is not healthy (/healthz fails) until a relay runs
+	// again.
+	waiting, dead error
+}
+
+// Server serves /healthz, /readyz and /metrics. It is bound before the
+// relay is built, so that a relay waiting for its database or NATS answers
+// its probes: /healthz 200 and /readyz 503 naming what it waits for.
 type Server struct {
 	listener net.Listener
 	srv      *http.Server
-	checks   []Check
 	draining atomic.Bool
+	state    atomic.Pointer[state]
+	base     http.Handler // /metrics while no relay runs: the Go runtime and process
 	logger   *slog.Logger
 }
 
 // Listen binds addr (host:port; port 0 picks a free one) and returns a
-// Server that serves gatherer's metrics once Serve runs. Errors: the
-// listen error, naming the address.
-func Listen(addr string, gatherer prometheus.Gatherer, checks []Check, logger *slog.Logger) (*Server, error) {
+// Server that answers once Serve runs: /readyz 503 {"relay": "starting"}
+// until Running. Errors: the listen error, naming the address.
+func Listen(addr string, logger *slog.Logger) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("http.listen %s: %w; choose a free address with --http-listen (BRIDGE_HTTP_LISTEN)", addr, err)
 	}
-	s := &Server{listener: ln, checks: checks, logger: logger}
+	base := prometheus.NewRegistry()
+	base.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s := &Server{listener: ln, logger: logger, base: promhttp.HandlerFor(base, promhttp.HandlerOpts{})}
+	s.state.Store(&state{waiting: errors.New("starting")})
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain")
-		_, _ = w.Write([]byte("ok\n"))
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		if m := s.state.Load().metrics; m != nil {
+			m.ServeHTTP(w, r)
+			return
+		}
+		s.base.ServeHTTP(w, r)
 	})
-	mux.HandleFunc("GET /readyz", s.ready)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	// Go's profiler, for finding where time goes (go tool pprof
 	// http://127.0.0.1:PORT/debug/pprof/profile). Loopback clients only
 	// (kubectl port-forward arrives as one): a profile costs CPU and a
@@ -63,6 +111,26 @@ func (s *Server) Addr() string { return s.listener.Addr().String() }
 
 // SetDraining makes /readyz answer 503 from now on.
 func (s *Server) SetDraining() { s.draining.Store(true) }
+
+// Running reports p from now on: a relay runs.
+func (s *Server) Running(p *Probes) {
+	var m http.Handler
+	if p.Gatherer != nil {
+		m = promhttp.HandlerFor(p.Gatherer, promhttp.HandlerOpts{})
+	}
+	s.state.Store(&state{probes: p, metrics: m})
+}
+
+// Waiting reports that no relay runs because of why (a dependency that
+// cannot be reached): /readyz answers 503 naming it, /healthz 200 — the
+// process is alive and retrying, and a restart would not help.
+func (s *Server) Waiting(why error) { s.state.Store(&state{waiting: why}) }
+
+// Dead reports that no relay runs because of why, a state the process must
+// not sit in (its NATS connection was closed for good): /healthz and
+// /readyz answer 503 until Running, so that an orchestrator restarts the
+// process should it not heal.
+func (s *Server) Dead(why error) { s.state.Store(&state{waiting: why, dead: why}) }
 
 // Serve serves until ctx ends, then shuts down within 2 s.
 func (s *Server) Serve(ctx context.Context) error {
@@ -82,21 +150,72 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 }
 
-func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	result := map[string]string{}
-	ok := true
+// healthz answers 200 "ok" unless the process is dead or a liveness check
+// fails; then 503 with a JSON object naming why.
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	st := s.state.Load()
+	if st.dead == nil && (st.probes == nil || len(st.probes.Alive) == 0) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("ok\n"))
+		return
+	}
+	result, ok := map[string]string{}, true
+	if st.dead != nil {
+		result["relay"], ok = st.dead.Error(), false
+	}
+	if st.probes != nil && !s.run(r.Context(), st.probes.Alive, result) {
+		ok = false
+	}
+	if ok {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("ok\n"))
+		return
+	}
+	s.answer(w, result, ok)
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	st := s.state.Load()
+	result, ok := map[string]string{}, true
 	if s.draining.Load() {
 		result["relay"], ok = "draining", false
 	}
-	for _, c := range s.checks {
-		if err := c.Check(ctx); err != nil {
-			result[c.Name], ok = err.Error(), false
-		} else {
+	switch {
+	case st.probes != nil:
+		if !s.run(r.Context(), st.probes.Ready, result) {
+			ok = false
+		}
+	case st.waiting != nil:
+		if _, set := result["relay"]; !set {
+			result["relay"] = "not running: " + st.waiting.Error()
+		}
+		ok = false
+	}
+	s.answer(w, result, ok)
+}
+
+// run runs checks with a 2 s timeout, records each result in result, and
+// reports whether none failed (a Degraded result does not fail).
+func (s *Server) run(ctx context.Context, checks []Check, result map[string]string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	ok := true
+	for _, c := range checks {
+		err := c.Check(ctx)
+		var d degraded
+		switch {
+		case err == nil:
 			result[c.Name] = "ok"
+		case errors.As(err, &d):
+			result[c.Name] = "degraded: " + err.Error()
+		default:
+			result[c.Name], ok = err.Error(), false
 		}
 	}
+	return ok
+}
+
+func (s *Server) answer(w http.ResponseWriter, result map[string]string, ok bool) {
 	w.Header().Set("Content-Type", "application/json")
 	if !ok {
 		w.WriteHeader(http.StatusServiceUnavailable)

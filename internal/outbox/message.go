@@ -40,6 +40,12 @@ const (
 	// is retried at once when the connection is back, and the attempt does
 	// not count towards max_attempts.
 	Unavailable FailureClass = "unavailable"
+	// Held failures happened because the row's destination refuses it for
+	// now, not because of the row: a stream the duplicate-window guard
+	// finds unsafe. The row becomes failed with the reason as last_error,
+	// the attempt does not count, and it is tried again after
+	// SubscriberConfig.HoldBack.
+	Held FailureClass = "held"
 )
 
 // newMessage turns a claimed row into a Watermill message. The message UUID

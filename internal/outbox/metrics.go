@@ -12,7 +12,8 @@ import (
 // bridge_rows_relayed_total, bridge_rows_deduplicated_total,
 // bridge_rows_failed_total{class} (retryable; permanent, also counted by
 // bridge_rows_dead_total; unavailable: given back without counting the
-// attempt, because NATS was down or the relay shut down),
+// attempt, because NATS was down or the relay shut down; held: held back
+// without counting the attempt, because the row's stream is unsafe),
 // bridge_rows_requeued_total, bridge_marks_fenced_total,
 // bridge_rows_claimed_total and the gauge bridge_inflight_rows.
 func (s *Subscriber) Collectors() []prometheus.Collector {
@@ -28,6 +29,7 @@ func (s *Subscriber) Collectors() []prometheus.Collector {
 		counter("bridge_rows_failed_total", failedHelp, c.Failed.Load, prometheus.Labels{"class": string(Retryable)}),
 		counter("bridge_rows_failed_total", failedHelp, c.Dead.Load, prometheus.Labels{"class": string(Permanent)}),
 		counter("bridge_rows_failed_total", failedHelp, c.Released.Load, prometheus.Labels{"class": string(Unavailable)}),
+		counter("bridge_rows_failed_total", failedHelp, c.Held.Load, prometheus.Labels{"class": string(Held)}),
 		counter("bridge_rows_dead_total", "Rows moved to permanent_failed (dead letters).", c.Dead.Load, nil),
 		counter("bridge_rows_requeued_total", "In-flight rows requeued after their lease (inflight_timeout) expired.", c.Requeued.Load, nil),
 		counter("bridge_marks_fenced_total", "Marks that matched no row because the lease had been taken over.", c.Fenced.Load, nil),

@@ -59,17 +59,22 @@ type Failure struct {
 	// Backoff is added to the database clock to set available_at.
 	Backoff time.Duration
 	// Refund gives the attempt back: the row was released without a publish
-	// outcome of its own (shutdown, lost connection, a stream the guard
-	// refused), so it does not count towards max_attempts, and the row goes
-	// back to pending rather than failed: nothing went wrong with it.
+	// outcome of its own (shutdown, lost connection), so it does not count
+	// towards max_attempts, and the row goes back to pending rather than
+	// failed: nothing went wrong with it.
 	Refund bool
+	// Held gives the attempt back too, but the row becomes failed with its
+	// last_error, claimable again after Backoff: its destination refuses it
+	// for now (a stream the duplicate-window guard finds unsafe), and
+	// `bridge status` shows why.
+	Held bool
 }
 
 func (f Failure) status() Status {
 	switch {
 	case f.Permanent:
 		return StatusPermanentFailed
-	case f.Refund:
+	case f.Refund && !f.Held:
 		return StatusPending
 	}
 	return StatusFailed

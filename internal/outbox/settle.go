@@ -19,6 +19,7 @@ type settlement struct {
 	err       string
 	permanent bool
 	refund    bool
+	held      bool
 }
 
 // settleLoop writes settlements in batches: it blocks for the first, takes
@@ -116,6 +117,8 @@ func (s *Subscriber) writeFailures(failures []Failure) error {
 		switch {
 		case f.Permanent:
 			s.Counters.Dead.Add(1)
+		case f.Held:
+			s.Counters.Held.Add(1)
 		case f.Refund:
 			s.Counters.Released.Add(1)
 		default:
@@ -138,8 +141,10 @@ func (s *Subscriber) fenced(want int, got int64) {
 
 // failure turns a failed settlement into the row's next state.
 func (s *Subscriber) failure(st settlement) Failure {
-	f := Failure{ID: st.row.ID, Attempt: st.row.Attempt, Err: st.err, Permanent: st.permanent, Refund: st.refund}
+	f := Failure{ID: st.row.ID, Attempt: st.row.Attempt, Err: st.err, Permanent: st.permanent, Refund: st.refund || st.held, Held: st.held}
 	switch {
+	case f.Held:
+		f.Backoff = s.cfg.HoldBack
 	case f.Permanent, f.Refund:
 	case st.row.Attempt >= s.cfg.MaxAttempts:
 		f.Permanent = true
@@ -153,11 +158,13 @@ func (s *Subscriber) failure(st settlement) Failure {
 // logFailures logs a batch's failures: each dead letter on its own line,
 // the others as one line per kind with the first row's error.
 func (s *Subscriber) logFailures(failures []Failure) {
-	var retry, released []Failure
+	var retry, released, held []Failure
 	for _, f := range failures {
 		switch {
 		case f.Permanent:
 			s.logger.Warn("row is a dead letter", slog.Int64("row_id", f.ID), slog.Int("attempt", f.Attempt), slog.String("error", f.Err))
+		case f.Held:
+			held = append(held, f)
 		case f.Refund:
 			released = append(released, f)
 		default:
@@ -167,6 +174,12 @@ func (s *Subscriber) logFailures(failures []Failure) {
 	if len(retry) > 0 {
 		s.logger.Warn("publish failed, will retry after backoff", slog.Int("rows", len(retry)),
 			slog.Int64("first_row_id", retry[0].ID), slog.Int("attempt", retry[0].Attempt), slog.String("error", retry[0].Err))
+	}
+	if len(held) > 0 {
+		// Whoever holds them back (the duplicate-window guard) logs why,
+		// once per stream.
+		s.logger.Debug("rows held back without counting the attempt", slog.Int("rows", len(held)),
+			slog.Int64("first_row_id", held[0].ID), slog.Duration("retry_in", s.cfg.HoldBack), slog.String("reason", held[0].Err))
 	}
 	if len(released) > 0 {
 		s.logger.Info("rows released without counting the attempt", slog.Int("rows", len(released)),

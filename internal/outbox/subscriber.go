@@ -30,6 +30,7 @@ const (
 	BackoffInitialDefault  = time.Second
 	BackoffMaxDefault      = 5 * time.Minute
 	DrainTimeoutDefault    = 20 * time.Second
+	HoldBackDefault        = 15 * time.Second
 )
 
 // ErrClosed is returned by Subscribe after Close.
@@ -70,6 +71,10 @@ type SubscriberConfig struct {
 	// acked or nacked; the rest are released (failed, claimable at once,
 	// attempt refunded). Defaults to 20s.
 	DrainTimeout time.Duration
+	// HoldBack is how long a row whose publish failed with class Held
+	// waits before it is claimed again; its attempt is not counted.
+	// Defaults to 15s.
+	HoldBack time.Duration
 	// CanClaim, when set, is asked before every claim; while it returns
 	// false nothing is claimed (the relay's network probe). Defaults to nil:
 	// always claim.
@@ -96,6 +101,7 @@ func (c *SubscriberConfig) setDefaults() {
 	setDefault(&c.BackoffInitial, BackoffInitialDefault)
 	setDefault(&c.BackoffMax, BackoffMaxDefault)
 	setDefault(&c.DrainTimeout, DrainTimeoutDefault)
+	setDefault(&c.HoldBack, HoldBackDefault)
 	if c.Tracer == nil {
 		c.Tracer = noop.NewTracerProvider().Tracer("")
 	}
@@ -130,7 +136,8 @@ type Counters struct {
 	Deduplicated atomic.Int64 // of those, PubAcks with Duplicate set
 	Failed       atomic.Int64 // retryable failures recorded
 	Dead         atomic.Int64 // rows moved to permanent_failed
-	Released     atomic.Int64 // rows given back unsettled at shutdown
+	Released     atomic.Int64 // rows given back unsettled: shutdown, NATS unavailable
+	Held         atomic.Int64 // rows held back by their destination, attempt not counted
 	Requeued     atomic.Int64 // rows moved by in-flight recovery
 	Fenced       atomic.Int64 // marks that matched no row: the lease was lost
 	Claimed      atomic.Int64 // rows claimed
@@ -440,7 +447,7 @@ func (s *Subscriber) settle(w *watched) bool {
 	case <-w.msg.Nacked():
 		var class FailureClass
 		st.err, class = failed(w.msg)
-		st.permanent, st.refund = class == Permanent, class == Unavailable
+		st.permanent, st.refund, st.held = class == Permanent, class == Unavailable, class == Held
 	default:
 		return false
 	}

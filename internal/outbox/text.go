@@ -42,12 +42,28 @@ func SanitizeError(s string) string {
 	return out[:cut] + "…"
 }
 
-// CheckSubject reports whether subject can be published to: non-empty,
-// dot-separated tokens that are not empty, no whitespace or control bytes,
-// and no wildcards ("*" or ">" tokens).
+// SubjectMaxBytes is the longest subject the relay publishes, in bytes.
+//
+// A NATS server closes a client's connection when one protocol line is
+// longer than its max_control_line (4,096 bytes by default: nats-server
+// server/const.go MAX_CONTROL_LINE_SIZE, checked by the parser's
+// overMaxControlLineLimit), and nats.go does not reconnect after that
+// error: every publish of the process stops. The line of a JetStream
+// publish carries the subject, the reply subject (_INBOX., a 6-byte token
+// and a per-message token: nats.go jetstream/publish.go) and two sizes;
+// 4,000 bytes of subject leave 96 bytes for them. A server configured with
+// a smaller max_control_line needs subjects shorter by the difference.
+const SubjectMaxBytes = 4000
+
+// CheckSubject reports whether subject can be published to: non-empty, at
+// most SubjectMaxBytes, dot-separated tokens that are not empty, no
+// whitespace or control bytes, and no wildcards ("*" or ">" tokens).
 func CheckSubject(subject string) error {
 	if subject == "" {
 		return fmt.Errorf("subject is empty")
+	}
+	if len(subject) > SubjectMaxBytes {
+		return fmt.Errorf("subject %.40q… is %d bytes; NATS subjects are at most %d bytes here: a longer publish line makes the NATS server close the connection (max_control_line, 4096 bytes by default)", subject, len(subject), SubjectMaxBytes)
 	}
 	for i := 0; i < len(subject); i++ {
 		if c := subject[i]; c <= ' ' || c == 0x7f {

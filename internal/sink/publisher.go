@@ -50,6 +50,13 @@ type Config struct {
 	PublishTimeout time.Duration
 	// Marshaler builds the NATS message. Defaults to MetadataMarshaler.
 	Marshaler Marshaler
+	// Denied, when set, is asked about a publish that got no PubAck in
+	// time: a non-nil error (the server's permission violation for subject
+	// since the publish began) becomes the publish's error instead of the
+	// timeout. A server that refuses a publish for want of permission tells
+	// only the connection's asynchronous error handler, and the publish
+	// times out. Defaults to nil.
+	Denied func(subject string, since time.Time) error
 }
 
 // Publisher publishes Watermill messages to JetStream and waits for their
@@ -195,6 +202,7 @@ func (p *Publisher) PublishMsg(ctx context.Context, subject string, msg *message
 		return nil, ErrClosed
 	}
 
+	began := time.Now()
 	future, err := p.publishAsync(subject, msg)
 	if err != nil {
 		return nil, err
@@ -209,12 +217,27 @@ func (p *Publisher) PublishMsg(ctx context.Context, subject string, msg *message
 	case ack := <-future.Ok():
 		return ack, nil
 	case err := <-future.Err():
+		if errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
+			if denied := p.denied(subject, began); denied != nil {
+				return nil, fmt.Errorf("publish to %s: %w", subject, denied)
+			}
+		}
 		return nil, fmt.Errorf("publish to %s: %w", subject, err)
 	case <-timer.C:
+		if denied := p.denied(subject, began); denied != nil {
+			return nil, fmt.Errorf("publish to %s: %w", subject, denied)
+		}
 		return nil, fmt.Errorf("publish to %s: no PubAck within %s: %w", subject, p.cfg.PublishTimeout, jetstream.ErrAsyncPublishTimeout)
 	case <-ctx.Done():
 		return nil, fmt.Errorf("publish to %s: %w", subject, ctx.Err())
 	}
+}
+
+func (p *Publisher) denied(subject string, since time.Time) error {
+	if p.cfg.Denied == nil {
+		return nil
+	}
+	return p.cfg.Denied(subject, since)
 }
 
 // Close makes later publishes fail with ErrClosed and waits for those in

@@ -4,6 +4,7 @@ import (
 	"github.com/google/wire"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-bridge/bridge/internal/broker"
 	"github.com/outbox-bridge/bridge/internal/config"
 )
 
@@ -11,7 +12,8 @@ import (
 var ProviderSet = wire.NewSet(ProvidePublisher)
 
 // ProvidePublisher returns a Publisher waiting relay.publish_timeout for
-// each PubAck.
-func ProvidePublisher(js jetstream.JetStream, cfg *config.Config, m Marshaler) (*Publisher, error) {
-	return New(js, Config{PublishTimeout: cfg.Relay.PublishTimeout, Marshaler: m})
+// each PubAck; a publish that times out on a subject the server denied
+// fails with the denial.
+func ProvidePublisher(js jetstream.JetStream, cfg *config.Config, m Marshaler, denials *broker.Denials) (*Publisher, error) {
+	return New(js, Config{PublishTimeout: cfg.Relay.PublishTimeout, Marshaler: m, Denied: denials.Denied})
 }

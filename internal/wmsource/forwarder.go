@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outbox-bridge/bridge/internal/daemon"
@@ -48,6 +49,14 @@ type Config struct {
 	// StreamSeen, when set, is told the stream of every PubAck (the
 	// duplicate-window guard watches those streams). Defaults to nil.
 	StreamSeen func(stream string)
+	// Admit, when set, is asked before every publish; an error stops that
+	// publish and the message is sent again later, as after a retryable
+	// failure: the queue waits (the duplicate-window guard refusing an
+	// unsafe stream). Defaults to nil.
+	Admit func(ctx context.Context, subject string) error
+	// StreamMissing, when set, is told the subject of every publish that
+	// found no stream. Defaults to nil.
+	StreamMissing func(ctx context.Context, subject string)
 }
 
 // Counters are running totals of a Forwarder, safe to read at any time.
@@ -155,8 +164,22 @@ func (f *Forwarder) handle(msg *message.Message) error {
 	if u.KeyFallback {
 		f.fallback(msg, u)
 	}
-	ack, err := f.pub.PublishMsg(msg.Context(), u.Subject, u.Msg)
+	var ack *jetstream.PubAck
+	if f.cfg.Admit != nil {
+		if err = f.cfg.Admit(msg.Context(), u.Subject); err != nil {
+			// Held back: the queue waits, the guard logs why once.
+			msg.Nack()
+			f.Counters.Failed.Add(1)
+			f.logger.Debug("publish held back", slog.String("subject", u.Subject), slog.Any("error", err))
+			return nil
+		}
+	}
+	ack, err = f.pub.PublishMsg(msg.Context(), u.Subject, u.Msg)
 	if err != nil {
+		err = forwarder.NoStream(u.Subject, err)
+		if f.cfg.StreamMissing != nil && errors.Is(err, jetstream.ErrNoStreamResponse) {
+			f.cfg.StreamMissing(msg.Context(), u.Subject)
+		}
 		class := forwarder.Classify(err)
 		if class == outbox.Permanent {
 			f.skip(msg, u, &SkipError{Reason: ReasonRejected, Err: err})

@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/outbox-bridge/bridge/internal/broker"
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/daemon"
@@ -16,17 +18,21 @@ import (
 type Relay struct {
 	Forwarder *Forwarder
 	Guard     *dedup.Guard
+	Keeper    *broker.Keeper
 	Health    *health.Server
+	Probes    *health.Probes
 	DB        *outbox.DB
+	Conn      *nats.Conn
 	Streams   broker.Streams
 	Config    *config.Config
 	Logger    *slog.Logger
 }
 
-// Run relays until ctx ends, then stops: /readyz turns 503 at once, the
-// subscriber commits the offset of the messages published, and Run returns
-// nil. The duplicate-window guard stops the relay (with its error) when it
-// finds an unsafe stream in refuse mode.
+// Run relays until ctx ends, then stops: the subscriber commits the offset
+// of the messages published, and Run returns nil. Beside it the
+// duplicate-window guard and the stream keeper run. When the NATS
+// connection is closed for good Run stops the same way and returns an
+// error wrapping daemon.ErrConnectionClosed.
 func (r *Relay) Run(ctx context.Context) error {
 	streams := r.Streams.Names()
 	topic := r.Config.Watermill.ForwarderTopic
@@ -35,5 +41,8 @@ func (r *Relay) Run(ctx context.Context) error {
 		slog.String("table", MessagesTable(topic)), slog.String("offsets_table", OffsetsTable(topic)),
 		slog.String("consumer_group", ConsumerGroup), slog.Any("streams", streams), slog.String("http", r.Health.Addr()))
 	daemon.LogStreams(r.Logger, streams)
-	return daemon.Run(ctx, r.Health, r.Guard, r.Logger, r.Forwarder.Run)
+	r.Health.Running(r.Probes)
+	return daemon.Run(ctx, r.Conn, r.Logger, r.Forwarder.Run,
+		func(ctx context.Context) { r.Guard.Run(ctx, dedup.GuardIntervalDefault) },
+		func(ctx context.Context) { r.Keeper.Run(ctx, broker.KeeperIntervalDefault) })
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/google/wire"
 	"github.com/nats-io/nats.go"
 
+	"github.com/outbox-bridge/bridge/internal/broker"
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/daemon"
 	"github.com/outbox-bridge/bridge/internal/dedup"
@@ -41,12 +42,14 @@ func ProvideMarshaler(cfg *config.Config) sink.Marshaler {
 
 // ProvideForwarder builds the router, closing within shutdown_timeout.
 // The guard learns every stream a PubAck names.
-func ProvideForwarder(sub *wmsql.Subscriber, pub *sink.Publisher, nc *nats.Conn, guard *dedup.Guard, cfg *config.Config, logger *slog.Logger) (*Forwarder, error) {
+func ProvideForwarder(sub *wmsql.Subscriber, pub *sink.Publisher, nc *nats.Conn, guard *dedup.Guard, keeper *broker.Keeper, cfg *config.Config, logger *slog.Logger) (*Forwarder, error) {
 	return New(sub, pub, logger, Config{
 		Topic:         cfg.Watermill.ForwarderTopic,
 		MsgIDMetadata: cfg.Watermill.MsgIDMetadata,
 		CloseTimeout:  cfg.ShutdownTimeout,
 		Connected:     nc.IsConnected,
 		StreamSeen:    guard.Observe,
+		Admit:         guard.Admit,
+		StreamMissing: keeper.Missing,
 	})
 }

@@ -1,0 +1,147 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// KeeperIntervalDefault is how often a Keeper checks that the streams it
+// owns exist.
+const KeeperIntervalDefault = 30 * time.Second
+
+// keeperLookupInterval spaces the lookups one stream gets from Missing.
+const keeperLookupInterval = time.Second
+
+// Keeper creates again the streams the relay owns (streams /
+// --ensure-stream) when they are lost while it runs: a stream with memory
+// storage is gone after a NATS server restart, and operators delete
+// streams by hand. Without it the relay reconnects, its publishes find no
+// stream, and the rows become dead letters.
+//
+// A re-created stream is empty: what the lost one held, and the
+// Nats-Msg-Ids it knew, are gone.
+type Keeper struct {
+	js     jetstream.JetStream
+	specs  []StreamSpec
+	logger *slog.Logger
+
+	mu     sync.Mutex
+	looked map[string]time.Time // stream → last lookup from Missing
+
+	// Recreated counts streams created again.
+	Recreated atomic.Int64
+}
+
+// NewKeeper returns a keeper of specs (the streams ensured at start).
+func NewKeeper(js jetstream.JetStream, specs []StreamSpec, logger *slog.Logger) *Keeper {
+	return &Keeper{js: js, specs: slices.Clone(specs), logger: logger, looked: map[string]time.Time{}}
+}
+
+// Missing is told that a publish to subject found no stream. When a stream
+// the keeper owns captures subject and does not exist, it is created
+// again; the rows are then published at their next attempt. Each stream is
+// looked up at most once a second, however many publishes fail.
+func (k *Keeper) Missing(ctx context.Context, subject string) {
+	for _, spec := range k.specs {
+		if !slices.ContainsFunc(spec.Subjects, func(f string) bool { return server.SubjectMatchesFilter(subject, f) }) {
+			continue
+		}
+		k.mu.Lock()
+		recent := time.Since(k.looked[spec.Name]) < keeperLookupInterval
+		if !recent {
+			k.looked[spec.Name] = time.Now()
+		}
+		k.mu.Unlock()
+		if !recent {
+			k.restore(ctx, spec)
+		}
+		return
+	}
+}
+
+// Run checks every interval, until ctx ends, that each owned stream
+// exists, and creates the missing ones.
+func (k *Keeper) Run(ctx context.Context, interval time.Duration) {
+	if len(k.specs) == 0 {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, spec := range k.specs {
+			k.restore(ctx, spec)
+		}
+	}
+}
+
+// restore creates spec when it does not exist.
+func (k *Keeper) restore(ctx context.Context, spec StreamSpec) {
+	_, err := k.js.Stream(ctx, spec.Name)
+	if err == nil || ctx.Err() != nil {
+		return
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		k.logger.Warn("cannot look up an ensured stream", slog.String("stream", spec.Name), slog.Any("error", err))
+		return
+	}
+	if err := createStream(ctx, k.js, spec); err != nil {
+		k.logger.Error("ensured stream is missing and cannot be created again", slog.String("stream", spec.Name),
+			slog.Any("subjects", spec.Subjects), slog.Any("error", err))
+		return
+	}
+	k.Recreated.Add(1)
+	k.logger.Warn("ensured stream was missing (deleted, or memory storage lost in a server restart): created again, empty",
+		slog.String("stream", spec.Name), slog.Any("subjects", spec.Subjects), slog.String("storage", cmpStorage(spec.Storage)))
+}
+
+func cmpStorage(s string) string {
+	if s == "" {
+		return "file"
+	}
+	return s
+}
+
+// Collector exposes bridge_streams_recreated_total.
+func (k *Keeper) Collector() prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bridge_streams_recreated_total",
+		Help: "Ensured streams found missing while the relay ran and created again (empty)."},
+		func() float64 { return float64(k.Recreated.Load()) })
+}
+
+// createStream creates spec with limits retention; a stream created
+// meanwhile by someone else is not an error.
+func createStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) error {
+	storage := jetstream.FileStorage
+	if spec.Storage == "memory" {
+		storage = jetstream.MemoryStorage
+	}
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:       spec.Name,
+		Subjects:   spec.Subjects,
+		Retention:  jetstream.LimitsPolicy,
+		Duplicates: spec.Duplicates,
+		Replicas:   max(spec.Replicas, 1),
+		Storage:    storage,
+		MaxAge:     spec.MaxAge,
+	})
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return fmt.Errorf("create stream %s on %s: %w", spec.Name, strings.Join(spec.Subjects, ","), err)
+	}
+	return nil
+}
