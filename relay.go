@@ -28,6 +28,7 @@ type Relay struct {
 	Subscriber *outbox.Subscriber
 	Guard      *dedup.Guard
 	Keeper     *broker.Keeper
+	Stall      *outbox.StallWatch
 	Health     *health.Server
 	Probes     *health.Probes
 	Store      *outbox.Store
@@ -39,8 +40,8 @@ type Relay struct {
 
 // Run relays until ctx ends, then drains: claiming stops, publishes in
 // progress finish or are released and marks are flushed. Beside the relay
-// run the duplicate-window guard, the stream keeper, the PostgreSQL
-// listener and retention. It returns nil after a clean drain, and an
+// run the duplicate-window guard, the stream keeper, the stall watch, the
+// PostgreSQL listener and retention. It returns nil after a clean drain, and an
 // error wrapping daemon.ErrConnectionClosed, after the same drain, when
 // the NATS connection was closed for good.
 func (r *Relay) Run(ctx context.Context) error {
@@ -53,6 +54,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	services := []func(context.Context){
 		func(ctx context.Context) { r.Guard.Run(ctx, dedup.GuardIntervalDefault) },
 		func(ctx context.Context) { r.Keeper.Run(ctx, broker.KeeperIntervalDefault) },
+		r.Stall.Run,
 	}
 	if r.Store.DB().Dialect() == "postgres" {
 		services = append(services, func(ctx context.Context) {
@@ -78,8 +80,8 @@ func claimGate(nc *nats.Conn) outbox.ClaimGate { return nc.IsConnected }
 
 // provideRegistry registers the relay's metrics and the Go runtime and
 // process collectors.
-func provideRegistry(sub *outbox.Subscriber, store *outbox.Store, guard *dedup.Guard, rec *dedup.Reconciler, keeper *broker.Keeper) (*prometheus.Registry, error) {
-	cs := append(sub.Collectors(), outbox.NewTableCollector(store, 15*time.Second), keeper.Collector())
+func provideRegistry(sub *outbox.Subscriber, store *outbox.Store, guard *dedup.Guard, rec *dedup.Reconciler, keeper *broker.Keeper, stall *outbox.StallWatch) (*prometheus.Registry, error) {
+	cs := append(sub.Collectors(), outbox.NewTableCollector(store, 15*time.Second), keeper.Collector(), stall.Collector())
 	cs = append(cs, guard.Collectors()...)
 	return newRegistry(append(cs, rec.Collectors()...)...)
 }
@@ -99,8 +101,8 @@ func newRegistry(cs ...prometheus.Collector) (*prometheus.Registry, error) {
 // provideHealth lists the relay's probes: readiness (database reachable,
 // NATS connected, ensured streams present; the streams whose rows the
 // duplicate-window guard holds back are named without failing it) and
-// liveness, with the relay's metrics.
-func provideHealth(reg *prometheus.Registry, db *outbox.DB, nc *nats.Conn, js jetstream.JetStream, streams broker.Streams, guard *dedup.Guard) *health.Probes {
+// the source's liveness checks, with the relay's metrics.
+func provideHealth(reg *prometheus.Registry, db *outbox.DB, nc *nats.Conn, js jetstream.JetStream, streams broker.Streams, guard *dedup.Guard, alive liveness) *health.Probes {
 	checks := []health.Check{
 		{Name: "database", Check: func(ctx context.Context) error { return db.SQL.PingContext(ctx) }},
 		{Name: "nats", Check: func(context.Context) error {
@@ -119,9 +121,21 @@ func provideHealth(reg *prometheus.Registry, db *outbox.DB, nc *nats.Conn, js je
 		}},
 		{Name: "dedup_guard", Check: func(context.Context) error { return guardDetail(guard) }},
 	}
-	var alive []health.Check
 	return &health.Probes{Gatherer: reg, Ready: checks, Alive: alive}
 }
+
+// liveness are the checks of /healthz besides the process being up.
+type liveness []health.Check
+
+// tableLiveness: the relay of the bridge table is not alive once it has
+// been stalled for relay.stall_unhealthy_after.
+func tableLiveness(stall *outbox.StallWatch) liveness {
+	return liveness{{Name: "stall", Check: stall.Alive}}
+}
+
+// watermillLiveness: watermill-sql's subscriber keeps no state per message
+// to tell a stall by.
+func watermillLiveness() liveness { return nil }
 
 // guardDetail names the streams whose rows the guard holds back, as a
 // partial fault (health.Degraded): the other streams flow.

@@ -34,6 +34,7 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 		claimGate,
 		reconciler,
 		provideRegistry,
+		tableLiveness,
 		provideHealth,
 		wire.Struct(new(Relay), "*"),
 	)
@@ -53,6 +54,7 @@ func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Log
 		wmsource.ProviderSet,
 		dedup.ProviderSet,
 		provideWatermillRegistry,
+		watermillLiveness,
 		provideHealth,
 		wire.Struct(new(wmsource.Relay), "*"),
 	)

@@ -88,7 +88,8 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 		return nil, nil, err
 	}
 	keeper := broker.ProvideKeeper(jetStream, streams, logger)
-	registry, err := provideRegistry(subscriber, store, guard, dedupReconciler, keeper)
+	stallWatch := outbox.ProvideStallWatch(store, subscriber, cfg, logger)
+	registry, err := provideRegistry(subscriber, store, guard, dedupReconciler, keeper, stallWatch)
 	if err != nil {
 		cleanup3()
 		cleanup2()
@@ -102,12 +103,14 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 		cleanup()
 		return nil, nil, err
 	}
-	probes := provideHealth(registry, db, conn, jetStream, streams, guard)
+	bridgeLiveness := tableLiveness(stallWatch)
+	probes := provideHealth(registry, db, conn, jetStream, streams, guard, bridgeLiveness)
 	relay := &Relay{
 		Forwarder:  forwarderForwarder,
 		Subscriber: subscriber,
 		Guard:      guard,
 		Keeper:     keeper,
+		Stall:      stallWatch,
 		Health:     hs,
 		Probes:     probes,
 		Store:      store,
@@ -182,7 +185,8 @@ func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Log
 		cleanup()
 		return nil, nil, err
 	}
-	probes := provideHealth(registry, db, conn, jetStream, streams, guard)
+	bridgeLiveness := watermillLiveness()
+	probes := provideHealth(registry, db, conn, jetStream, streams, guard, bridgeLiveness)
 	relay := &wmsource.Relay{
 		Forwarder: wmsourceForwarder,
 		Guard:     guard,

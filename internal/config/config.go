@@ -34,6 +34,8 @@ const (
 	LogLevelDefault             = "info"
 	LogFormatDefault            = LogFormatAuto
 	ShutdownTimeoutDefault      = 25 * time.Second
+	StallAfterDefault           = time.Minute
+	StallUnhealthyAfterDefault  = 5 * time.Minute
 
 	// StreamDuplicatesDefault, StreamReplicasDefault and StreamStorageDefault fill the
 	// keys a stream (from the file or from --ensure-stream) leaves out.
@@ -235,6 +237,16 @@ type Relay struct {
 	// Owner is this instance's lease owner name, unique per replica. Defaults
 	// (also when set to "") to <hostname>-<pid>.
 	Owner string `koanf:"owner"`
+
+	// StallAfter is how long a row may stay claimable (pending or failed, its backoff
+	// over, no earlier row of its ordering key unsettled) while the relay claims nothing
+	// before the relay counts as stalled: logged, bridge_relay_stalled_seconds. Rows in a
+	// backoff and an empty table never count. At least 1s. Defaults to 1m.
+	StallAfter time.Duration `koanf:"stall_after"`
+
+	// StallUnhealthyAfter is how long the relay may stay stalled before /healthz fails,
+	// so that an orchestrator restarts it; 0 means never. Defaults to 5m.
+	StallUnhealthyAfter time.Duration `koanf:"stall_unhealthy_after"`
 }
 
 // Dedup configures message ids and the duplicate-window guard.
@@ -304,6 +316,9 @@ func Default() Config {
 			BackoffMax:      BackoffMaxDefault,
 			Retention:       RetentionDefault,
 			Owner:           defaultOwner(),
+
+			StallAfter:          StallAfterDefault,
+			StallUnhealthyAfter: StallUnhealthyAfterDefault,
 		},
 		Dedup: Dedup{
 			Guard:                GuardDefault,

@@ -337,6 +337,12 @@ func (c *Config) validateRelay() error {
 			return err
 		}
 	}
+	if r.StallAfter < time.Second {
+		return &Error{Key: "relay.stall_after", Value: fmtDuration(r.StallAfter), Allowed: "must be at least 1s"}
+	}
+	if r.StallUnhealthyAfter < 0 {
+		return &Error{Key: "relay.stall_unhealthy_after", Value: fmtDuration(r.StallUnhealthyAfter), Allowed: "must be 0 (never) or positive"}
+	}
 	if strings.TrimSpace(r.Owner) == "" {
 		return &Error{Key: "relay.owner", Value: r.Owner, Allowed: "must be a non-empty name, unique per replica, such as <hostname>-<pid>"}
 	}
@@ -409,7 +415,7 @@ func (c *Config) validateDedup() error {
 					fmtDuration(s.Duplicates-c.Relay.PublishTimeout), fmtDuration(horizon), fmtDuration(s.Duplicates), s.Name)}
 		}
 		return &Error{Key: fmt.Sprintf("streams[%d].duplicates", i), Value: fmtDuration(s.Duplicates),
-			Allowed: fmt.Sprintf("must be at least %s (relay.inflight_timeout + relay.publish_timeout) while dedup.guard is refuse", fmtDuration(horizon))}
+			Allowed: fmt.Sprintf("the duplicate window of stream %s must be at least %s (relay.inflight_timeout + relay.publish_timeout) while dedup.guard is refuse", s.Name, fmtDuration(horizon))}
 	}
 	return nil
 }

@@ -60,6 +60,19 @@ type statements struct {
 	probe string
 	// retryIDs(ids) and retryAll() put permanent_failed rows back to pending.
 	retryIDs, retryAll string
+	// retryFailedIDs(ids) and retryAllFailed() make failed rows claimable
+	// now (available_at = now), attempts kept.
+	retryFailedIDs, retryAllFailed string
+	// retryable() returns id, subject, status of the failed and
+	// permanent_failed rows, in id order.
+	retryable string
+	// oldestFailed() returns id, subject, attempts, last_error, created_at
+	// of the failed row with the smallest id, and the database now.
+	oldestFailed string
+	// stalled(ago) returns whether a row is claimable (pending or failed,
+	// no earlier unsettled row of its ordering key) whose available_at is
+	// before ago.
+	stalled string
 	// purge(ago, limit) deletes up to limit done rows relayed before ago.
 	purge string
 	// markDone, deleteDone, markFailed are per-row statements for dialects

@@ -117,6 +117,14 @@ VALUES (?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE id = id`,
 		retryIDs: `UPDATE ` + T + ` o JOIN JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j ON o.id = j.id
 SET ` + retrySet + mysqlNow + ` WHERE o.status = 'permanent_failed'`,
 		retryAll: `UPDATE ` + T + ` SET ` + retrySet + mysqlNow + ` WHERE status = 'permanent_failed'`,
+		retryFailedIDs: `UPDATE ` + T + ` o JOIN JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j ON o.id = j.id
+SET o.available_at = ` + mysqlNow + ` WHERE o.status = 'failed'`,
+		retryAllFailed: `UPDATE ` + T + ` SET available_at = ` + mysqlNow + ` WHERE status = 'failed'`,
+		retryable:      `SELECT id, subject, status FROM ` + T + ` WHERE status IN ('failed', 'permanent_failed') ORDER BY id`,
+		oldestFailed:   `SELECT id, subject, attempts, last_error, created_at, ` + mysqlNow + ` FROM ` + T + ` WHERE status = 'failed' ORDER BY id LIMIT 1`,
+		stalled: `SELECT EXISTS (SELECT 1 FROM ` + T + ` o WHERE o.status IN ('pending', 'failed')
+	AND o.available_at < ` + mysqlNow + ` - INTERVAL ? MICROSECOND
+	AND NOT EXISTS (SELECT 1 FROM ` + T + ` e WHERE e.ordering_key = o.ordering_key AND e.id < o.id AND e.status IN ('pending', 'in_flight', 'failed')))`,
 		purge:    `DELETE FROM ` + T + ` WHERE status = 'done' AND relayed_at < ` + mysqlNow + ` - INTERVAL ? MICROSECOND LIMIT ?`,
 		// Parameters: stream arms, stream_seq arms, ids, attempt arms, owner.
 		markDone: `UPDATE ` + T + ` FORCE INDEX (PRIMARY) SET status = 'done', relayed_at = ` + mysqlNow + `, owner = NULL, last_error = NULL,

@@ -129,6 +129,13 @@ VALUES ($1, $2, $3, $4::jsonb, $5) ON CONFLICT (idempotency_key) DO NOTHING RETU
 		probe:    `SELECT ` + columnList + ` FROM ` + T + ` WHERE false`,
 		retryIDs: `UPDATE ` + T + ` SET ` + retrySet + `now() WHERE status = 'permanent_failed' AND id = ANY($1)`,
 		retryAll: `UPDATE ` + T + ` SET ` + retrySet + `now() WHERE status = 'permanent_failed'`,
+		retryFailedIDs: `UPDATE ` + T + ` SET available_at = now() WHERE status = 'failed' AND id = ANY($1)`,
+		retryAllFailed: `UPDATE ` + T + ` SET available_at = now() WHERE status = 'failed'`,
+		retryable:      `SELECT id, subject, status FROM ` + T + ` WHERE status IN ('failed', 'permanent_failed') ORDER BY id`,
+		oldestFailed:   `SELECT id, subject, attempts, last_error, created_at, now() FROM ` + T + ` WHERE status = 'failed' ORDER BY id LIMIT 1`,
+		stalled: `SELECT EXISTS (SELECT 1 FROM ` + T + ` o WHERE o.status IN ('pending', 'failed')
+	AND o.available_at < now() - $1 * interval '1 microsecond'
+	AND NOT EXISTS (SELECT 1 FROM ` + T + ` e WHERE e.ordering_key = o.ordering_key AND e.id < o.id AND ` + unsettled + `))`,
 		purge: `DELETE FROM ` + T + ` WHERE id IN (
 	SELECT id FROM ` + T + ` WHERE status = 'done' AND relayed_at < now() - $1 * interval '1 microsecond' LIMIT $2)`,
 		markDone: `UPDATE ` + T + ` o SET status = 'done', relayed_at = now(), owner = NULL,

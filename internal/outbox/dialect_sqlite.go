@@ -92,6 +92,13 @@ VALUES (?, ?, ?, ?, ?) ON CONFLICT (idempotency_key) DO NOTHING RETURNING id`,
 		probe:    `SELECT ` + columnList + ` FROM ` + T + ` WHERE 0`,
 		retryIDs: `UPDATE ` + T + ` SET ` + retrySet + sqliteNow + ` WHERE status = 'permanent_failed' AND id IN (SELECT value FROM json_each(?))`,
 		retryAll: `UPDATE ` + T + ` SET ` + retrySet + sqliteNow + ` WHERE status = 'permanent_failed'`,
+		retryFailedIDs: `UPDATE ` + T + ` SET available_at = ` + sqliteNow + ` WHERE status = 'failed' AND id IN (SELECT value FROM json_each(?))`,
+		retryAllFailed: `UPDATE ` + T + ` SET available_at = ` + sqliteNow + ` WHERE status = 'failed'`,
+		retryable:      `SELECT id, subject, status FROM ` + T + ` WHERE status IN ('failed', 'permanent_failed') ORDER BY id`,
+		oldestFailed:   `SELECT id, subject, attempts, last_error, created_at, ` + sqliteNow + ` FROM ` + T + ` WHERE status = 'failed' ORDER BY id LIMIT 1`,
+		stalled: `SELECT EXISTS (SELECT 1 FROM ` + T + ` o WHERE o.status IN ('pending', 'failed')
+	AND o.available_at < ` + sqliteNowPlus + `
+	AND NOT EXISTS (SELECT 1 FROM ` + T + ` e WHERE e.ordering_key = o.ordering_key AND e.id < o.id AND e.status IN ('pending', 'in_flight', 'failed')))`,
 		purge: `DELETE FROM ` + T + ` WHERE id IN (
 	SELECT id FROM ` + T + ` WHERE status = 'done' AND relayed_at < ` + sqliteNowPlus + ` LIMIT ?)`,
 		markDone: `UPDATE ` + T + ` SET status = 'done', relayed_at = ` + sqliteNow + `, owner = NULL,

@@ -41,7 +41,8 @@ func (s *Subscriber) Collectors() []prometheus.Collector {
 
 // TableCollector reports the table as a whole, from Store.Stats:
 // bridge_outbox_rows{status} and bridge_relay_lag_seconds (the age of the
-// oldest pending row, on the database clock; 0 when none is pending). The
+// oldest row not yet relayed nor dead, pending or failed, on the database
+// clock; 0 when there is none). The
 // counts scan the table, so they are refreshed at most every refresh
 // interval, whatever the scrape rate, with a 5 s query timeout; a failed
 // refresh keeps the last values.
@@ -62,7 +63,7 @@ func NewTableCollector(store *Store, refresh time.Duration) *TableCollector {
 		store:   store,
 		refresh: refresh,
 		rows:    prometheus.NewDesc("bridge_outbox_rows", "Rows in the outbox table, by status.", []string{"status"}, nil),
-		lag:     prometheus.NewDesc("bridge_relay_lag_seconds", "Age of the oldest pending row in the outbox table.", nil, nil),
+		lag:     prometheus.NewDesc("bridge_relay_lag_seconds", "Age of the oldest unsettled (pending or failed) row in the outbox table.", nil, nil),
 	}
 }
 
@@ -87,5 +88,5 @@ func (c *TableCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, status := range Statuses {
 		ch <- prometheus.MustNewConstMetric(c.rows, prometheus.GaugeValue, float64(st.Rows[status]), string(status))
 	}
-	ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, st.OldestPending.Seconds())
+	ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, st.OldestUnsettled.Seconds())
 }

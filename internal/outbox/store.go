@@ -222,6 +222,15 @@ type Stats struct {
 	// OldestPending is the age of the oldest pending row on the database
 	// clock; zero when none is pending.
 	OldestPending time.Duration
+	// OldestUnsettled is the age of the oldest row not yet relayed nor a
+	// dead letter (pending or failed), on the database clock; zero when
+	// there is none. It is the relay's lag: a row that keeps failing ages
+	// here while the pending rows are relayed.
+	OldestUnsettled time.Duration
+	// OldestFailed is the failed row with the smallest id, with its age and
+	// last error; nil when none is failed, and not read when Stats is asked
+	// for no recent errors.
+	OldestFailed *RowError
 	// RecentErrors are the newest failed and permanent_failed rows.
 	RecentErrors []RowError
 }
@@ -232,9 +241,14 @@ type RowError struct {
 	Status    Status
 	Attempts  int
 	LastError string
+	// Subject and Age (on the database clock) are set for
+	// Stats.OldestFailed only.
+	Subject string
+	Age     time.Duration
 }
 
-// Stats counts rows per status and lists up to recent rows in error.
+// Stats counts rows per status and, when recent > 0, reads the oldest
+// failed row and lists up to recent rows in error.
 func (s *Store) Stats(ctx context.Context, recent int) (Stats, error) {
 	st := Stats{Rows: make(map[Status]int64, len(Statuses))}
 	for _, status := range Statuses {
@@ -253,8 +267,15 @@ func (s *Store) Stats(ctx context.Context, recent int) (Stats, error) {
 			return st, fmt.Errorf("count outbox rows: scan: %w", err)
 		}
 		st.Rows[Status(status)] = n
-		if Status(status) == StatusPending && !oldest.IsZero() {
-			st.OldestPending = max(now.Sub(oldest), 0)
+		if oldest.IsZero() {
+			continue
+		}
+		switch age := max(now.Sub(oldest), 0); Status(status) {
+		case StatusPending:
+			st.OldestPending = age
+			st.OldestUnsettled = max(st.OldestUnsettled, age)
+		case StatusFailed:
+			st.OldestUnsettled = max(st.OldestUnsettled, age)
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -262,6 +283,20 @@ func (s *Store) Stats(ctx context.Context, recent int) (Stats, error) {
 	}
 	if recent <= 0 {
 		return st, nil
+	}
+	if st.Rows[StatusFailed] > 0 {
+		var e RowError
+		var msg sql.NullString
+		var created, now time.Time
+		err := s.db.SQL.QueryRowContext(ctx, s.sql.oldestFailed).Scan(&e.ID, &e.Subject, &e.Attempts, &msg, dbTime{&created}, dbTime{&now})
+		switch {
+		case errors.Is(err, sql.ErrNoRows): // relayed meanwhile
+		case err != nil:
+			return st, fmt.Errorf("read the oldest failed outbox row: %w", err)
+		default:
+			e.Status, e.LastError, e.Age = StatusFailed, msg.String, max(now.Sub(created), 0)
+			st.OldestFailed = &e
+		}
 	}
 	errRows, err := s.db.SQL.QueryContext(ctx, s.sql.recentErrors, recent)
 	if err != nil {
@@ -399,6 +434,61 @@ func (s *Store) RetryDead(ctx context.Context, ids []int64) (int, error) {
 // RetryDead. It returns how many rows moved.
 func (s *Store) RetryAllDead(ctx context.Context) (int, error) {
 	return s.exec(ctx, "retry dead letters", s.sql.retryAll)
+}
+
+// RetryFailed makes the failed rows among ids claimable now, with their
+// attempts kept: a row waiting out its backoff after the cause was fixed
+// need not wait. Ids of rows in another state are ignored. It returns how
+// many rows changed.
+func (s *Store) RetryFailed(ctx context.Context, ids []int64) (int, error) {
+	return s.exec(ctx, "retry failed rows", s.sql.retryFailedIDs, s.db.dialect.idList(ids))
+}
+
+// RetryAllFailed makes every failed row claimable now, like RetryFailed.
+func (s *Store) RetryAllFailed(ctx context.Context) (int, error) {
+	return s.exec(ctx, "retry failed rows", s.sql.retryAllFailed)
+}
+
+// Retryable returns the ids of the failed rows and of the dead letters
+// (permanent_failed) whose subject match accepts, in id order.
+func (s *Store) Retryable(ctx context.Context, match func(subject string) bool) (failed, dead []int64, err error) {
+	rows, err := s.db.SQL.QueryContext(ctx, s.sql.retryable)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list failed outbox rows: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var subject, status string
+		if err := rows.Scan(&id, &subject, &status); err != nil {
+			return nil, nil, fmt.Errorf("list failed outbox rows: scan: %w", err)
+		}
+		if !match(subject) {
+			continue
+		}
+		if Status(status) == StatusPermanentFailed {
+			dead = append(dead, id)
+		} else {
+			failed = append(failed, id)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("list failed outbox rows: %w", err)
+	}
+	return failed, dead, nil
+}
+
+// Stalled reports whether a row has been claimable for longer than age:
+// pending or failed, available_at more than age ago (database clock), and
+// no earlier row of its ordering key pending, in flight or failed. A row
+// waiting out a backoff, or queued behind its key's head, is not
+// claimable.
+func (s *Store) Stalled(ctx context.Context, age time.Duration) (bool, error) {
+	var stalled bool
+	if err := s.db.SQL.QueryRowContext(ctx, s.sql.stalled, s.db.dialect.ago(age)).Scan(&stalled); err != nil {
+		return false, fmt.Errorf("look for claimable outbox rows: %w", err)
+	}
+	return stalled, nil
 }
 
 // PurgeBatchDefault is the number of rows one purge statement deletes.

@@ -160,6 +160,7 @@ type Subscriber struct {
 	Counters Counters
 
 	outstanding atomic.Int64
+	lastClaim   atomic.Int64 // unix nanoseconds of the last claim that took rows (or of NewSubscriber)
 	wake        chan struct{}
 	settleCh    chan settlement
 
@@ -185,7 +186,7 @@ func NewSubscriber(store *Store, logger *slog.Logger, cfg SubscriberConfig) (*Su
 		return nil, err
 	}
 	hardCtx, hardCancel := context.WithCancel(context.Background())
-	return &Subscriber{
+	s := &Subscriber{
 		store:        store,
 		cfg:          cfg,
 		logger:       logger.With(slog.String("component", "outbox"), slog.String("table", store.Table())),
@@ -196,8 +197,13 @@ func NewSubscriber(store *Store, logger *slog.Logger, cfg SubscriberConfig) (*Su
 		done:         make(chan struct{}),
 		hardCtx:      hardCtx,
 		hardCancel:   hardCancel,
-	}, nil
+	}
+	s.lastClaim.Store(time.Now().UnixNano())
+	return s, nil
 }
+
+// LastClaim is when a claim last took rows (or the subscriber was made).
+func (s *Subscriber) LastClaim() time.Time { return time.Unix(0, s.lastClaim.Load()) }
 
 // Subscribe starts claiming and returns the channel of emitted messages. It
 // is closed after ctx ends or Close is called and every emitted message was
@@ -326,6 +332,9 @@ func (s *Subscriber) tick(ctx context.Context, out chan<- *message.Message) (ful
 	}
 	s.logger.Debug("claimed", slog.Int("rows", len(rows)), slog.Int("limit", limit), slog.Duration("took", time.Since(start)))
 	s.Counters.Claimed.Add(int64(len(rows)))
+	if len(rows) > 0 {
+		s.lastClaim.Store(time.Now().UnixNano())
+	}
 	claimed := claimWindow{start, time.Now()}
 	rows = s.reconcile(ctx, rows)
 	batch := make([]watched, 0, len(rows))

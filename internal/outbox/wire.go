@@ -12,7 +12,7 @@ import (
 )
 
 // ProviderSet builds the outbox side of the relay from the configuration.
-var ProviderSet = wire.NewSet(ProvideDB, ProvideStore, ProvideSubscriber)
+var ProviderSet = wire.NewSet(ProvideDB, ProvideStore, ProvideSubscriber, ProvideStallWatch)
 
 // ClaimGate is asked before every claim; see SubscriberConfig.CanClaim.
 type ClaimGate func() bool
@@ -82,4 +82,14 @@ func ProvideSubscriber(store *Store, cfg *config.Config, logger *slog.Logger, ga
 		Tracer:          tracer,
 		Reconciler:      reconciler,
 	})
+}
+
+// ProvideStallWatch watches the subscriber's claims with relay.stall_after
+// and relay.stall_unhealthy_after (0: never unhealthy).
+func ProvideStallWatch(store *Store, sub *Subscriber, cfg *config.Config, logger *slog.Logger) *StallWatch {
+	unhealthy := cfg.Relay.StallUnhealthyAfter
+	if unhealthy == 0 {
+		unhealthy = -1
+	}
+	return NewStallWatch(store, sub, logger, StallConfig{After: cfg.Relay.StallAfter, UnhealthyAfter: unhealthy})
 }
