@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/outbox-bridge/bridge/internal/broker"
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/daemon"
 	"github.com/outbox-bridge/bridge/internal/dedup"
@@ -79,7 +80,10 @@ func serve(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *hea
 			case ctx.Err() != nil:
 				logger.Info("relay stopped before it started", slog.String("interrupted", err.Error()))
 				return nil
-			case IsConfigError(err):
+			case IsConfigError(err), errors.Is(err, broker.ErrAddrInUse), errors.Is(err, broker.ErrStoreInUse):
+				// Bad configuration, or this machine's setup (the embedded
+				// server's port or store taken by another process): no wait
+				// fixes them.
 				return err
 			}
 			hs.Waiting(err)

@@ -66,7 +66,7 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 		return nil, nil, err
 	}
 	marshaler := forwarder.NewPublisherMarshaler()
-	publisher, err := sink.ProvidePublisher(jetStream, cfg, marshaler, denials)
+	publisher, err := sink.ProvidePublisher(jetStream, conn, cfg, marshaler, denials)
 	if err != nil {
 		cleanup3()
 		cleanup2()
@@ -154,7 +154,7 @@ func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Log
 		return nil, nil, err
 	}
 	marshaler := wmsource.ProvideMarshaler(cfg)
-	publisher, err := sink.ProvidePublisher(jetStream, cfg, marshaler, denials)
+	publisher, err := sink.ProvidePublisher(jetStream, conn, cfg, marshaler, denials)
 	if err != nil {
 		cleanup2()
 		cleanup()

@@ -210,6 +210,40 @@ func logRecords(stderr string) []map[string]any {
 	return out
 }
 
+// runWaiting starts `bridge run` with args while one of its dependencies
+// cannot be used: the relay must keep running, log its attempts, answer
+// /healthz 200 and /readyz 503. It waits until stderr holds every string
+// of want, checks the probes, stops the relay with SIGTERM (exit 0) and
+// returns its output.
+func runWaiting(t *testing.T, dir string, env []string, args []string, want ...string) result {
+	t.Helper()
+	p := start(t, dir, env, args...)
+	var addr string
+	poll(t, 60*time.Second, func() bool {
+		require.False(t, p.exited(), "bridge run exited (%d) instead of waiting\nstderr:\n%s", p.code, p.stderr)
+		stderr := p.stderr.String()
+		for _, w := range want {
+			if !strings.Contains(stderr, w) {
+				return false
+			}
+		}
+		for _, rec := range logRecords(stderr) {
+			if rec["msg"] == "relay cannot start yet; trying again" {
+				addr, _ = rec["http"].(string)
+			}
+		}
+		return addr != ""
+	}, "bridge run never logged %q while waiting\nstderr:\n%s", want, p.stderr)
+	code, body := httpGet("http://" + addr + "/healthz")
+	require.Equal(t, http.StatusOK, code, "/healthz while waiting: %s", body)
+	code, body = httpGet("http://" + addr + "/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, code, "/readyz while waiting: %s", body)
+	require.Contains(t, body, "not running", "/readyz names what the relay waits for")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, p.wait(t, 30*time.Second), "bridge run after SIGTERM while waiting\nstderr:\n%s", p.stderr)
+	return result{code: 0, stdout: p.stdout.String(), stderr: p.stderr.String()}
+}
+
 // statusDoc is the part of `bridge status --json` the tests read.
 type statusDoc struct {
 	Database string           `json:"database"`

@@ -32,6 +32,16 @@ func StartNATS(t testing.TB) *NATS {
 	return n
 }
 
+// StartNATSOn is StartNATS on a given port: a server that appears at an
+// address a client was already given.
+func StartNATSOn(t testing.TB, port int) *NATS {
+	t.Helper()
+	n := &NATS{StoreDir: t.TempDir(), Port: port}
+	n.start(t)
+	t.Cleanup(n.Stop)
+	return n
+}
+
 func (n *NATS) start(t testing.TB) {
 	t.Helper()
 	srv, err := server.NewServer(&server.Options{

@@ -28,7 +28,14 @@ type Proxy struct {
 // to target (host:port). It is closed when the test ends.
 func StartProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return StartProxyOn(t, "127.0.0.1:0", target)
+}
+
+// StartProxyOn is StartProxy listening on addr: a server that appears at
+// an address a client was already given.
+func StartProxyOn(t testing.TB, addr, target string) *Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
 	require.NoError(t, err)
 	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
 	p.cond = sync.NewCond(&p.mu)

@@ -28,9 +28,14 @@ var permanentCodes = map[jetstream.ErrorCode]bool{
 // Classify says what a failed publish means for its row.
 //
 // Unavailable: the connection to NATS was not up (nats.ErrDisconnected,
-// ErrConnectionClosed, ErrConnectionReconnecting, ErrConnectionDraining,
-// ErrNoServers); the outcome is unknown, the row is retried as soon as the
-// relay is connected, and the attempt is not counted. A message the relay
+// ErrConnectionReconnecting, ErrConnectionDraining, ErrNoServers); the
+// outcome is unknown, the row is retried as soon as the relay is
+// connected, and the attempt is not counted. A connection closed for good
+// (nats.ErrConnectionClosed) is Retryable instead: the server closes a
+// connection for what a publish sent (a publish line over its
+// max_control_line), the relay then starts again with a new connection,
+// and a row that closes every connection it is sent on must use up its
+// attempts and become a dead letter rather than close connections forever. A message the relay
 // held past its publish deadline and did not send
 // (outbox.ErrPublishDeadline) is Unavailable too.
 //
@@ -64,7 +69,7 @@ func Classify(err error) outbox.FailureClass {
 	if errors.As(err, &apiErr) && permanentCodes[apiErr.ErrorCode] {
 		return outbox.Permanent
 	}
-	for _, unavailable := range []error{nats.ErrDisconnected, nats.ErrConnectionClosed, nats.ErrConnectionReconnecting, nats.ErrConnectionDraining, nats.ErrNoServers} {
+	for _, unavailable := range []error{nats.ErrDisconnected, nats.ErrConnectionReconnecting, nats.ErrConnectionDraining, nats.ErrNoServers} {
 		if errors.Is(err, unavailable) {
 			return outbox.Unavailable
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/components/metrics"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
@@ -167,7 +168,7 @@ func (f *Forwarder) classify(h message.HandlerFunc) message.HandlerFunc {
 		switch {
 		case errors.As(err, &refused):
 			class = outbox.Held
-		case class == outbox.Retryable && f.connected != nil && !f.connected():
+		case class == outbox.Retryable && f.connected != nil && !f.connected() && !errors.Is(err, nats.ErrConnectionClosed):
 			class = outbox.Unavailable
 		}
 		outbox.SetFailed(msg, err, class)

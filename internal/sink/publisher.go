@@ -57,6 +57,12 @@ type Config struct {
 	// only the connection's asynchronous error handler, and the publish
 	// times out. Defaults to nil.
 	Denied func(subject string, since time.Time) error
+	// Conn, when set, is the connection js publishes on: when it is closed
+	// for good, the publishes waiting for a PubAck fail at once with
+	// nats.ErrConnectionClosed (the client fails them only on a
+	// disconnect, and a closed connection never delivers their PubAcks).
+	// Defaults to nil.
+	Conn *nats.Conn
 }
 
 // Publisher publishes Watermill messages to JetStream and waits for their
@@ -73,6 +79,10 @@ type Publisher struct {
 	// Close, which sets closed and closes sends.
 	mu     sync.RWMutex
 	closed bool
+
+	// connClosed is closed when Config.Conn is closed for good; never
+	// without a Conn.
+	connClosed chan struct{}
 }
 
 // send is one message on its way to the client, and the client's answer.
@@ -114,7 +124,19 @@ func New(js jetstream.JetStream, cfg Config) (*Publisher, error) {
 	if cfg.Marshaler == nil {
 		cfg.Marshaler = MetadataMarshaler{}
 	}
-	p := &Publisher{js: js, cfg: cfg, sends: make(chan *send, 64)}
+	p := &Publisher{js: js, cfg: cfg, sends: make(chan *send, 64), connClosed: make(chan struct{})}
+	if nc := cfg.Conn; nc != nil {
+		closed := nc.StatusChanged(nats.CLOSED)
+		go func() {
+			// Ends when the connection closes: by the server, or by its
+			// owner after the relay stopped.
+			if !nc.IsClosed() {
+				<-closed
+			}
+			nc.RemoveStatusListener(closed)
+			close(p.connClosed)
+		}()
+	}
 	go p.writer()
 	return p, nil
 }
@@ -230,6 +252,8 @@ func (p *Publisher) PublishMsg(ctx context.Context, subject string, msg *message
 		return nil, fmt.Errorf("publish to %s: no PubAck within %s: %w", subject, p.cfg.PublishTimeout, jetstream.ErrAsyncPublishTimeout)
 	case <-ctx.Done():
 		return nil, fmt.Errorf("publish to %s: %w", subject, ctx.Err())
+	case <-p.connClosed:
+		return nil, fmt.Errorf("publish to %s: %w (%v)", subject, nats.ErrConnectionClosed, p.cfg.Conn.LastError())
 	}
 }
 

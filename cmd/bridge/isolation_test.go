@@ -1,0 +1,513 @@
+package main
+
+// Isolation and honesty, with the real binary against real servers: a
+// fault stays with the rows it concerns while the rows of other subjects
+// are relayed, and no state in which claimable rows sit still looks
+// healthy.
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-bridge/bridge/internal/bridgetest"
+	"github.com/outbox-bridge/bridge/internal/outbox"
+)
+
+// isoEnv is an outbox table (PostgreSQL when available, SQLite
+// otherwise) and the environment of a relay on it.
+type isoEnv struct {
+	url string
+	db  *sql.DB
+	tbl string
+	ph  func(int) string // placeholder n
+	env []string
+	dir string
+}
+
+func newIsoEnv(t *testing.T, kind, natsURL string, extra ...string) *isoEnv {
+	t.Helper()
+	ctx := context.Background()
+	var dbURL, table string
+	switch kind {
+	case "postgres":
+		dbURL, table = bridgetest.PostgresTable(t)
+	default:
+		dbURL, table = bridgetest.SQLiteURL(t), "outbox"
+	}
+	db, err := outbox.Open(ctx, dbURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	_, err = outbox.Migrate(ctx, db, table)
+	require.NoError(t, err)
+	e := &isoEnv{url: dbURL, db: db.SQL, tbl: table, dir: t.TempDir(), ph: func(int) string { return "?" }}
+	if kind == "postgres" {
+		e.ph = func(n int) string { return "$" + strconv.Itoa(n) }
+	}
+	e.env = append([]string{
+		"BRIDGE_DATABASE_URL=" + dbURL,
+		"BRIDGE_DATABASE_TABLE=" + table,
+		"BRIDGE_NATS_URL=" + natsURL,
+		"BRIDGE_HTTP_LISTEN=127.0.0.1:0",
+		"BRIDGE_RELAY_POLL_INTERVAL=50ms",
+		"BRIDGE_RELAY_BACKOFF_INITIAL=200ms",
+		"BRIDGE_RELAY_BACKOFF_MAX=1s",
+		"BRIDGE_SHUTDOWN_TIMEOUT=5s",
+	}, extra...)
+	return e
+}
+
+// insert writes one row as a service would, with any subject.
+func (e *isoEnv) insert(t *testing.T, key, subject string) int64 {
+	t.Helper()
+	_, err := e.db.Exec(`INSERT INTO `+e.tbl+` (idempotency_key, subject, payload) VALUES (`+e.ph(1)+`, `+e.ph(2)+`, `+e.ph(3)+`)`,
+		key, subject, []byte("x"))
+	require.NoError(t, err)
+	var id int64
+	require.NoError(t, e.db.QueryRow(`SELECT id FROM `+e.tbl+` WHERE idempotency_key = `+e.ph(1), key).Scan(&id))
+	return id
+}
+
+// row is one row's state.
+type rowState struct {
+	Status    string
+	Attempts  int
+	LastError string
+}
+
+func (e *isoEnv) row(t *testing.T, id int64) rowState {
+	t.Helper()
+	var r rowState
+	var msg sql.NullString
+	require.NoError(t, e.db.QueryRow(`SELECT status, attempts, last_error FROM `+e.tbl+` WHERE id = `+e.ph(1), id).Scan(&r.Status, &r.Attempts, &msg))
+	r.LastError = msg.String
+	return r
+}
+
+// waitRows waits until every id is in status, the relay still running.
+func (e *isoEnv) waitRows(t *testing.T, p *process, d time.Duration, status string, ids ...int64) {
+	t.Helper()
+	poll(t, d, func() bool {
+		require.False(t, p.exited(), "bridge run exited (%d)\nstderr:\n%s", p.code, p.stderr)
+		for _, id := range ids {
+			if e.row(t, id).Status != status {
+				return false
+			}
+		}
+		return true
+	}, "rows %v never all %s", ids, status)
+}
+
+func (e *isoEnv) run(t *testing.T, args ...string) (*process, string) {
+	t.Helper()
+	p := start(t, e.dir, e.env, append([]string{"run"}, args...)...)
+	return p, "http://" + relayHTTPAddr(t, p)
+}
+
+func (e *isoEnv) bridge(t *testing.T, args ...string) result {
+	t.Helper()
+	return runBridge(t, e.dir, e.env, args...)
+}
+
+// TestUnsafeStreamHoldsBackOnlyItsRows: a stream the duplicate-window
+// guard finds unsafe while the relay runs holds back the rows it captures,
+// without counting their attempts, with a last_error naming the stream, the
+// problem and the fix; every other stream flows, readiness stays 200 and
+// names it, it is logged once and counted. Fixed, its rows flow without a
+// restart.
+func TestUnsafeStreamHoldsBackOnlyItsRows(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		stream jetstream.StreamConfig
+		want   []string
+	}{
+		{"interest retention", jetstream.StreamConfig{Name: "INT", Subjects: []string{"int.>"}, Retention: jetstream.InterestPolicy, Duplicates: 5 * time.Minute},
+			[]string{"stream INT", "retention is Interest", "limits retention"}},
+		{"short duplicate window", jetstream.StreamConfig{Name: "SHORT", Subjects: []string{"int.>"}, Duplicates: 5 * time.Second},
+			[]string{"stream SHORT", "duplicate window 5s", "at least 35s"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			n := bridgetest.StartNATS(t)
+			_, js := n.JetStream(t)
+			bridgetest.CreateStream(t, js, "EVENTS", "events.>")
+			_, err := js.CreateStream(context.Background(), c.stream)
+			require.NoError(t, err)
+			e := newIsoEnv(t, "postgres", n.URL())
+			held := e.insert(t, "held", "int.x")
+			var others []int64
+			for i := range 5 {
+				others = append(others, e.insert(t, fmt.Sprintf("e-%d", i), "events.x"))
+			}
+			p, base := e.run(t)
+			e.waitRows(t, p, 30*time.Second, "done", others...)
+
+			// The held row: failed, its attempt given back, and why.
+			var r rowState
+			poll(t, 30*time.Second, func() bool { r = e.row(t, held); return r.Status == "failed" }, "the held row never failed")
+			require.Zero(t, r.Attempts, "holding back does not count the attempt")
+			for _, w := range c.want {
+				require.Contains(t, r.LastError, w)
+			}
+			st := e.bridge(t, "status")
+			require.Equal(t, 0, st.code, "%s", st)
+			require.Contains(t, st.stdout, fmt.Sprintf("oldest failed: row %d (int.x", held))
+			require.Contains(t, st.stdout, "stream "+c.stream.Name)
+
+			code, body := httpGet(base + "/readyz")
+			require.Equal(t, http.StatusOK, code, "a stream held back is a partial fault: %s", body)
+			require.Contains(t, body, `"dedup_guard":"degraded: rows held back: stream `+c.stream.Name)
+			_, m := httpGet(base + "/metrics")
+			v, _ := metric(m, "bridge_dedup_unsafe_streams")
+			require.Equal(t, 1.0, v, "%s", m)
+
+			// Held back again after relay.HoldBack (15 s): still one log line.
+			poll(t, 60*time.Second, func() bool {
+				_, m := httpGet(base + "/metrics")
+				v, _ := metric(m, `bridge_rows_failed_total{class="held"}`)
+				return v >= 2
+			}, "the row was not held back a second time")
+			require.Equal(t, 1, strings.Count(p.stderr.String(), "holding back its rows"), "%s", p.stderr)
+			_, err = js.Stream(context.Background(), c.stream.Name)
+			require.NoError(t, err)
+			s, _ := js.Stream(context.Background(), c.stream.Name)
+			require.Zero(t, s.CachedInfo().State.Msgs, "nothing was published to the unsafe stream")
+
+			if c.stream.Retention == jetstream.LimitsPolicy {
+				// Fixed by the operator: the row flows, no restart.
+				fixed := c.stream
+				fixed.Duplicates = time.Minute
+				_, err = js.UpdateStream(context.Background(), fixed)
+				require.NoError(t, err)
+				e.waitRows(t, p, 60*time.Second, "done", held)
+			}
+			require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+			require.Equal(t, 0, p.wait(t, 30*time.Second), "%s", p.stderr)
+		})
+	}
+}
+
+// TestSubjectTooLongForNATSIsADeadLetter: a subject that cannot fit the
+// publish line (the server would close the connection, for good) is a
+// dead letter before it is published; the 20 rows around it arrive and the
+// relay's connection stays the one it had.
+func TestSubjectTooLongForNATSIsADeadLetter(t *testing.T) {
+	t.Parallel()
+	n := bridgetest.StartNATS(t)
+	_, js := n.JetStream(t)
+	bridgetest.CreateStream(t, js, "EVENTS", "events.>")
+	e := newIsoEnv(t, "sqlite", n.URL())
+	var good []int64
+	for i := range 10 {
+		good = append(good, e.insert(t, fmt.Sprintf("before-%d", i), "events.x"))
+	}
+	long := e.insert(t, "long", "events."+strings.Repeat("x", 5007-len("events.")))
+	for i := range 10 {
+		good = append(good, e.insert(t, fmt.Sprintf("after-%d", i), "events.x"))
+	}
+	p, base := e.run(t)
+	e.waitRows(t, p, 30*time.Second, "done", good...)
+	e.waitRows(t, p, 30*time.Second, "permanent_failed", long)
+	r := e.row(t, long)
+	require.Contains(t, r.LastError, "5007 bytes")
+	require.Contains(t, r.LastError, "max_control_line")
+
+	connz, err := n.Server.Connz(&server.ConnzOptions{State: server.ConnClosed})
+	require.NoError(t, err)
+	for _, c := range connz.Conns {
+		require.NotContains(t, c.Name, "outbox-bridge", "the relay's connection was closed: %s", c.Reason)
+	}
+	require.NotContains(t, p.stderr.String(), "closed for good")
+	code, body := httpGet(base + "/readyz")
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	require.Len(t, bridgetest.Messages(t, js, "EVENTS"), 20)
+}
+
+// TestConnectionClosedForGoodHeals: a NATS server with a smaller
+// max_control_line closes the relay's connection when a row's subject does
+// not fit, and nats.go does not reconnect. The relay starts again with a
+// new connection, the other rows arrive, and the row that closes every
+// connection uses up its attempts and becomes a dead letter instead of
+// closing connections forever.
+func TestConnectionClosedForGoodHeals(t *testing.T) {
+	t.Parallel()
+	srv := bridgetest.StartNATSWithOptions(t, func(o *server.Options) { o.MaxControlLine = 1024 })
+	natsURL := srv.ClientURL()
+	js := natsClient(t, natsURL)
+	bridgetest.CreateStream(t, js, "EVENTS", "events.>")
+	e := newIsoEnv(t, "sqlite", natsURL, "BRIDGE_RELAY_BACKOFF_INITIAL=100ms", "BRIDGE_RELAY_BACKOFF_MAX=300ms")
+	p, base := e.run(t)
+	var good []int64
+	for i := range 5 {
+		good = append(good, e.insert(t, fmt.Sprintf("before-%d", i), "events.x"))
+	}
+	e.waitRows(t, p, 30*time.Second, "done", good...)
+	poison := e.insert(t, "poison", "events."+strings.Repeat("x", 2000))
+	poll(t, 30*time.Second, func() bool { return strings.Contains(p.stderr.String(), "closed for good") }, "the connection was never closed")
+	for i := range 10 {
+		good = append(good, e.insert(t, fmt.Sprintf("after-%d", i), "events.x"))
+	}
+	e.waitRows(t, p, 60*time.Second, "done", good...)
+	e.waitRows(t, p, 60*time.Second, "permanent_failed", poison)
+	poll(t, 30*time.Second, func() bool {
+		code, _ := httpGet(base + "/healthz")
+		return code == http.StatusOK
+	}, "/healthz never answered 200 again")
+	require.Len(t, bridgetest.Messages(t, js, "EVENTS"), 15)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, p.wait(t, 30*time.Second), "%s", p.stderr)
+}
+
+// TestLostStreamIsCreatedAgain: the stream of --ensure-stream, deleted
+// while the relay runs, is created again and rows written afterwards
+// arrive, without a restart; a subject no stream captures says so in its
+// last_error, while the other rows flow.
+func TestLostStreamIsCreatedAgain(t *testing.T) {
+	t.Parallel()
+	n := bridgetest.StartNATS(t)
+	_, js := n.JetStream(t)
+	e := newIsoEnv(t, "sqlite", n.URL())
+	p, base := e.run(t, "--ensure-stream", "EVENTS:events.>")
+	first := e.insert(t, "first", "events.x")
+	e.waitRows(t, p, 30*time.Second, "done", first)
+
+	require.NoError(t, js.DeleteStream(context.Background(), "EVENTS"))
+	orphan := e.insert(t, "orphan", "orders.created")
+	var after []int64
+	for i := range 5 {
+		after = append(after, e.insert(t, fmt.Sprintf("after-%d", i), "events.x"))
+	}
+	e.waitRows(t, p, 60*time.Second, "done", after...)
+	require.Contains(t, p.stderr.String(), "created again")
+	_, m := httpGet(base + "/metrics")
+	v, _ := metric(m, "bridge_streams_recreated_total")
+	require.GreaterOrEqual(t, v, 1.0, "%s", m)
+	require.Len(t, bridgetest.Messages(t, js, "EVENTS"), 5)
+
+	poll(t, 30*time.Second, func() bool { return e.row(t, orphan).Status == "failed" }, "the orphan row never failed")
+	require.Contains(t, e.row(t, orphan).LastError, "no stream captures subject orders.created")
+}
+
+// TestPermissionDeniedIsAttributedToItsRows: the relay's NATS user may not
+// publish to perm.b.>; the server says so only to the connection's
+// asynchronous error handler. The row to perm.b.denied becomes a dead
+// letter (permanent, see forwarder.Classify) with the permission in its
+// last_error, not a timeout; the other rows flow.
+func TestPermissionDeniedIsAttributedToItsRows(t *testing.T) {
+	t.Parallel()
+	srv := bridgetest.StartNATSWithOptions(t, func(o *server.Options) {
+		o.Users = []*server.User{
+			{Username: "relay", Password: "relay-pw", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"perm.b.>"}}}},
+			{Username: "admin", Password: "admin-pw"},
+		}
+	})
+	port := srv.Addr().String()
+	js := natsClient(t, "nats://admin:admin-pw@"+port)
+	bridgetest.CreateStream(t, js, "EVENTS", "events.>", "perm.>")
+	e := newIsoEnv(t, "sqlite", "nats://"+port, "BRIDGE_NATS_USER=relay", "BRIDGE_NATS_PASSWORD=relay-pw", "BRIDGE_RELAY_PUBLISH_TIMEOUT=2s")
+	denied := e.insert(t, "denied", "perm.b.denied")
+	var others []int64
+	for i := range 5 {
+		others = append(others, e.insert(t, fmt.Sprintf("e-%d", i), "events.x"))
+	}
+	others = append(others, e.insert(t, "allowed", "perm.a.ok"))
+	p, _ := e.run(t)
+	e.waitRows(t, p, 30*time.Second, "done", others...)
+	e.waitRows(t, p, 30*time.Second, "permanent_failed", denied)
+	r := e.row(t, denied)
+	require.Equal(t, 1, r.Attempts, "a denial is permanent: one attempt")
+	require.Contains(t, r.LastError, "no permission to publish to the subject perm.b.denied")
+	require.Contains(t, r.LastError, `Permissions Violation for Publish to "perm.b.denied"`)
+	require.NotContains(t, r.LastError, "no PubAck")
+}
+
+// TestLagCountsFailedRowsAndRetryIsImmediate: a row that keeps failing (no
+// stream captures its subject) is the relay's lag and `bridge status`
+// names it; once the stream exists, `bridge retry` by id or by subject
+// pattern sends the failed rows at once instead of after their backoff.
+func TestLagCountsFailedRowsAndRetryIsImmediate(t *testing.T) {
+	t.Parallel()
+	n := bridgetest.StartNATS(t)
+	_, js := n.JetStream(t)
+	bridgetest.CreateStream(t, js, "EVENTS", "events.>")
+	e := newIsoEnv(t, "postgres", n.URL(), "BRIDGE_RELAY_BACKOFF_INITIAL=10m", "BRIDGE_RELAY_BACKOFF_MAX=1h")
+	created := e.insert(t, "created", "orders.created")
+	updated := e.insert(t, "updated", "orders.updated")
+	p, base := e.run(t)
+	e.waitRows(t, p, 30*time.Second, "failed", created, updated)
+	flowing := e.insert(t, "flowing", "events.x")
+	e.waitRows(t, p, 30*time.Second, "done", flowing)
+
+	// First scrape: the table collector reads the table now.
+	_, m := httpGet(base + "/metrics")
+	lag, ok := metric(m, "bridge_relay_lag_seconds")
+	require.True(t, ok, "%s", m)
+	require.Positive(t, lag, "a failed row is lag")
+	st := e.bridge(t, "status", "--json")
+	require.Equal(t, 0, st.code, "%s", st)
+	var doc struct {
+		OldestUnsettled *float64 `json:"oldest_unsettled_seconds"`
+		OldestFailed    *struct {
+			ID        int64  `json:"id"`
+			Subject   string `json:"subject"`
+			LastError string `json:"last_error"`
+		} `json:"oldest_failed"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(st.stdout), &doc), st.stdout)
+	require.NotNil(t, doc.OldestUnsettled, st.stdout)
+	require.NotNil(t, doc.OldestFailed, st.stdout)
+	require.Equal(t, created, doc.OldestFailed.ID)
+	require.Equal(t, "orders.created", doc.OldestFailed.Subject)
+	require.Contains(t, doc.OldestFailed.LastError, "no stream captures subject orders.created")
+
+	bridgetest.CreateStream(t, js, "ORDERS", "orders.>")
+	r := e.bridge(t, "retry", "--id", strconv.FormatInt(created, 10))
+	require.Equal(t, 0, r.code, "%s", r)
+	require.Contains(t, r.stdout, "1 failed rows claimable now")
+	e.waitRows(t, p, 20*time.Second, "done", created)
+	require.Equal(t, "failed", e.row(t, updated).Status, "a row not retried waits out its backoff")
+
+	r = e.bridge(t, "retry", "--subject", "orders.*")
+	require.Equal(t, 0, r.code, "%s", r)
+	require.Contains(t, r.stdout, "1 failed rows claimable now")
+	e.waitRows(t, p, 20*time.Second, "done", updated)
+
+	r = e.bridge(t, "retry", "--subject", "orders.>.x")
+	require.Equal(t, 2, r.code, "%s", r)
+}
+
+// TestRelayWaitsForNATSAndDatabase: `bridge run` started while neither the
+// database nor NATS can be reached keeps running: /healthz 200, /readyz
+// 503 naming what it waits for, each attempt logged. The database appears
+// after 3 s, NATS 20 s after the start; rows are relayed within 10 s of
+// NATS being up, by the same process.
+func TestRelayWaitsForNATSAndDatabase(t *testing.T) {
+	t.Parallel()
+	natsPort := freePort(t)
+	e := newIsoEnv(t, "postgres", fmt.Sprintf("nats://127.0.0.1:%d", natsPort))
+	// The relay reaches PostgreSQL through a proxy that is not there yet.
+	u, err := url.Parse(e.url)
+	require.NoError(t, err)
+	pgAddr, dbAddr := u.Host, fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	u.Host = dbAddr
+	env := append(e.env, "BRIDGE_DATABASE_URL="+u.String())
+
+	began := time.Now()
+	p := start(t, e.dir, env, "run", "--ensure-stream", "EVENTS:events.>")
+	var addr string
+	readyz := func() (int, string) { return httpGet("http://" + addr + "/readyz") }
+	poll(t, 30*time.Second, func() bool {
+		require.False(t, p.exited(), "bridge run exited (%d)\nstderr:\n%s", p.code, p.stderr)
+		for _, rec := range logRecords(p.stderr.String()) {
+			if rec["msg"] == "relay cannot start yet; trying again" {
+				addr, _ = rec["http"].(string)
+			}
+		}
+		return addr != ""
+	}, "bridge run never logged an attempt\nstderr:\n%s", p.stderr)
+	code, body := httpGet("http://" + addr + "/healthz")
+	require.Equal(t, http.StatusOK, code, "/healthz while waiting: %s", body)
+	code, body = readyz()
+	require.Equal(t, http.StatusServiceUnavailable, code, "%s", body)
+	require.Contains(t, body, dbAddr, "/readyz names the database it waits for")
+
+	time.Sleep(time.Until(began.Add(3 * time.Second)))
+	bridgetest.StartProxyOn(t, dbAddr, pgAddr)
+	poll(t, 30*time.Second, func() bool {
+		code, body = readyz()
+		return strings.Contains(body, "connect to NATS")
+	}, "/readyz never named NATS once the database was up: %s", body)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	var ids []int64
+	for i := range 5 {
+		ids = append(ids, e.insert(t, fmt.Sprintf("w-%d", i), "events.x"))
+	}
+	require.False(t, p.exited(), "bridge run exited (%d)\nstderr:\n%s", p.code, p.stderr)
+
+	time.Sleep(time.Until(began.Add(20 * time.Second)))
+	bridgetest.StartNATSOn(t, natsPort)
+	up := time.Now()
+	e.waitRows(t, p, 10*time.Second, "done", ids...)
+	t.Logf("rows relayed %s after NATS was up", time.Since(up).Round(time.Millisecond))
+	require.Greater(t, strings.Count(p.stderr.String(), "relay cannot start yet"), 3, "each attempt is logged")
+	code, body = readyz()
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, p.wait(t, 30*time.Second), "%s", p.stderr)
+}
+
+// TestStalledRelayFailsLiveness: claimable rows that the relay does not
+// claim (here: its NATS server is gone) make it stalled after
+// relay.stall_after, and unhealthy after relay.stall_unhealthy_after. Rows
+// waiting out a long backoff, and an empty table, never do; meanwhile the
+// other rows flow.
+func TestStalledRelayFailsLiveness(t *testing.T) {
+	t.Parallel()
+	stall := []string{"BRIDGE_RELAY_STALL_AFTER=1s", "BRIDGE_RELAY_STALL_UNHEALTHY_AFTER=2s"}
+
+	t.Run("backoff and empty table", func(t *testing.T) {
+		t.Parallel()
+		n := bridgetest.StartNATS(t)
+		_, js := n.JetStream(t)
+		bridgetest.CreateStream(t, js, "EVENTS", "events.>")
+		e := newIsoEnv(t, "sqlite", n.URL(), append(stall, "BRIDGE_RELAY_BACKOFF_INITIAL=1h", "BRIDGE_RELAY_BACKOFF_MAX=2h")...)
+		p, base := e.run(t)
+		time.Sleep(3 * time.Second) // an empty table for longer than stall_after
+		waiting := e.insert(t, "no-stream", "orders.created")
+		e.waitRows(t, p, 30*time.Second, "failed", waiting)
+		flowing := e.insert(t, "flowing", "events.x")
+		e.waitRows(t, p, 30*time.Second, "done", flowing)
+		time.Sleep(4 * time.Second) // longer than stall_after + stall_unhealthy_after
+		code, body := httpGet(base + "/healthz")
+		require.Equal(t, http.StatusOK, code, "%s", body)
+		_, m := httpGet(base + "/metrics")
+		v, ok := metric(m, "bridge_relay_stalled_seconds")
+		require.True(t, ok, "%s", m)
+		require.Zero(t, v)
+		require.NotContains(t, p.stderr.String(), "relay stalled")
+	})
+
+	t.Run("nothing claimed", func(t *testing.T) {
+		t.Parallel()
+		n := bridgetest.StartNATS(t)
+		_, js := n.JetStream(t)
+		bridgetest.CreateStream(t, js, "EVENTS", "events.>")
+		e := newIsoEnv(t, "sqlite", n.URL(), stall...)
+		p, base := e.run(t)
+		first := e.insert(t, "first", "events.x")
+		e.waitRows(t, p, 30*time.Second, "done", first)
+		n.Stop()
+		e.insert(t, "waiting", "events.x")
+		poll(t, 30*time.Second, func() bool {
+			code, _ := httpGet(base + "/healthz")
+			return code == http.StatusServiceUnavailable
+		}, "/healthz never failed while rows sat claimable")
+		_, body := httpGet(base + "/healthz")
+		require.Contains(t, body, "stalled")
+		_, m := httpGet(base + "/metrics")
+		v, _ := metric(m, "bridge_relay_stalled_seconds")
+		require.Positive(t, v, "%s", m)
+		require.Contains(t, p.stderr.String(), "relay stalled")
+
+		n.Restart(t)
+		poll(t, 30*time.Second, func() bool {
+			code, _ := httpGet(base + "/healthz")
+			return code == http.StatusOK
+		}, "/healthz never recovered once rows flowed again")
+	})
+}
