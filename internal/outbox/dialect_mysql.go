@@ -125,7 +125,7 @@ SET o.available_at = ` + mysqlNow + ` WHERE o.status = 'failed'`,
 		stalled: `SELECT EXISTS (SELECT 1 FROM ` + T + ` o WHERE o.status IN ('pending', 'failed')
 	AND o.available_at < ` + mysqlNow + ` - INTERVAL ? MICROSECOND
 	AND NOT EXISTS (SELECT 1 FROM ` + T + ` e WHERE e.ordering_key = o.ordering_key AND e.id < o.id AND e.status IN ('pending', 'in_flight', 'failed')))`,
-		purge:    `DELETE FROM ` + T + ` WHERE status = 'done' AND relayed_at < ` + mysqlNow + ` - INTERVAL ? MICROSECOND LIMIT ?`,
+		purge: `DELETE FROM ` + T + ` WHERE status = 'done' AND relayed_at < ` + mysqlNow + ` - INTERVAL ? MICROSECOND LIMIT ?`,
 		// Parameters: stream arms, stream_seq arms, ids, attempt arms, owner.
 		markDone: `UPDATE ` + T + ` FORCE INDEX (PRIMARY) SET status = 'done', relayed_at = ` + mysqlNow + `, owner = NULL, last_error = NULL,
 	stream = CASE id ` + mysqlArms + ` END, stream_seq = CASE id ` + mysqlArms + ` END

@@ -126,9 +126,9 @@ WHERE status = 'in_flight' AND claimed_at < now() - $1 * interval '1 microsecond
 		recentErrors: `SELECT id, status, attempts, last_error FROM ` + T + ` WHERE status IN ('failed', 'permanent_failed') ORDER BY id DESC LIMIT $1`,
 		insert: `INSERT INTO ` + T + ` (idempotency_key, subject, payload, headers, ordering_key)
 VALUES ($1, $2, $3, $4::jsonb, $5) ON CONFLICT (idempotency_key) DO NOTHING RETURNING id`,
-		probe:    `SELECT ` + columnList + ` FROM ` + T + ` WHERE false`,
-		retryIDs: `UPDATE ` + T + ` SET ` + retrySet + `now() WHERE status = 'permanent_failed' AND id = ANY($1)`,
-		retryAll: `UPDATE ` + T + ` SET ` + retrySet + `now() WHERE status = 'permanent_failed'`,
+		probe:          `SELECT ` + columnList + ` FROM ` + T + ` WHERE false`,
+		retryIDs:       `UPDATE ` + T + ` SET ` + retrySet + `now() WHERE status = 'permanent_failed' AND id = ANY($1)`,
+		retryAll:       `UPDATE ` + T + ` SET ` + retrySet + `now() WHERE status = 'permanent_failed'`,
 		retryFailedIDs: `UPDATE ` + T + ` SET available_at = now() WHERE status = 'failed' AND id = ANY($1)`,
 		retryAllFailed: `UPDATE ` + T + ` SET available_at = now() WHERE status = 'failed'`,
 		retryable:      `SELECT id, subject, status FROM ` + T + ` WHERE status IN ('failed', 'permanent_failed') ORDER BY id`,
