@@ -77,32 +77,3 @@ func TestGuardWarnRunsAndLogsOnce(t *testing.T) {
 	poll(t, 30*time.Second, func() bool { return status(t, dir).Rows["done"] == 3 }, "rows not relayed")
 	require.Equal(t, 1, strings.Count(run.stderr.String(), "stream cannot deduplicate republishes"), run.stderr.String())
 }
-
-// TestGuardRefusesBeforeTheFirstPublish: no stream is ensured, so the
-// guard learns the stream from the first row's subject; it refuses before
-// publishing anything to it and stops the relay (exit 2). The row is given
-// back untouched.
-func TestGuardRefusesBeforeTheFirstPublish(t *testing.T) {
-	t.Parallel()
-	n := bridgetest.StartNATS(t)
-	_, js := n.JetStream(t)
-	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "SHORT", Subjects: []string{"events.>"}, Duplicates: time.Second})
-	require.NoError(t, err)
-	dir := t.TempDir()
-	run := start(t, dir, nil, "run", "--nats-url", n.URL(), "--http-listen", "127.0.0.1:0")
-	poll(t, 30*time.Second, func() bool {
-		require.False(t, run.exited(), "bridge run exited early: %d\n%s", run.code, run.stderr)
-		return strings.Contains(run.stderr.String(), "relay running")
-	}, "relay never started")
-	r := runBridge(t, dir, nil, "enqueue", "--subject", "events.g", "--data", "x")
-	require.Equal(t, 0, r.code, "%s", r)
-
-	require.Equal(t, 2, run.wait(t, 30*time.Second), "%s", run.stderr)
-	require.Contains(t, run.stderr.String(), "stream SHORT cannot deduplicate")
-	s, err := js.Stream(context.Background(), "SHORT")
-	require.NoError(t, err)
-	require.Zero(t, s.CachedInfo().State.Msgs, "nothing was published to the unsafe stream")
-	doc := status(t, dir)
-	require.Zero(t, doc.Rows["done"])
-	require.Equal(t, int64(1), doc.Rows["pending"]+doc.Rows["failed"])
-}

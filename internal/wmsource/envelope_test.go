@@ -1,6 +1,7 @@
 package wmsource
 
 import (
+	"strings"
 	"errors"
 	"testing"
 
@@ -124,6 +125,9 @@ func TestUnwrapRefusesWhatCanNeverBePublished(t *testing.T) {
 		{"wildcard", ReasonSubject, wrap(t, "events.>", message.NewMessage("u", nil))},
 		{"space", ReasonSubject, wrap(t, "events.a b", message.NewMessage("u", nil))},
 		{"empty token", ReasonSubject, wrap(t, "events..x", message.NewMessage("u", nil))},
+		// A publish line over the server's max_control_line closes the
+		// connection for good: the subject is refused before it is sent.
+		{"too long for NATS", ReasonSubject, wrap(t, "events."+strings.Repeat("x", 5000), message.NewMessage("u", nil))},
 		{"header name", ReasonMetadata, wrap(t, "events.x", badName)},
 		{"header value CRLF", ReasonMetadata, wrap(t, "events.x", badValue)},
 		{"header value NUL", ReasonMetadata, wrap(t, "events.x", nulValue)},
