@@ -1,8 +1,8 @@
 package wmsource
 
 import (
-	"strings"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill/components/forwarder"
