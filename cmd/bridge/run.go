@@ -18,6 +18,10 @@ func newRunCommand() *cobra.Command {
 relayed after the PubAck. SIGTERM or SIGINT drains (publishes in progress finish,
 marks are flushed) and exits 0; a second signal exits 1 at once.
 
+While the database or NATS cannot be reached (or the table is not migrated yet) it
+waits, trying again every 250ms to 5s and logging each attempt: /healthz answers 200
+and /readyz 503 naming what it waits for. It exits only for bad configuration (2).
+
 With no configuration it runs the embedded default: SQLite outbox
 <data-dir>/outbox.db (migrated at start), an in-process NATS server with JetStream
 on --nats-listen storing in <data-dir>/jetstream, and stream EVENTS on events.>.`,
