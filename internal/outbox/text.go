@@ -63,7 +63,7 @@ func CheckSubject(subject string) error {
 		return fmt.Errorf("subject is empty")
 	}
 	if len(subject) > SubjectMaxBytes {
-		return fmt.Errorf("subject %.40q… is %d bytes; NATS subjects are at most %d bytes here: a longer publish line makes the NATS server close the connection (max_control_line, 4096 bytes by default)", subject, len(subject), SubjectMaxBytes)
+		return fmt.Errorf("subject %.40q… is %d bytes; the relay publishes subjects of at most %d bytes: a longer publish line makes the NATS server close the connection (max_control_line, 4096 bytes by default)", subject, len(subject), SubjectMaxBytes)
 	}
 	for i := 0; i < len(subject); i++ {
 		if c := subject[i]; c <= ' ' || c == 0x7f {
