@@ -29,7 +29,7 @@ watermill_offsets_<watermill.forwarder_topic> instead (watermill-sql's own DDL).
 			}
 			// Opened directly: bridge.NewDB migrates the embedded database
 			// by itself, and this command should report what it applied.
-			db, err := outbox.Open(ctx, cfg.DatabaseURL())
+			db, err := outbox.OpenSession(ctx, cfg.DatabaseURL(), outbox.ConfiguredSession(cfg))
 			if err != nil {
 				return classify(err)
 			}

@@ -13,6 +13,8 @@ import (
 const (
 	DataDirDefault              = "./bridge-data"
 	TableDefault                = "outbox"
+	ConnMaxLifetimeDefault      = 3 * time.Minute
+	ConnMaxIdleTimeDefault      = time.Minute
 	NATSURLDefault              = NATSURLEmbedded
 	NATSListenDefault           = "127.0.0.1:4222"
 	BatchSizeDefault            = 500
@@ -121,6 +123,15 @@ type Database struct {
 	// Table is the outbox table, an SQL identifier optionally qualified by a schema
 	// ("app.outbox"). Defaults to outbox.
 	Table string `koanf:"table"`
+
+	// ConnMaxLifetime is the age after which a PostgreSQL or MySQL session is closed
+	// instead of being reused, so that none stays on a server that was demoted or moved
+	// away from. Defaults to 3m.
+	ConnMaxLifetime time.Duration `koanf:"conn_max_lifetime"`
+
+	// ConnMaxIdleTime is how long an unused PostgreSQL or MySQL session is kept open.
+	// Defaults to 1m.
+	ConnMaxIdleTime time.Duration `koanf:"conn_max_idle_time"`
 }
 
 // NATS is the connection to NATS, or the embedded server.
@@ -302,7 +313,7 @@ type Log struct {
 func Default() Config {
 	return Config{
 		DataDir:  DataDirDefault,
-		Database: Database{Table: TableDefault},
+		Database: Database{Table: TableDefault, ConnMaxLifetime: ConnMaxLifetimeDefault, ConnMaxIdleTime: ConnMaxIdleTimeDefault},
 		NATS:     NATS{URL: NATSURLDefault, Listen: NATSListenDefault},
 		Relay: Relay{
 			BatchSize:       BatchSizeDefault,

@@ -83,6 +83,9 @@ func (c *Config) validateDatabase() error {
 			return bad("must name a file after sqlite:, such as sqlite:./outbox.db")
 		case len(u) == len(databaseSchemes[i]):
 			return bad("must name a host and database after " + databaseSchemes[i] + ", such as " + databaseSchemes[i] + "user:password@host:port/database")
+		case databaseSchemes[i] == "mysql://" && mysqlDSN(u):
+			// mysql://user:password@tcp(host:port)/db: the go-sql-driver DSN
+			// after the scheme, parsed by the driver when the database opens.
 		case databaseSchemes[i] != "sqlite:":
 			if _, err := url.Parse(u); err != nil {
 				// url.Error repeats the whole URL, password included.
@@ -90,9 +93,19 @@ func (c *Config) validateDatabase() error {
 				if errors.As(err, &uerr) {
 					err = uerr.Err
 				}
-				return bad(fmt.Sprintf("must be a valid URL (%v); percent-encode special characters of the user and password", err))
+				hint := ""
+				if databaseSchemes[i] == "mysql://" {
+					hint = ", or a go-sql-driver DSN after mysql:// such as mysql://user:password@tcp(host:port)/database"
+				}
+				return bad(fmt.Sprintf("must be a valid URL (%v); percent-encode special characters of the user and password%s", err, hint))
 			}
 		}
+	}
+	if err := positive("database.conn_max_lifetime", c.Database.ConnMaxLifetime); err != nil {
+		return err
+	}
+	if err := positive("database.conn_max_idle_time", c.Database.ConnMaxIdleTime); err != nil {
+		return err
 	}
 	if err := sqlname.Check(c.Database.Table); err != nil {
 		return &Error{
@@ -105,6 +118,18 @@ func (c *Config) validateDatabase() error {
 		return &Error{Key: "database.table", Value: c.Database.Table, Allowed: "must be a table name without a schema with a SQLite database (sqlite:), which has no schemas"}
 	}
 	return nil
+}
+
+// mysqlDSN reports whether the MySQL URL u holds a go-sql-driver DSN with a
+// protocol after mysql://: [user[:password]@]tcp(address)/… or unix(path).
+func mysqlDSN(u string) bool {
+	dsn := strings.TrimPrefix(u, "mysql://")
+	for _, proto := range []string{"tcp(", "unix("} {
+		if strings.HasPrefix(dsn, proto) || strings.Contains(dsn, "@"+proto) {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *Config) validateNATS() error {

@@ -1,8 +1,10 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"net"
@@ -11,16 +13,20 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
-	_ "modernc.org/sqlite"             // registers the "sqlite" database/sql driver (no cgo)
+	"github.com/jackc/pgx/v5/stdlib"
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver (no cgo)
+
+	"github.com/outbox-bridge/bridge/internal/config"
 )
 
 // AcceptedSchemes lists the database URL forms Open accepts.
-const AcceptedSchemes = "postgres://…, postgresql://…, mysql://…, sqlite:PATH"
+const AcceptedSchemes = "postgres://…, postgresql://…, mysql://… (a URL, or a go-sql-driver DSN such as mysql://user@tcp(host:3306)/db), sqlite:PATH"
 
 // ErrUnknownScheme is returned (wrapped) by Open for a URL it cannot open:
 // an unknown scheme, or a URL or parameter its driver cannot parse.
@@ -32,6 +38,13 @@ type DB struct {
 	dialect dialect
 	// Redacted is the URL without its password, for logs and messages.
 	Redacted string
+	// pgConfig is the configuration of every PostgreSQL session the
+	// relay opens, the LISTEN session included; nil on other databases.
+	pgConfig *pgx.ConnConfig
+	// explicitIsolation is set while the PostgreSQL sessions' default
+	// isolation is stricter than READ COMMITTED: the relay's writes then
+	// run in READ COMMITTED transactions of their own (see withStatements).
+	explicitIsolation atomic.Bool
 }
 
 // Dialect names the database kind: "postgres", "mysql" or "sqlite".
@@ -40,48 +53,176 @@ func (db *DB) Dialect() string { return db.dialect.name() }
 // Close closes the connection pool.
 func (db *DB) Close() error { return db.SQL.Close() }
 
-// Open opens the database at rawURL: postgres://… or postgresql://… (pgx;
-// TLS through sslmode, sslrootcert and the other libpq parameters),
-// mysql://user:pass@host:port/db?param=value (MySQL 8.0.16+ or MariaDB
-// 10.6+ through go-sql-driver/mysql; see openMySQL for the parameters) or
-// sqlite:PATH (modernc.org/sqlite, no cgo; the file and its directory are
-// created when missing). SQLite is opened in WAL mode with a 10 s busy
-// timeout so that producer processes can write the same file while the relay
-// runs. It pings the database before returning.
+// Session names the database sessions of a pool and bounds their life, on
+// PostgreSQL and MySQL (SQLite has no sessions to speak of).
+type Session struct {
+	// Name identifies the relay in the server's list of sessions:
+	// PostgreSQL's application_name (unless the URL or PGAPPNAME sets one;
+	// pg_stat_activity shows it) and the program_name connection attribute
+	// on MySQL (performance_schema.session_connect_attrs). At most 63 bytes
+	// are kept. Defaults to "bridge" (SessionNameDefault).
+	Name string
+	// MaxLifetime is the age after which a session is closed instead of
+	// being reused, so that none stays on a server that was demoted or
+	// moved away from. Defaults to 3m (config.ConnMaxLifetimeDefault).
+	MaxLifetime time.Duration
+	// MaxIdleTime is how long an unused session is kept. Defaults to 1m
+	// (config.ConnMaxIdleTimeDefault).
+	MaxIdleTime time.Duration
+}
+
+// SessionNameDefault is the name of the sessions of a zero Session.
+const SessionNameDefault = "bridge"
+
+// SessionName is the session name of a relay or command run by owner:
+// "bridge <owner>".
+func SessionName(owner string) string {
+	if owner == "" {
+		return SessionNameDefault
+	}
+	return SessionNameDefault + " " + owner
+}
+
+func (s Session) withDefaults() Session {
+	s.Name = cmp.Or(s.Name, SessionNameDefault)
+	if len(s.Name) > 63 { // NAMEDATALEN-1: PostgreSQL cuts longer names
+		s.Name = strings.ToValidUTF8(s.Name[:63], "")
+	}
+	s.MaxLifetime = cmp.Or(s.MaxLifetime, config.ConnMaxLifetimeDefault)
+	s.MaxIdleTime = cmp.Or(s.MaxIdleTime, config.ConnMaxIdleTimeDefault)
+	return s
+}
+
+// Open opens the database at rawURL with the default Session; see
+// OpenSession.
+func Open(ctx context.Context, rawURL string) (*DB, error) {
+	return OpenSession(ctx, rawURL, Session{})
+}
+
+// OpenSession opens the database at rawURL: postgres://… or postgresql://…
+// (pgx; TLS through sslmode, sslrootcert and the other libpq parameters;
+// see openPostgres), mysql://user:pass@host:port/db?param=value or
+// mysql://user:pass@tcp(host:port)/db?param=value (MySQL 8.0.16+ or
+// MariaDB 10.6+ through go-sql-driver/mysql; see openMySQL) or sqlite:PATH
+// (modernc.org/sqlite, no cgo; the file and its directory are created when
+// missing). SQLite is opened in WAL mode with a 10 s busy timeout so that
+// producer processes can write the same file while the relay runs.
+// PostgreSQL and MySQL sessions are named and bounded by s. A session that
+// reports that it cannot serve the relay — its server or transaction is
+// read-only, or it is being shut down — is closed at once, so that the pool
+// opens a new one (after a failover, to the new primary). It pings the
+// database before returning.
 //
 // Errors: ErrUnknownScheme (wrapped, naming the value and AcceptedSchemes)
 // for any other URL; otherwise the driver's connection error.
-func Open(ctx context.Context, rawURL string) (*DB, error) {
+func OpenSession(ctx context.Context, rawURL string, s Session) (*DB, error) {
+	s = s.withDefaults()
 	switch {
 	case strings.HasPrefix(rawURL, "postgres://"), strings.HasPrefix(rawURL, "postgresql://"):
-		return openPostgres(ctx, rawURL)
+		return openPostgres(ctx, rawURL, s)
 	case strings.HasPrefix(rawURL, "sqlite:"):
 		return openSQLite(ctx, strings.TrimPrefix(rawURL, "sqlite:"))
 	case strings.HasPrefix(rawURL, "mysql://"):
-		return openMySQL(ctx, rawURL)
+		return openMySQL(ctx, rawURL, s)
 	}
 	return nil, fmt.Errorf("%w: %q; accepted: %s", ErrUnknownScheme, RedactURL(rawURL), AcceptedSchemes)
 }
 
-func openPostgres(ctx context.Context, rawURL string) (*DB, error) {
+// openPostgres opens a PostgreSQL pool with pgx's database/sql driver. On
+// top of the URL's parameters:
+//   - default_query_exec_mode=cache_describe unless the URL sets one: each
+//     statement is parsed, bound and run in one round trip on the unnamed
+//     statement (pgx's default, cache_statement, keeps named prepared
+//     statements per session, which a pooler in transaction or statement
+//     mode — PgBouncer before 1.21, most hosted "pooled" endpoints — moves
+//     between server sessions: 42P05 "already exists", 26000 "does not
+//     exist"). pgx.QueryExecModeCacheDescribe's documentation: one round
+//     trip, no named prepared statement.
+//   - application_name = s.Name unless the URL (or PGAPPNAME) sets one.
+//   - a session that reports an error meaning it cannot serve the relay is
+//     closed at once (pgconn.Config.OnPgError: returning false closes the
+//     connection; database/sql then discards it at its next use, from
+//     ResetSession, and retries on another): 25006 read_only_sql_transaction
+//     (the database or the session is read-only, or the server is a
+//     standby), 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03
+//     cannot_connect_now. FATAL errors close the session as before.
+//   - a session that began read-only (default_transaction_read_only was on
+//     when it started, as while a database is fenced during a failover) or
+//     on a standby is discarded before it is reused, since it stays so for
+//     its whole life: PostgreSQL 14+ reports both settings to the client
+//     (ParameterStatus default_transaction_read_only, in_hot_standby).
+//   - sessions live at most s.MaxLifetime and idle at most s.MaxIdleTime.
+func openPostgres(ctx context.Context, rawURL string, s Session) (*DB, error) {
 	// Parsed first so that a bad parameter (sslmode=bogus, a bad port) is
 	// told apart from a server that cannot be reached.
-	if _, err := pgconn.ParseConfig(rawURL); err != nil {
+	cfg, err := pgx.ParseConfig(rawURL)
+	if err != nil {
 		for inner := errors.Unwrap(err); inner != nil; inner = errors.Unwrap(inner) {
 			err = inner // the outermost error repeats the URL
 		}
 		return nil, fmt.Errorf("%w: %q: %v; accepted: postgres://user:password@host:port/database?sslmode=…, with libpq's parameters", ErrUnknownScheme, RedactURL(rawURL), err)
 	}
-	sqlDB, err := sql.Open("pgx", rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("open postgres %s: %w", RedactURL(rawURL), err)
+	if !strings.Contains(rawURL, "default_query_exec_mode=") {
+		cfg.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 	}
-	db := &DB{SQL: sqlDB, dialect: postgresDialect{}, Redacted: RedactURL(rawURL)}
+	if _, set := cfg.RuntimeParams["application_name"]; !set {
+		cfg.RuntimeParams["application_name"] = s.Name
+	}
+	onError := cfg.OnPgError
+	cfg.OnPgError = func(c *pgconn.PgConn, e *pgconn.PgError) bool {
+		if pgSessionUnusable(e.Code) {
+			return false
+		}
+		return onError == nil || onError(c, e)
+	}
+	db := &DB{dialect: postgresDialect{}, Redacted: RedactURL(rawURL), pgConfig: cfg}
+	db.SQL = stdlib.OpenDB(*cfg,
+		stdlib.OptionAfterConnect(db.afterPostgresConnect),
+		stdlib.OptionResetSession(resetPostgresSession))
+	db.SQL.SetConnMaxLifetime(s.MaxLifetime)
+	db.SQL.SetConnMaxIdleTime(s.MaxIdleTime)
 	if err := db.SQL.PingContext(ctx); err != nil {
-		sqlDB.Close()
+		db.SQL.Close()
 		return nil, fmt.Errorf("connect to postgres %s: %w", db.Redacted, err)
 	}
 	return db, nil
+}
+
+// pgSessionUnusable reports whether SQLSTATE code means that the session
+// cannot serve the relay any more and must be replaced: 25006
+// read_only_sql_transaction, 57P01 admin_shutdown, 57P02 crash_shutdown,
+// 57P03 cannot_connect_now (PostgreSQL, Appendix A "Error Codes").
+func pgSessionUnusable(code string) bool {
+	switch code {
+	case "25006", "57P01", "57P02", "57P03":
+		return true
+	}
+	return false
+}
+
+// resetPostgresSession runs before a pooled session is reused; see
+// openPostgres.
+func resetPostgresSession(_ context.Context, conn *pgx.Conn) error {
+	pc := conn.PgConn()
+	if pc.ParameterStatus("default_transaction_read_only") == "on" || pc.ParameterStatus("in_hot_standby") == "on" {
+		return driver.ErrBadConn
+	}
+	return nil
+}
+
+// afterPostgresConnect reads the new session's default isolation level:
+// anything stricter than READ COMMITTED (a database or role default of
+// REPEATABLE READ or SERIALIZABLE) makes the relay run its writes in READ
+// COMMITTED transactions of their own (see withStatements). The setting is
+// read per session, not sent at connect: a pooler refuses unknown startup
+// parameters, and a SET would leak to the pooler's other clients.
+func (db *DB) afterPostgresConnect(ctx context.Context, conn *pgx.Conn) error {
+	var level string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('default_transaction_isolation')").Scan(&level); err != nil {
+		return fmt.Errorf("read default_transaction_isolation: %w", err)
+	}
+	db.explicitIsolation.Store(level != "read committed" && level != "read uncommitted")
+	return nil
 }
 
 func openSQLite(ctx context.Context, path string) (*DB, error) {
@@ -133,14 +274,25 @@ func openSQLite(ctx context.Context, path string) (*DB, error) {
 //     older MariaDB; openMySQL asks the server which one it knows;
 //   - clientFoundRows off and no multi-statements, whatever the URL says:
 //     affected-row counts are rows changed (Enqueue and the fenced marks
-//     count on it), and every statement is sent on its own.
+//     count on it), and every statement is sent on its own;
+//   - the connection attribute program_name = s.Name (unless the URL's
+//     connectionAttributes sets it);
+//   - a session refused a write with error 1290 (the server runs with
+//     read_only) or 1792 (read-only transaction) is closed at once (see
+//     mysqlSession), and sessions live at most s.MaxLifetime and idle at
+//     most s.MaxIdleTime.
 //
 // Times are read as text (parseTime=false unless the URL asks otherwise);
 // both forms are understood.
-func openMySQL(ctx context.Context, rawURL string) (*DB, error) {
+func openMySQL(ctx context.Context, rawURL string, s Session) (*DB, error) {
 	cfg, err := mysqlConfig(rawURL)
 	if err != nil {
 		return nil, err
+	}
+	if !strings.Contains(cfg.ConnectionAttributes, "program_name:") {
+		// The driver splits attributes at "," and ":".
+		name := strings.NewReplacer(",", "_", ":", "_").Replace(s.Name)
+		cfg.ConnectionAttributes = strings.TrimPrefix(cfg.ConnectionAttributes+",program_name:"+name, ",")
 	}
 	_, rc := cfg.Params["transaction_isolation"]
 	if _, set := cfg.Params["tx_isolation"]; !rc && !set {
@@ -154,10 +306,12 @@ func openMySQL(ctx context.Context, rawURL string) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open mysql %s: %w", RedactURL(rawURL), err)
 	}
-	sqlDB := sql.OpenDB(connector)
+	sqlDB := sql.OpenDB(mysqlConnector{connector})
 	// Servers close idle connections after wait_timeout (8 h by default) and
-	// proxies often sooner; the driver's README recommends a short lifetime.
-	sqlDB.SetConnMaxLifetime(3 * time.Minute)
+	// proxies often sooner; the driver's README recommends a lifetime
+	// shorter than 5 minutes.
+	sqlDB.SetConnMaxLifetime(s.MaxLifetime)
+	sqlDB.SetConnMaxIdleTime(s.MaxIdleTime)
 	db := &DB{SQL: sqlDB, dialect: mysqlDialect{}, Redacted: RedactURL(rawURL)}
 	if err := db.SQL.PingContext(ctx); err != nil {
 		sqlDB.Close()
@@ -188,50 +342,62 @@ func mysqlIsolationVariable(ctx context.Context, cfg *mysql.Config) (string, err
 	return "", err
 }
 
+// mysqlAccepted names the MySQL URL forms mysqlConfig accepts.
+const mysqlAccepted = "mysql://user:password@host:port/database?param=value, or the go-sql-driver DSN after mysql:// as in mysql://user:password@tcp(host:port)/database?param=value"
+
 // mysqlConfig turns mysql://user:pass@host:port/db?param=value into the
-// driver's configuration (user:pass@tcp(host:port)/db?param=value).
+// driver's configuration (user:pass@tcp(host:port)/db?param=value). A
+// go-sql-driver DSN after mysql:// — the form of golang-migrate,
+// mysql://user:pass@tcp(host:port)/db or @unix(/path) — is taken as it is.
 func mysqlConfig(rawURL string) (*mysql.Config, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		// url.Error repeats the whole URL, password included.
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			err = uerr.Err
+	var cfg *mysql.Config
+	if dsn := strings.TrimPrefix(rawURL, "mysql://"); isMySQLDSN(dsn) {
+		var err error
+		if cfg, err = mysql.ParseDSN(dsn); err != nil {
+			return nil, fmt.Errorf("%w: %q: %w; accepted: %s", ErrUnknownScheme, RedactURL(rawURL), err, mysqlAccepted)
 		}
-		shown := rawURL
-		if at := strings.LastIndex(shown, "@"); at >= 0 {
-			shown = "mysql://REDACTED" + shown[at:]
+	} else {
+		u, err := url.Parse(rawURL)
+		if err != nil {
+			// url.Error repeats the whole URL, password included.
+			var uerr *url.Error
+			if errors.As(err, &uerr) {
+				err = uerr.Err
+			}
+			shown := rawURL
+			if at := strings.LastIndex(shown, "@"); at >= 0 {
+				shown = "mysql://REDACTED" + shown[at:]
+			}
+			return nil, fmt.Errorf("%w: %q: %v (percent-encode special characters of the user and password); accepted: %s", ErrUnknownScheme, shown, err, mysqlAccepted)
 		}
-		return nil, fmt.Errorf("%w: %q: %v (percent-encode special characters of the user and password); accepted: mysql://user:password@host:port/database?param=value", ErrUnknownScheme, shown, err)
-	}
-	if u.Host == "" || u.Opaque != "" {
-		return nil, fmt.Errorf("%w: %q has no host; accepted: mysql://user:password@host:port/database?param=value", ErrUnknownScheme, RedactURL(rawURL))
-	}
-	base := mysql.NewConfig()
-	base.Net = "tcp"
-	base.Addr = u.Host
-	if u.Port() == "" {
-		base.Addr = net.JoinHostPort(u.Hostname(), "3306")
-	}
-	base.DBName = strings.TrimPrefix(u.Path, "/")
-	if u.User != nil {
-		base.User = u.User.Username()
-		base.Passwd, _ = u.User.Password()
-	}
-	// The driver parses its own parameters (and validates tls=…) from a
-	// DSN; FormatDSN writes user, password, address and database in its
-	// syntax, and the URL's query is already in DSN form.
-	dsn := base.FormatDSN()
-	if u.RawQuery != "" {
-		sep := "?"
-		if strings.Contains(dsn, "?") {
-			sep = "&"
+		if u.Host == "" || u.Opaque != "" {
+			return nil, fmt.Errorf("%w: %q has no host; accepted: %s", ErrUnknownScheme, RedactURL(rawURL), mysqlAccepted)
 		}
-		dsn += sep + u.RawQuery
-	}
-	cfg, err := mysql.ParseDSN(dsn)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %q: %w", ErrUnknownScheme, RedactURL(rawURL), err)
+		base := mysql.NewConfig()
+		base.Net = "tcp"
+		base.Addr = u.Host
+		if u.Port() == "" {
+			base.Addr = net.JoinHostPort(u.Hostname(), "3306")
+		}
+		base.DBName = strings.TrimPrefix(u.Path, "/")
+		if u.User != nil {
+			base.User = u.User.Username()
+			base.Passwd, _ = u.User.Password()
+		}
+		// The driver parses its own parameters (and validates tls=…) from a
+		// DSN; FormatDSN writes user, password, address and database in its
+		// syntax, and the URL's query is already in DSN form.
+		dsn := base.FormatDSN()
+		if u.RawQuery != "" {
+			sep := "?"
+			if strings.Contains(dsn, "?") {
+				sep = "&"
+			}
+			dsn += sep + u.RawQuery
+		}
+		if cfg, err = mysql.ParseDSN(dsn); err != nil {
+			return nil, fmt.Errorf("%w: %q: %w", ErrUnknownScheme, RedactURL(rawURL), err)
+		}
 	}
 	cfg.ClientFoundRows = false
 	cfg.MultiStatements = false
@@ -247,16 +413,98 @@ func mysqlConfig(rawURL string) (*mysql.Config, error) {
 	return cfg, nil
 }
 
+// isMySQLDSN reports whether s (a MySQL URL without "mysql://") is a
+// go-sql-driver DSN with a protocol: [user[:password]@]tcp(address)/… or
+// unix(path). net/url cannot parse it: "tcp(host:port)" is no host.
+func isMySQLDSN(s string) bool {
+	for _, proto := range []string{"tcp(", "unix("} {
+		if strings.HasPrefix(s, proto) || strings.Contains(s, "@"+proto) {
+			return true
+		}
+	}
+	return false
+}
+
 var dsnPassword = regexp.MustCompile(`(?i)(password=)[^&\s]*`)
 
-// RedactURL replaces the password of a database URL (userinfo and
-// password= parameters) with "REDACTED".
+// RedactURL replaces the password of a database URL (userinfo, also in a
+// MySQL DSN after mysql://, and password= parameters) with "REDACTED".
 func RedactURL(raw string) string {
 	if u, err := url.Parse(raw); err == nil && u.User != nil {
 		if _, has := u.User.Password(); has {
 			u.User = url.UserPassword(u.User.Username(), "REDACTED")
 			raw = u.String()
 		}
+	} else if err != nil {
+		// Not a URL net/url reads (a MySQL DSN after mysql://, a stray
+		// "%"): the userinfo ends at the last "@" before the query (and
+		// before a DSN's "tcp(" or "unix("), the password after its first
+		// ":".
+		if scheme, rest, ok := strings.Cut(raw, "://"); ok {
+			head, _, _ := strings.Cut(rest, "?")
+			at := strings.LastIndex(head, "@")
+			for _, proto := range []string{"@tcp(", "@unix("} {
+				if i := strings.LastIndex(rest, proto); i >= 0 {
+					at = i
+				}
+			}
+			if at >= 0 {
+				if user, _, has := strings.Cut(rest[:at], ":"); has {
+					raw = scheme + "://" + user + ":REDACTED" + rest[at:]
+				}
+			}
+		}
 	}
 	return dsnPassword.ReplaceAllString(raw, "${1}REDACTED")
+}
+
+// querier runs statements: the pool (*sql.DB) or a transaction (*sql.Tx).
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// write runs fn's statements, which change rows, on the pool — or, while
+// the PostgreSQL sessions' default isolation is stricter than READ
+// COMMITTED (a database or role default of SERIALIZABLE or REPEATABLE
+// READ), in a READ COMMITTED transaction of their own. The relay's
+// statements are written for READ COMMITTED, as it sets on MySQL: each
+// locks the rows it changes (FOR UPDATE SKIP LOCKED, fenced marks), and
+// under SERIALIZABLE two relays' claims and marks fail with serialization
+// failures (40001) although they never touch the same row twice. The
+// transaction costs two round trips (BEGIN, COMMIT); with the default
+// isolation the statements run alone, as a pooler in statement mode
+// requires.
+func (db *DB) write(ctx context.Context, fn func(q querier) error) (err error) {
+	if !db.explicitIsolation.Load() {
+		return fn(db.SQL)
+	}
+	tx, err := db.SQL.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if err = fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// exec runs one statement that changes rows with write and returns how
+// many it changed.
+func (db *DB) exec(ctx context.Context, query string, args ...any) (n int64, err error) {
+	err = db.write(ctx, func(q querier) error {
+		res, err := q.ExecContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
 }

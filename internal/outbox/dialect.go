@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"database/sql"
 	"embed"
 	"time"
 
@@ -24,12 +23,12 @@ type dialect interface {
 	// claim leases up to limit claimable rows to owner (Store.Claim) and
 	// returns them in id order; cursor is the store's position among
 	// ordering keys, which the dialect may read and move.
-	claim(ctx context.Context, db *sql.DB, s *statements, owner string, limit int, cursor *keyCursor) ([]Row, error)
+	claim(ctx context.Context, db *DB, s *statements, owner string, limit int, cursor *keyCursor) ([]Row, error)
 	// requeue moves in_flight rows whose lease started more than olderThan
 	// ago (database clock) to failed and returns how many moved.
-	requeue(ctx context.Context, db *sql.DB, s *statements, olderThan time.Duration) (int, error)
-	markDone(ctx context.Context, db *sql.DB, s *statements, owner string, done []Done, del bool) (int64, error)
-	markFailed(ctx context.Context, db *sql.DB, s *statements, owner string, failures []Failure) (int64, error)
+	requeue(ctx context.Context, db *DB, s *statements, olderThan time.Duration) (int, error)
+	markDone(ctx context.Context, db *DB, s *statements, owner string, done []Done, del bool) (int64, error)
+	markFailed(ctx context.Context, db *DB, s *statements, owner string, failures []Failure) (int64, error)
 	isUndefinedTable(err error) bool
 	// ago is the parameter for "now minus d" in this dialect's SQL.
 	ago(d time.Duration) any

@@ -351,12 +351,12 @@ func (c mysqlCandidateSet) nextCursor(from string, claimed []Row) sql.NullString
 // READ COMMITTED: every statement reads the newest committed data, and
 // InnoDB takes no gap locks, so the claim does not block producers' inserts.
 // SKIP LOCKED never waits, so two claims cannot deadlock.
-func (mysqlDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner string, limit int, cursor *keyCursor) (_ []Row, err error) {
+func (mysqlDialect) claim(ctx context.Context, db *DB, s *statements, owner string, limit int, cursor *keyCursor) (_ []Row, err error) {
 	q := strings.Split(s.claim, mysqlClaimSep)
 	if len(q) != 4 {
 		return nil, fmt.Errorf("mysql claim: want 4 statements, have %d", len(q))
 	}
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	tx, err := db.SQL.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return nil, err
 	}
@@ -404,13 +404,13 @@ func (mysqlDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner 
 // next claims. A stale row locked by another transaction (a relay paused
 // in the middle of a mark) is skipped, not waited for, and found again
 // next time.
-func (d mysqlDialect) requeue(ctx context.Context, db *sql.DB, s *statements, olderThan time.Duration) (_ int, err error) {
+func (d mysqlDialect) requeue(ctx context.Context, db *DB, s *statements, olderThan time.Duration) (_ int, err error) {
 	q := strings.Split(s.requeue, mysqlClaimSep)
 	if len(q) != 3 {
 		return 0, fmt.Errorf("mysql requeue: want 3 statements, have %d", len(q))
 	}
 	ago := d.ago(olderThan)
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	tx, err := db.SQL.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return 0, err
 	}
@@ -465,14 +465,14 @@ func mysqlIDList(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]
 // insert runs statements.insert and returns the new id, or sql.ErrNoRows
 // when a row with the key exists. Keys longer than the table's columns are
 // refused here with a message naming the limit.
-func (mysqlDialect) insert(ctx context.Context, db *sql.DB, s *statements, args ...any) (int64, error) {
+func (mysqlDialect) insert(ctx context.Context, db *DB, s *statements, args ...any) (int64, error) {
 	if key, _ := args[0].(string); len(key) > mysqlKeyMax {
 		return 0, fmt.Errorf("%w: idempotency key %.40q… is %d bytes; a MySQL/MariaDB outbox holds keys of at most %d bytes", ErrInvalidEntry, key, len(key), mysqlKeyMax)
 	}
 	if ok, _ := args[4].(sql.NullString); len(ok.String) > mysqlKeyMax {
 		return 0, fmt.Errorf("%w: ordering key %.40q… is %d bytes; a MySQL/MariaDB outbox holds keys of at most %d bytes", ErrInvalidEntry, ok.String, len(ok.String), mysqlKeyMax)
 	}
-	res, err := db.ExecContext(ctx, s.insert, args...)
+	res, err := db.SQL.ExecContext(ctx, s.insert, args...)
 	if err != nil {
 		return 0, err
 	}
@@ -487,8 +487,8 @@ func (mysqlDialect) insert(ctx context.Context, db *sql.DB, s *statements, args 
 	return res.LastInsertId()
 }
 
-func (mysqlDialect) markDone(ctx context.Context, db *sql.DB, s *statements, owner string, done []Done, del bool) (int64, error) {
-	return mysqlEach(ctx, db, len(done), func(i int) int64 { return done[i].ID }, func(idx []int) (string, []any) {
+func (mysqlDialect) markDone(ctx context.Context, db *DB, s *statements, owner string, done []Done, del bool) (int64, error) {
+	return mysqlEach(ctx, db.SQL, len(done), func(i int) int64 { return done[i].ID }, func(idx []int) (string, []any) {
 		var ids, attempts, streams, seqs []any
 		for _, i := range idx {
 			d := done[i]
@@ -504,8 +504,8 @@ func (mysqlDialect) markDone(ctx context.Context, db *sql.DB, s *statements, own
 	})
 }
 
-func (mysqlDialect) markFailed(ctx context.Context, db *sql.DB, s *statements, owner string, failures []Failure) (int64, error) {
-	return mysqlEach(ctx, db, len(failures), func(i int) int64 { return failures[i].ID }, func(idx []int) (string, []any) {
+func (mysqlDialect) markFailed(ctx context.Context, db *DB, s *statements, owner string, failures []Failure) (int64, error) {
+	return mysqlEach(ctx, db.SQL, len(failures), func(i int) int64 { return failures[i].ID }, func(idx []int) (string, []any) {
 		var statuses, errs, delays, refunds, ids, attempts []any
 		for _, i := range idx {
 			f := failures[i]

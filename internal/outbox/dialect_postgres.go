@@ -155,15 +155,19 @@ WHERE o.id = m.id AND o.attempts = m.attempt AND coalesce(o.status, '') = 'in_fl
 }
 
 // claim runs the claim from the store's key cursor and moves the cursor.
-func (postgresDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner string, limit int, cursor *keyCursor) ([]Row, error) {
+func (postgresDialect) claim(ctx context.Context, db *DB, s *statements, owner string, limit int, cursor *keyCursor) ([]Row, error) {
 	from, window := cursor.get(), keyWindow(limit)
-	rows, err := db.QueryContext(ctx, s.claim, owner, limit, from, window)
-	if err != nil {
-		return nil, err
-	}
 	var next sql.NullString
 	var afterCursor, keysAfter bool
-	out, err := scanClaimed(rows, &next, &afterCursor, &keysAfter)
+	var out []Row
+	err := db.write(ctx, func(q querier) error {
+		rows, err := q.QueryContext(ctx, s.claim, owner, limit, from, window)
+		if err != nil {
+			return err
+		}
+		out, err = scanClaimed(rows, &next, &afterCursor, &keysAfter)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -176,17 +180,17 @@ func (postgresDialect) claim(ctx context.Context, db *sql.DB, s *statements, own
 		// the next claim walks from the first key.
 		cursor.set(sql.NullString{Valid: true})
 	default:
-		jumpKeyCursor(ctx, db, s, cursor, from, window)
+		jumpKeyCursor(ctx, db.SQL, s, cursor, from, window)
 	}
 	return out, nil
 }
 
 // requeue is one UPDATE.
-func (d postgresDialect) requeue(ctx context.Context, db *sql.DB, s *statements, olderThan time.Duration) (int, error) {
+func (d postgresDialect) requeue(ctx context.Context, db *DB, s *statements, olderThan time.Duration) (int, error) {
 	return execRequeue(ctx, d, db, s, olderThan)
 }
 
-func (postgresDialect) markDone(ctx context.Context, db *sql.DB, s *statements, owner string, done []Done, del bool) (int64, error) {
+func (postgresDialect) markDone(ctx context.Context, db *DB, s *statements, owner string, done []Done, del bool) (int64, error) {
 	ids := make([]int64, len(done))
 	attempts := make([]int32, len(done))
 	streams := make([]string, len(done))
@@ -194,20 +198,13 @@ func (postgresDialect) markDone(ctx context.Context, db *sql.DB, s *statements, 
 	for i, d := range done {
 		ids[i], attempts[i], streams[i], seqs[i] = d.ID, int32(d.Attempt), d.Stream, int64(d.Seq)
 	}
-	var res sql.Result
-	var err error
 	if del {
-		res, err = db.ExecContext(ctx, s.deleteDone, owner, ids, attempts)
-	} else {
-		res, err = db.ExecContext(ctx, s.markDone, owner, ids, attempts, streams, seqs)
+		return db.exec(ctx, s.deleteDone, owner, ids, attempts)
 	}
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+	return db.exec(ctx, s.markDone, owner, ids, attempts, streams, seqs)
 }
 
-func (postgresDialect) markFailed(ctx context.Context, db *sql.DB, s *statements, owner string, failures []Failure) (int64, error) {
+func (postgresDialect) markFailed(ctx context.Context, db *DB, s *statements, owner string, failures []Failure) (int64, error) {
 	n := len(failures)
 	ids, attempts := make([]int64, n), make([]int32, n)
 	statuses, errs := make([]string, n), make([]string, n)
@@ -217,11 +214,7 @@ func (postgresDialect) markFailed(ctx context.Context, db *sql.DB, s *statements
 		statuses[i], errs[i] = string(f.status()), SanitizeError(f.Err)
 		delays[i], refunds[i] = micros(f.Backoff), f.Refund
 	}
-	res, err := db.ExecContext(ctx, s.markFailed, owner, ids, attempts, statuses, errs, delays, refunds)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+	return db.exec(ctx, s.markFailed, owner, ids, attempts, statuses, errs, delays, refunds)
 }
 
 // SQLSTATE 42P01 undefined_table.

@@ -114,9 +114,9 @@ WHERE id = ? AND attempts = ? AND status = 'in_flight' AND owner = ?`,
 // claim runs the claim from the store's key cursor and moves the cursor:
 // nextKeyCursor when it took a keyed row after the cursor, else
 // jumpKeyCursor.
-func (sqliteDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner string, limit int, cursor *keyCursor) ([]Row, error) {
+func (sqliteDialect) claim(ctx context.Context, db *DB, s *statements, owner string, limit int, cursor *keyCursor) ([]Row, error) {
 	from, window := cursor.get(), keyWindow(limit)
-	rows, err := db.QueryContext(ctx, s.claim, owner, limit, from, window)
+	rows, err := db.SQL.QueryContext(ctx, s.claim, owner, limit, from, window)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +126,7 @@ func (sqliteDialect) claim(ctx context.Context, db *sql.DB, s *statements, owner
 	}
 	next, afterCursor := nextKeyCursor(from, out)
 	if !afterCursor {
-		jumpKeyCursor(ctx, db, s, cursor, from, window)
+		jumpKeyCursor(ctx, db.SQL, s, cursor, from, window)
 		return out, nil
 	}
 	cursor.set(next)
@@ -160,16 +160,16 @@ func nextKeyCursor(from string, rows []Row) (next sql.NullString, afterCursor bo
 }
 
 // requeue is one UPDATE.
-func (d sqliteDialect) requeue(ctx context.Context, db *sql.DB, s *statements, olderThan time.Duration) (int, error) {
+func (d sqliteDialect) requeue(ctx context.Context, db *DB, s *statements, olderThan time.Duration) (int, error) {
 	return execRequeue(ctx, d, db, s, olderThan)
 }
 
-func (sqliteDialect) markDone(ctx context.Context, db *sql.DB, s *statements, owner string, done []Done, del bool) (int64, error) {
+func (sqliteDialect) markDone(ctx context.Context, db *DB, s *statements, owner string, done []Done, del bool) (int64, error) {
 	query := s.markDone
 	if del {
 		query = s.deleteDone
 	}
-	return sqliteEach(ctx, db, query, len(done), func(i int) []any {
+	return sqliteEach(ctx, db.SQL, query, len(done), func(i int) []any {
 		d := done[i]
 		if del {
 			return []any{d.ID, d.Attempt, owner}
@@ -178,8 +178,8 @@ func (sqliteDialect) markDone(ctx context.Context, db *sql.DB, s *statements, ow
 	})
 }
 
-func (sqliteDialect) markFailed(ctx context.Context, db *sql.DB, s *statements, owner string, failures []Failure) (int64, error) {
-	return sqliteEach(ctx, db, s.markFailed, len(failures), func(i int) []any {
+func (sqliteDialect) markFailed(ctx context.Context, db *DB, s *statements, owner string, failures []Failure) (int64, error) {
+	return sqliteEach(ctx, db.SQL, s.markFailed, len(failures), func(i int) []any {
 		f := failures[i]
 		refund := 0
 		if f.Refund {

@@ -67,7 +67,7 @@ func keyWindow(limit int) int { return 4 * limit }
 // back to itself (TestClaimPassesHeldBackKeysWhileAnEarlyKeyStaysBusy). A
 // failed query leaves the cursor where it is: the rows are claimed by then
 // and must reach the relay, and the next claim tries again.
-func jumpKeyCursor(ctx context.Context, db *sql.DB, s *statements, cursor *keyCursor, from string, window int) {
+func jumpKeyCursor(ctx context.Context, db querier, s *statements, cursor *keyCursor, from string, window int) {
 	var k string
 	err := db.QueryRowContext(ctx, s.jump, from, window).Scan(&k)
 	switch {
@@ -123,7 +123,7 @@ func isMissingColumn(err error) bool {
 // statement on PostgreSQL and SQLite, a few on MySQL (see
 // mysqlDialect.claim).
 func (s *Store) Claim(ctx context.Context, owner string, limit int) ([]Row, error) {
-	out, err := s.db.dialect.claim(ctx, s.db.SQL, &s.sql, owner, limit, &s.heads)
+	out, err := s.db.dialect.claim(ctx, s.db, &s.sql, owner, limit, &s.heads)
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox rows: %w", err)
 	}
@@ -168,7 +168,7 @@ func (s *Store) MarkDone(ctx context.Context, owner string, done []Done, del boo
 	if len(done) == 0 {
 		return 0, nil
 	}
-	n, err := s.db.dialect.markDone(ctx, s.db.SQL, &s.sql, owner, done, del)
+	n, err := s.db.dialect.markDone(ctx, s.db, &s.sql, owner, done, del)
 	if err != nil {
 		return 0, fmt.Errorf("mark %d outbox rows done: %w", len(done), err)
 	}
@@ -182,7 +182,7 @@ func (s *Store) MarkFailed(ctx context.Context, owner string, failures []Failure
 	if len(failures) == 0 {
 		return 0, nil
 	}
-	n, err := s.db.dialect.markFailed(ctx, s.db.SQL, &s.sql, owner, failures)
+	n, err := s.db.dialect.markFailed(ctx, s.db, &s.sql, owner, failures)
 	if err != nil {
 		return 0, fmt.Errorf("mark %d outbox rows failed: %w", len(failures), err)
 	}
@@ -197,7 +197,7 @@ func (s *Store) MarkFailed(ctx context.Context, owner string, failures []Failure
 // A requeue proves only that no result was recorded in time, not that the
 // publish failed: the next publish carries the same Nats-Msg-Id.
 func (s *Store) RequeueInflightOlderThan(ctx context.Context, timeout time.Duration) (int, error) {
-	n, err := s.db.dialect.requeue(ctx, s.db.SQL, &s.sql, timeout)
+	n, err := s.db.dialect.requeue(ctx, s.db, &s.sql, timeout)
 	if err != nil {
 		return 0, fmt.Errorf("requeue in-flight outbox rows: %w", err)
 	}
@@ -206,12 +206,8 @@ func (s *Store) RequeueInflightOlderThan(ctx context.Context, timeout time.Durat
 
 // execRequeue is the requeue of the dialects whose requeue is one
 // statement with the "now minus timeout" parameter.
-func execRequeue(ctx context.Context, d dialect, db *sql.DB, s *statements, olderThan time.Duration) (int, error) {
-	res, err := db.ExecContext(ctx, s.requeue, d.ago(olderThan))
-	if err != nil {
-		return 0, err
-	}
-	n, err := res.RowsAffected()
+func execRequeue(ctx context.Context, d dialect, db *DB, s *statements, olderThan time.Duration) (int, error) {
+	n, err := db.exec(ctx, s.requeue, d.ago(olderThan))
 	return int(n), err
 }
 
@@ -403,9 +399,11 @@ func (s *Store) Enqueue(ctx context.Context, e Entry) (int64, error) {
 	var id int64
 	var err error
 	if ins, ok := s.db.dialect.(inserter); ok {
-		id, err = ins.insert(ctx, s.db.SQL, &s.sql, e.IdempotencyKey, e.Subject, e.Payload, string(headers), ordering)
+		id, err = ins.insert(ctx, s.db, &s.sql, e.IdempotencyKey, e.Subject, e.Payload, string(headers), ordering)
 	} else {
-		err = s.db.SQL.QueryRowContext(ctx, s.sql.insert, e.IdempotencyKey, e.Subject, e.Payload, string(headers), ordering).Scan(&id)
+		err = s.db.write(ctx, func(q querier) error {
+			return q.QueryRowContext(ctx, s.sql.insert, e.IdempotencyKey, e.Subject, e.Payload, string(headers), ordering).Scan(&id)
+		})
 	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("idempotency key %q: %w", e.IdempotencyKey, ErrAlreadyEnqueued)
@@ -420,7 +418,7 @@ func (s *Store) Enqueue(ctx context.Context, e Entry) (int64, error) {
 // no INSERT … RETURNING). insert takes the arguments of statements.insert
 // and returns the new id, or sql.ErrNoRows when the key exists.
 type inserter interface {
-	insert(ctx context.Context, db *sql.DB, s *statements, args ...any) (int64, error)
+	insert(ctx context.Context, db *DB, s *statements, args ...any) (int64, error)
 }
 
 // RetryDead puts the permanent_failed rows among ids back to pending, with
@@ -512,11 +510,7 @@ func (s *Store) PurgeDoneOlderThan(ctx context.Context, age time.Duration, batch
 }
 
 func (s *Store) exec(ctx context.Context, what, query string, args ...any) (int, error) {
-	res, err := s.db.SQL.ExecContext(ctx, query, args...)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", what, err)
-	}
-	n, err := res.RowsAffected()
+	n, err := s.db.exec(ctx, query, args...)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", what, err)
 	}

@@ -21,7 +21,7 @@ type ClaimGate func() bool
 // database.url) is migrated here; any other database must be migrated with
 // `bridge migrate`.
 func ProvideDB(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*DB, func(), error) {
-	db, err := Open(ctx, cfg.DatabaseURL())
+	db, err := OpenSession(ctx, cfg.DatabaseURL(), ConfiguredSession(cfg))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -36,6 +36,17 @@ func ProvideDB(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*D
 		}
 	}
 	return db, func() { db.Close() }, nil
+}
+
+// ConfiguredSession is the Session of the configuration: named after the
+// relay owner (relay.owner, by default <hostname>-<pid>) and bounded by
+// database.conn_max_lifetime and database.conn_max_idle_time.
+func ConfiguredSession(cfg *config.Config) Session {
+	return Session{
+		Name:        SessionName(cfg.Relay.Owner),
+		MaxLifetime: cfg.Database.ConnMaxLifetime,
+		MaxIdleTime: cfg.Database.ConnMaxIdleTime,
+	}
 }
 
 // ProvideStore returns the store of the configured table, after checking
