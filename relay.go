@@ -58,7 +58,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	if r.Store.DB().Dialect() == "postgres" {
 		services = append(services, func(ctx context.Context) {
-			outbox.ListenPostgres(ctx, r.Config.DatabaseURL(), r.Store.Table(), r.Subscriber.Wake, r.Logger)
+			outbox.ListenPostgres(ctx, r.Store.DB(), r.Store.Table(), r.Subscriber.Wake, r.Logger)
 		})
 	}
 	if !r.Config.Relay.DeleteOnRelay {
@@ -98,13 +98,14 @@ func newRegistry(cs ...prometheus.Collector) (*prometheus.Registry, error) {
 	return reg, nil
 }
 
-// provideHealth lists the relay's probes: readiness (database reachable,
+// provideHealth lists the relay's probes: readiness (database reachable
+// and accepting writes: not a standby, not read-only),
 // NATS connected, ensured streams present; the streams whose rows the
 // duplicate-window guard holds back are named without failing it) and
 // the source's liveness checks, with the relay's metrics.
 func provideHealth(reg *prometheus.Registry, db *outbox.DB, nc *nats.Conn, js jetstream.JetStream, streams broker.Streams, guard *dedup.Guard, alive liveness) *health.Probes {
 	checks := []health.Check{
-		{Name: "database", Check: func(ctx context.Context) error { return db.SQL.PingContext(ctx) }},
+		{Name: "database", Check: db.CheckWritable},
 		{Name: "nats", Check: func(context.Context) error {
 			if !nc.IsConnected() {
 				return errors.New("not connected: " + nc.Status().String())

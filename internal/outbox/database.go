@@ -7,6 +7,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -507,4 +508,72 @@ func (db *DB) exec(ctx context.Context, query string, args ...any) (n int64, err
 		return err
 	})
 	return n, err
+}
+
+// ErrReadOnly is returned (wrapped) by CheckWritable when the database
+// does not accept the relay's writes.
+var ErrReadOnly = errors.New("database does not accept writes")
+
+// CheckWritable reports whether the database accepts the relay's writes,
+// for readiness: on PostgreSQL the session is not on a standby
+// (pg_is_in_recovery()) and not read-only (transaction_read_only, which
+// default_transaction_read_only sets, as while a database is fenced during
+// a failover); on MySQL the server does not run with read_only (which
+// super_read_only also sets); SQLite is pinged. A read-only session is
+// closed (database/sql Conn.Raw: a driver.ErrBadConn from f discards the
+// connection), so that the next check runs on a new one, as the relay's
+// statements do. Errors: ErrReadOnly (wrapped, saying why), or the error
+// that reaching the database gave.
+func (db *DB) CheckWritable(ctx context.Context) error {
+	conn, err := db.SQL.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var why string
+	switch db.dialect.name() {
+	case "postgres":
+		var standby bool
+		var readOnly string
+		err = conn.QueryRowContext(ctx, "SELECT pg_is_in_recovery(), current_setting('transaction_read_only')").Scan(&standby, &readOnly)
+		switch {
+		case standby:
+			why = "the server is a standby (pg_is_in_recovery())"
+		case readOnly == "on":
+			why = "the session is read-only (transaction_read_only is on, as default_transaction_read_only sets it)"
+		}
+	case "mysql":
+		var readOnly bool
+		err = conn.QueryRowContext(ctx, "SELECT @@global.read_only").Scan(&readOnly)
+		if readOnly {
+			why = "the server runs with read_only"
+		}
+	default:
+		err = conn.PingContext(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	if why != "" {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		return fmt.Errorf("%w: %s", ErrReadOnly, why)
+	}
+	return nil
+}
+
+// failureLevel is the level at which a failed statement that the relay
+// retries is logged: WARN for a conflict between concurrent transactions,
+// which is resolved by running again — PostgreSQL 40001
+// serialization_failure and 40P01 deadlock_detected, MySQL 1213
+// ER_LOCK_DEADLOCK and 1205 ER_LOCK_WAIT_TIMEOUT — ERROR otherwise.
+func failureLevel(err error) slog.Level {
+	switch code := pgCode(err); {
+	case code == "40001", code == "40P01":
+		return slog.LevelWarn
+	}
+	switch mysqlCode(err) {
+	case 1213, 1205:
+		return slog.LevelWarn
+	}
+	return slog.LevelError
 }

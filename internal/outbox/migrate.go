@@ -24,6 +24,12 @@ type MigrationResult struct {
 // files embedded from migrations/<dialect>/, rendered for the table name;
 // goose records applied versions in the table "<table>_migrations".
 // It returns the migrations applied now (none when up to date).
+//
+// Every name is written unquoted, so the database resolves it as it
+// resolves any unquoted name — PostgreSQL folds it to lower case, MySQL
+// compares it as lower_case_table_names says, SQLite ignores ASCII case —
+// and the version table is looked up the same way (migrationStore): run
+// again with the same name in any case, Migrate finds the table it created.
 func Migrate(ctx context.Context, db *DB, table string) ([]MigrationResult, error) {
 	p, err := newMigrationProvider(db, table)
 	if err != nil {
@@ -33,6 +39,10 @@ func Migrate(ctx context.Context, db *DB, table string) ([]MigrationResult, erro
 	if pgCode(err) == "3F000" { // invalid_schema_name
 		t, _ := ParseTableName(table)
 		return nil, fmt.Errorf("migrate outbox table %s: schema %q does not exist; create it first (CREATE SCHEMA %s) or use an unqualified table name: %w", table, t.schema, t.schema, err)
+	}
+	if mysqlCode(err) == 1049 { // ER_BAD_DB_ERROR
+		t, _ := ParseTableName(table)
+		return nil, fmt.Errorf("migrate outbox table %s: database %q does not exist (MySQL compares database names by case unless lower_case_table_names is set); create it first (CREATE DATABASE %s) or use an unqualified table name: %w", table, t.schema, t.schema, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("migrate outbox table %s: %w", table, err)
@@ -68,15 +78,42 @@ func newMigrationProvider(db *DB, table string) (*goose.Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	store, err := database.NewStore(db.dialect.goose(), t.String()+"_migrations")
+	versions := t.String() + "_migrations"
+	store, err := database.NewStore(db.dialect.goose(), versions)
 	if err != nil {
 		return nil, fmt.Errorf("migration store: %w", err)
 	}
 	return goose.NewProvider("", db.SQL, nil,
-		goose.WithStore(store),
+		goose.WithStore(migrationStore{Store: store, table: versions, dialect: db.dialect}),
 		goose.WithDisableGlobalRegistry(true),
 		goose.WithGoMigrations(migrations...),
 	)
+}
+
+// migrationStore is goose's store of the version table, whose existence is
+// checked by naming the table as every other statement does: unquoted, so
+// the database resolves it. goose's own check compares the name as written
+// with the catalog (pg_tables.tablename = 'Shop_Outbox_migrations'), which
+// misses the table PostgreSQL created under the folded name
+// shop_outbox_migrations: a second migrate tried to create it again.
+type migrationStore struct {
+	database.Store
+	table   string
+	dialect dialect
+}
+
+var _ database.StoreExtender = migrationStore{}
+
+// TableExists implements database.StoreExtender.
+func (s migrationStore) TableExists(ctx context.Context, db database.DBTxConn) (bool, error) {
+	rows, err := db.QueryContext(ctx, "SELECT 1 FROM "+s.table+" WHERE 1 = 0")
+	switch {
+	case err == nil:
+		return true, rows.Close()
+	case s.dialect.isUndefinedTable(err) && mysqlCode(err) != 1049:
+		return false, nil
+	}
+	return false, fmt.Errorf("look up migration version table %s: %w", s.table, err)
 }
 
 // renderMigrations turns the dialect's embedded SQL files into goose

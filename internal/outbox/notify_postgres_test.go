@@ -54,10 +54,13 @@ func TestListenPostgresLogsRestore(t *testing.T) {
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	db, err := outbox.Open(ctx, url+sep+"application_name="+app)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		outbox.ListenPostgres(ctx, url+sep+"application_name="+app, table, wake, logger)
+		outbox.ListenPostgres(ctx, db, table, wake, logger)
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	waitWake("after the first LISTEN")
@@ -67,7 +70,7 @@ func TestListenPostgresLogsRestore(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { admin.Close() })
 	var killed int
-	require.NoError(t, admin.QueryRow("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&killed))
+	require.NoError(t, admin.QueryRow("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN %'", app).Scan(&killed))
 	require.Equal(t, 1, killed)
 
 	waitWake("after listening again")

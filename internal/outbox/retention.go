@@ -16,7 +16,7 @@ func RunRetention(ctx context.Context, store *Store, retention, interval time.Du
 		n, err := store.PurgeDoneOlderThan(ctx, retention, PurgeBatchDefault)
 		switch {
 		case err != nil && ctx.Err() == nil:
-			logger.Error("retention: delete done rows", slog.Any("error", err), slog.Duration("retention", retention))
+			logger.Log(ctx, failureLevel(err), "retention: delete done rows", slog.Any("error", err), slog.Duration("retention", retention))
 		case n > 0:
 			logger.Info("retention: deleted done rows", slog.Int("rows", n), slog.Duration("retention", retention))
 		}

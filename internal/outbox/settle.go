@@ -83,7 +83,7 @@ func (s *Subscriber) retry(rows int, write func() error) {
 				slog.Int("rows", rows), slog.Any("error", err))
 			return
 		}
-		s.logger.Error("write settlements", slog.Int("rows", rows), slog.Any("error", err), slog.Duration("retry_in", wait))
+		s.logger.Log(s.hardCtx, failureLevel(err), "write settlements", slog.Int("rows", rows), slog.Any("error", err), slog.Duration("retry_in", wait))
 		select {
 		case <-time.After(wait):
 		case <-s.hardCtx.Done():

@@ -291,7 +291,7 @@ func (s *Subscriber) claimLoop(out chan<- *message.Message) {
 		case err != nil:
 			failures++
 			wait := min(s.cfg.PollInterval*time.Duration(1<<min(failures, 6)), 30*time.Second)
-			s.logger.Error("relay tick failed", slog.Any("error", err), slog.Duration("retry_in", wait))
+			s.logger.Log(ctx, failureLevel(err), "relay tick failed", slog.Any("error", err), slog.Duration("retry_in", wait))
 			s.sleep(wait)
 		case full:
 			failures = 0
