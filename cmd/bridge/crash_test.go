@@ -36,8 +36,14 @@ type crashEnv struct {
 
 func newCrashEnv(t *testing.T, natsURL string, replicas int) *crashEnv {
 	t.Helper()
-	ctx := context.Background()
 	dbURL, table := bridgetest.PostgresTable(t)
+	return newCrashEnvOn(t, dbURL, table, natsURL, replicas)
+}
+
+// newCrashEnvOn is newCrashEnv on a given PostgreSQL table.
+func newCrashEnvOn(t *testing.T, dbURL, table, natsURL string, replicas int) *crashEnv {
+	t.Helper()
+	ctx := context.Background()
 	db, err := outbox.Open(ctx, dbURL)
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
@@ -60,11 +66,16 @@ func newCrashEnv(t *testing.T, natsURL string, replicas int) *crashEnv {
 // ordering key among 50.
 func (e *crashEnv) insert(t *testing.T, from, to int) {
 	t.Helper()
-	_, err := e.db.Exec(`INSERT INTO `+e.table+` (idempotency_key, subject, payload, headers, ordering_key)
+	_, err := e.db.Exec(e.insertSQL(), from, to)
+	require.NoError(t, err)
+}
+
+// insertSQL inserts rows [$1, $2).
+func (e *crashEnv) insertSQL() string {
+	return `INSERT INTO ` + e.table + ` (idempotency_key, subject, payload, headers, ordering_key)
 		SELECT 'k-' || n, 'events.crash', convert_to('row ' || n, 'UTF8'), ('{"X-N": "' || n || '"}')::jsonb,
 		       CASE WHEN n % 10 = 0 THEN 'ok-' || (n % 50) END
-		FROM generate_series($1::int, $2::int - 1) AS n`, from, to)
-	require.NoError(t, err)
+		FROM generate_series($1::int, $2::int - 1) AS n`
 }
 
 // relay starts `bridge run` against the environment with short leases.

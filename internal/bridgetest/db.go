@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -46,6 +47,28 @@ func PostgresTable(t testing.TB) (url, table string) {
 		_, _ = db.Exec("DROP SCHEMA " + schema + " CASCADE")
 	})
 	return url, schema + ".outbox"
+}
+
+// PostgresDatabase creates a fresh database in the test server and returns
+// its URL; the database is dropped, its sessions ended, when the test ends.
+// It is for tests that change database settings (ALTER DATABASE … SET),
+// which must never touch the server's shared database.
+func PostgresDatabase(t testing.TB) string {
+	t.Helper()
+	server := PostgresURL(t)
+	db, err := sql.Open("pgx", server)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	name := "t_" + randomHex(6)
+	_, err = db.Exec("CREATE DATABASE " + name)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = db.Exec("DROP DATABASE " + name + " WITH (FORCE)")
+	})
+	u, err := url.Parse(server)
+	require.NoError(t, err, PostgresURLEnv)
+	u.Path = "/" + name
+	return u.String()
 }
 
 // SQLiteURL is a database URL for a new SQLite file in a temp dir.

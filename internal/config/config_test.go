@@ -46,6 +46,8 @@ func TestDefaults(t *testing.T) {
 
 	require.Equal(t, "./bridge-data", cfg.DataDir)
 	require.Equal(t, "outbox", cfg.Database.Table)
+	require.Equal(t, 3*time.Minute, cfg.Database.ConnMaxLifetime)
+	require.Equal(t, time.Minute, cfg.Database.ConnMaxIdleTime)
 	require.True(t, cfg.EmbeddedDatabase())
 	for url, embedded := range map[string]bool{
 		"sqlite:bridge-data/outbox.db":   true, // as bridge config prints it
@@ -269,6 +271,9 @@ func TestValidateRefuses(t *testing.T) {
 		edit func(*Config)
 		key  string
 	}{
+		{"ConnMaxLifetime", func(c *Config) { c.Database.ConnMaxLifetime = 0 }, "database.conn_max_lifetime"},
+		{"ConnMaxIdleTime", func(c *Config) { c.Database.ConnMaxIdleTime = -time.Second }, "database.conn_max_idle_time"},
+		{"MySQLDSNPort", func(c *Config) { c.Database.URL = "mysql://u:secret@h:port/db" }, "database.url"},
 		{"BatchSizeZero", func(c *Config) { c.Relay.BatchSize = 0 }, "relay.batch_size"},
 		{"BatchSizeHuge", func(c *Config) { c.Relay.BatchSize = 100001 }, "relay.batch_size"},
 		{"MaxInFlight", func(c *Config) { c.Relay.MaxInFlight = 0 }, "relay.max_in_flight"},
@@ -316,6 +321,17 @@ func TestValidateRefuses(t *testing.T) {
 	// The value of a bad database URL is redacted in the error.
 	c.Database.URL = "postgress://u:secret@h/db"
 	require.NotContains(t, c.Validate().Error(), "secret")
+
+	// MySQL URLs as Go programs write them: go-sql-driver's DSN after the
+	// scheme (golang-migrate's form). A URL net/url refuses names that form.
+	for _, dsn := range []string{"mysql://root@tcp(127.0.0.1:3306)/db", "mysql://u:p@ss@tcp(db:3306)/app?tls=true", "mysql://u@unix(/run/mysqld/mysqld.sock)/db"} {
+		c.Database.URL = dsn
+		require.NoError(t, c.Validate(), dsn)
+	}
+	c.Database.URL = "mysql://u:secret@h:port/db"
+	err := c.Validate()
+	require.ErrorContains(t, err, "mysql://user:password@tcp(host:port)/database")
+	require.NotContains(t, err.Error(), "secret")
 }
 
 func stream(name string, subjects ...string) Stream {
@@ -390,7 +406,7 @@ func TestYAMLRoundTrip(t *testing.T) {
 
 	c := Default()
 	c.DataDir = "/var/lib/bridge"
-	c.Database = Database{URL: "postgres://u:p@db:5432/app?sslmode=disable", Table: "app.outbox"}
+	c.Database = Database{URL: "postgres://u:p@db:5432/app?sslmode=disable", Table: "app.outbox", ConnMaxLifetime: 10 * time.Minute, ConnMaxIdleTime: 30 * time.Second}
 	c.NATS = NATS{
 		URL: "nats://a:4222,nats://b:4222", Listen: "0.0.0.0:4222", User: "u", Password: "true",
 		TLS: TLS{CAFile: "/ca.pem", CertFile: "/c.pem", KeyFile: "/k.pem"},

@@ -431,7 +431,11 @@ var dsnPassword = regexp.MustCompile(`(?i)(password=)[^&\s]*`)
 // RedactURL replaces the password of a database URL (userinfo, also in a
 // MySQL DSN after mysql://, and password= parameters) with "REDACTED".
 func RedactURL(raw string) string {
-	if u, err := url.Parse(raw); err == nil && u.User != nil {
+	u, err := url.Parse(raw)
+	if dsn, ok := strings.CutPrefix(raw, "mysql://"); ok && isMySQLDSN(dsn) {
+		err = errors.New("a DSN, not a URL") // net/url may misread its password
+	}
+	if err == nil && u.User != nil {
 		if _, has := u.User.Password(); has {
 			u.User = url.UserPassword(u.User.Username(), "REDACTED")
 			raw = u.String()

@@ -1,0 +1,288 @@
+package main
+
+// Databases as production runs them, with the real binary: a failover
+// that leaves the database read-only for a while, a PgBouncer in
+// transaction mode in front of PostgreSQL, a SERIALIZABLE default
+// isolation, table names in mixed case. Settings are changed only on
+// databases the tests create.
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-bridge/bridge/internal/bridgetest"
+	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/producer"
+)
+
+// postgresAdmin opens the test server's own database (closed when the test
+// ends), for ALTER DATABASE and pg_stat_activity.
+func postgresAdmin(t *testing.T) *sql.DB {
+	t.Helper()
+	admin, err := sql.Open("pgx", bridgetest.PostgresURL(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { admin.Close() })
+	return admin
+}
+
+// databaseName is the database of a postgres:// URL.
+func databaseName(t *testing.T, dbURL string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	return strings.TrimPrefix(u.Path, "/")
+}
+
+// stringRef prints the string it points to when a failure message is
+// formatted, not when the message is built.
+type stringRef struct{ s *string }
+
+func (r stringRef) String() string { return *r.s }
+
+// noErrorLogged fails the test when a relay logged at ERROR.
+func noErrorLogged(t *testing.T, p *process) {
+	t.Helper()
+	for _, rec := range logRecords(p.stderr.String()) {
+		require.NotEqual(t, "ERROR", rec["level"], "a relay logged an error: %v", rec)
+	}
+}
+
+// TestPostgresReadOnlyFailover: the database turns read-only (as a fenced
+// primary during a failover, or a replica before its promotion) and the
+// relay's sessions are cut; its new sessions are read-only. /readyz says
+// so, and once the database is writable again, rows committed since are
+// relayed without a restart: no session that began read-only is kept.
+func TestPostgresReadOnlyFailover(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := bridgetest.StartNATS(t)
+	dbURL := bridgetest.PostgresDatabase(t)
+	name := databaseName(t, dbURL)
+	e := newCrashEnvOn(t, dbURL, "outbox", n.URL(), 1)
+	admin := postgresAdmin(t)
+	owner := "failover-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	p := e.relay(t, owner, "BRIDGE_LOG_LEVEL=info")
+	base := "http://" + relayHTTPAddr(t, p)
+	e.insert(t, 0, 100)
+	e.waitDone(t, 100, 60*time.Second, p)
+
+	_, err := admin.Exec("ALTER DATABASE " + name + " SET default_transaction_read_only = on")
+	require.NoError(t, err)
+	readOnlyAt := time.Now()
+	var cut int
+	require.NoError(t, admin.QueryRow(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1 AND application_name = $2`,
+		name, outbox.SessionName(owner)).Scan(&cut))
+	require.Positive(t, cut, "the relay's sessions are named %q", outbox.SessionName(owner))
+
+	// Committed while the database is read-only, by a transaction that
+	// asks for READ WRITE.
+	tx, err := e.db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	_, err = tx.Exec("SET TRANSACTION READ WRITE")
+	require.NoError(t, err)
+	_, err = tx.Exec(e.insertSQL(), 100, 200)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+
+	var body string
+	poll(t, 14*time.Second, func() bool {
+		var code int
+		code, body = httpGet(base + "/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "read-only")
+	}, "/readyz never answered 503 saying the database is read-only; last answer: %s", stringRef{&body})
+
+	// The failover takes 15 s; then the database is writable again.
+	<-time.After(time.Until(readOnlyAt.Add(15 * time.Second)))
+	_, err = admin.Exec("ALTER DATABASE " + name + " RESET default_transaction_read_only")
+	require.NoError(t, err)
+	e.insert(t, 200, 300)
+
+	e.waitDone(t, 300, 30*time.Second, p)
+	poll(t, 30*time.Second, func() bool {
+		code, _ := httpGet(base + "/readyz")
+		return code == http.StatusOK
+	}, "/readyz never answered 200 after the database was writable again")
+	e.verify(t, 300)
+}
+
+// TestPostgresSerializableDefault: with SERIALIZABLE as the database's
+// default isolation, two relays relay every row exactly once and log no
+// error: the relay runs its statements at READ COMMITTED.
+func TestPostgresSerializableDefault(t *testing.T) {
+	t.Parallel()
+	n := bridgetest.StartNATS(t)
+	dbURL := bridgetest.PostgresDatabase(t)
+	_, err := postgresAdmin(t).Exec("ALTER DATABASE " + databaseName(t, dbURL) + " SET default_transaction_isolation = serializable")
+	require.NoError(t, err)
+	e := newCrashEnvOn(t, dbURL, "outbox", n.URL(), 1)
+	var level string
+	require.NoError(t, e.db.QueryRow("SHOW default_transaction_isolation").Scan(&level))
+	require.Equal(t, "serializable", level)
+
+	const total = 3000
+	e.insert(t, 0, total)
+	small := []string{"BRIDGE_RELAY_BATCH_SIZE=100", "BRIDGE_RELAY_MAX_IN_FLIGHT=200"}
+	a := e.relay(t, "serializable-a", small...)
+	b := e.relay(t, "serializable-b", small...)
+	e.waitDone(t, total, 120*time.Second, a, b)
+	for _, r := range []*process{a, b} {
+		require.NoError(t, r.cmd.Process.Signal(syscall.SIGTERM))
+		require.Equal(t, 0, r.wait(t, 30*time.Second), "bridge run after SIGTERM\nstderr:\n%s", r.stderr)
+		noErrorLogged(t, r)
+	}
+	e.verify(t, total)
+}
+
+// TestPgBouncerTransactionMode: through a real PgBouncer pooling in
+// transaction mode — server sessions shared by turns, no protocol-level
+// prepared statements (1.18) — migrate, enqueue, status, the producer
+// package and two relays all work; the relays say that notifications do
+// not come through and poll.
+func TestPgBouncerTransactionMode(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	direct, table := bridgetest.PostgresTable(t)
+	pooled := bridgetest.StartPgBouncer(t, direct, "transaction", 4)
+	n := bridgetest.StartNATS(t)
+	_, js := n.JetStream(t)
+	bridgetest.CreateStream(t, js, "EVENTS", "events.>")
+	dir := t.TempDir()
+	env := []string{"BRIDGE_DATABASE_URL=" + pooled, "BRIDGE_DATABASE_TABLE=" + table}
+
+	r := runBridge(t, dir, env, "migrate")
+	require.Equal(t, 0, r.code, "bridge migrate\n%s", r)
+	r = runBridge(t, dir, env, "migrate")
+	require.Equal(t, 0, r.code, "bridge migrate again\n%s", r)
+	require.Contains(t, r.stdout, "up to date")
+
+	want := map[string]bool{}
+	for i := range 10 {
+		key := fmt.Sprintf("enqueued-%d", i)
+		r := runBridge(t, dir, env, "enqueue", "--subject", "events.pool", "--key", key, "--data", "x")
+		require.Equal(t, 0, r.code, "bridge enqueue %d\n%s", i, r)
+		want[key] = true
+	}
+	st := status(t, dir, "--database-url", pooled, "--table", table)
+	require.Equal(t, int64(10), st.Rows["pending"], "bridge status through the pooler")
+
+	// The producer writes in the application's own transactions; its pool
+	// uses the documented setting for transaction pooling.
+	w, err := producer.New(producer.Config{Table: table, Dialect: producer.Postgres})
+	require.NoError(t, err)
+	appURL := pooled + "&default_query_exec_mode=cache_describe"
+	app, err := sql.Open("pgx", appURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { app.Close() })
+	events := func(tx, per int, prefix string) []producer.Event {
+		var out []producer.Event
+		for i := range per {
+			key := fmt.Sprintf("%s-%d-%d", prefix, tx, i)
+			want[key] = true
+			out = append(out, producer.Event{Subject: "events.pool", Payload: []byte(key), IdempotencyKey: key, OrderingKey: fmt.Sprintf("k%d", i%7)})
+		}
+		return out
+	}
+	for i := range 49 {
+		tx, err := app.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		_, err = w.Write(ctx, tx, events(i, 10, "sql")...)
+		require.NoError(t, err, "producer.Write through PgBouncer, transaction %d", i)
+		require.NoError(t, tx.Commit())
+	}
+	conn, err := pgx.Connect(ctx, appURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	for i := range 50 {
+		require.NoError(t, pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			_, err := w.WritePgx(ctx, tx, events(i, 10, "pgx")...)
+			return err
+		}), "producer.WritePgx through PgBouncer, transaction %d", i)
+	}
+	require.Len(t, want, 1000)
+
+	relays := make([]*process, 2)
+	for i := range relays {
+		relays[i] = start(t, dir, append(env,
+			"BRIDGE_NATS_URL="+n.URL(),
+			"BRIDGE_HTTP_LISTEN=127.0.0.1:0",
+			"BRIDGE_RELAY_OWNER=pooled-"+strconv.Itoa(i),
+			"BRIDGE_RELAY_BATCH_SIZE=50",
+			"BRIDGE_RELAY_POLL_INTERVAL=100ms",
+			"BRIDGE_LOG_LEVEL=warn"), "run")
+	}
+	directDB, err := sql.Open("pgx", direct)
+	require.NoError(t, err)
+	t.Cleanup(func() { directDB.Close() })
+	poll(t, 120*time.Second, func() bool {
+		for _, p := range relays {
+			require.False(t, p.exited(), "a relay exited (%d)\nstderr:\n%s", p.code, p.stderr)
+		}
+		var done int
+		require.NoError(t, directDB.QueryRow("SELECT count(*) FROM "+table+" WHERE status = 'done'").Scan(&done))
+		return done == 1000
+	}, "the relays did not relay 1,000 rows through PgBouncer")
+	for _, p := range relays {
+		poll(t, 30*time.Second, func() bool {
+			return strings.Contains(p.stderr.String(), "outbox notifications unavailable")
+		}, "a relay never said that notifications are unavailable\nstderr:\n%s", p.stderr)
+		noErrorLogged(t, p)
+	}
+	msgs := bridgetest.Messages(t, js, "EVENTS")
+	require.Len(t, msgs, 1000, "one message per row")
+	got := map[string]bool{}
+	for _, m := range msgs {
+		id := m.Headers().Get(jetstream.MsgIDHeader)
+		require.False(t, got[id], "message %s twice", id)
+		require.True(t, want[id], "unexpected message %s", id)
+		got[id] = true
+	}
+}
+
+// TestMigrateMixedCaseTwice: a table name in mixed case (and a schema
+// whose case differs from the one created) migrates once and is then up
+// to date, on PostgreSQL, which folds unquoted names, and on MySQL, which
+// keeps them; the MySQL URL is in go-sql-driver's DSN form.
+func TestMigrateMixedCaseTwice(t *testing.T) {
+	t.Parallel()
+	pgURL, pgTable := bridgetest.PostgresTable(t)
+	schema, _, _ := strings.Cut(pgTable, ".")
+	myURL, myTable := bridgetest.MySQLTable(t)
+	myDatabase, _, _ := strings.Cut(myTable, ".")
+	u, err := url.Parse(myURL)
+	require.NoError(t, err)
+	myDSN := "mysql://" + u.User.String() + "@tcp(" + u.Host + ")" + u.Path + "?" + u.RawQuery
+	for _, c := range []struct {
+		name, url string
+		tables    []string
+	}{
+		{"postgres", pgURL, []string{schema + ".Shop_Outbox", strings.ToUpper(schema) + ".SHOP_OUTBOX", schema + ".shop_outbox"}},
+		{"mysql", myDSN, []string{myDatabase + ".Shop_Outbox", myDatabase + ".Shop_Outbox"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for i, table := range c.tables {
+				r := runBridge(t, dir, nil, "migrate", "--database-url", c.url, "--table", table)
+				require.Equal(t, 0, r.code, "bridge migrate --table %s (run %d)\n%s", table, i+1, r)
+				if i == 0 {
+					require.Contains(t, r.stdout, "applied migration 00001", "first run")
+				} else {
+					require.Contains(t, r.stdout, "up to date", "run %d with %s", i+1, table)
+				}
+				r = runBridge(t, dir, nil, "enqueue", "--database-url", c.url, "--table", table, "--subject", "events.case", "--data", "x")
+				require.Equal(t, 0, r.code, "bridge enqueue --table %s\n%s", table, r)
+			}
+		})
+	}
+}

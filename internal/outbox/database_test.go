@@ -1,0 +1,161 @@
+package outbox_test
+
+import (
+	"context"
+	"database/sql"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-bridge/bridge/internal/bridgetest"
+	"github.com/outbox-bridge/bridge/internal/outbox"
+)
+
+// withParams adds query parameters to a database URL.
+func withParams(t *testing.T, raw string, kv ...string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	require.NoError(t, err)
+	q := u.Query()
+	for i := 0; i < len(kv); i += 2 {
+		q.Set(kv[i], kv[i+1])
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// sessions counts the server sessions of application name on the
+// PostgreSQL test server.
+func sessions(t *testing.T, admin *sql.DB, name string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, admin.QueryRow("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", name).Scan(&n))
+	return n
+}
+
+// TestPostgresReadOnlySessionIsClosed: a session whose write is refused as
+// read-only (SQLSTATE 25006) is closed at once, and the readiness check
+// says that the database does not accept writes; a writable one passes.
+func TestPostgresReadOnlySessionIsClosed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, table, _ := bridgetest.Outbox(t, "postgres")
+	admin, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { admin.Close() })
+
+	name := "bridge-ro-" + time.Now().Format("150405.000000")
+	db, err := outbox.OpenSession(ctx, withParams(t, url, "default_transaction_read_only", "on"), outbox.Session{Name: name})
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	store, err := outbox.NewStore(db, table)
+	require.NoError(t, err)
+	require.Equal(t, 1, sessions(t, admin, name), "the pool's session is named %q", name)
+
+	_, err = store.Enqueue(ctx, outbox.Entry{IdempotencyKey: "k", Subject: "events.ro"})
+	require.ErrorContains(t, err, "25006")
+	require.Equal(t, 0, sessions(t, admin, name), "the read-only session was closed")
+
+	err = db.CheckWritable(ctx)
+	require.ErrorIs(t, err, outbox.ErrReadOnly)
+	require.ErrorContains(t, err, "read-only")
+
+	writable, err := outbox.Open(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(func() { writable.Close() })
+	require.NoError(t, writable.CheckWritable(ctx))
+}
+
+// TestMySQLReadOnlySessionIsClosed: a session whose write MySQL refuses as
+// read-only (1792, a read-only transaction; 1290 for a read_only server
+// takes the same path) is closed at once instead of going back to the
+// pool.
+func TestMySQLReadOnlySessionIsClosed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, table, _ := bridgetest.Outbox(t, "mysql")
+	// The session variable is transaction_read_only on MySQL 8 and MariaDB
+	// 11.1+, tx_read_only on older MariaDB.
+	var db *outbox.DB
+	var err error
+	for _, variable := range []string{"transaction_read_only", "tx_read_only"} {
+		if db, err = outbox.Open(ctx, withParams(t, url, variable, "1")); err == nil {
+			break
+		}
+	}
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	store, err := outbox.NewStore(db, table)
+	require.NoError(t, err)
+	require.Equal(t, 1, db.SQL.Stats().OpenConnections)
+
+	_, err = store.Enqueue(ctx, outbox.Entry{IdempotencyKey: "k", Subject: "events.ro"})
+	require.ErrorContains(t, err, "1792")
+	require.Equal(t, 0, db.SQL.Stats().OpenConnections, "the read-only session was closed")
+	require.NoError(t, db.CheckWritable(ctx), "the server itself accepts writes")
+}
+
+// TestMySQLDSNURL: the go-sql-driver DSN after mysql:// (the form of
+// golang-migrate) opens the same database as the URL form; a bad one is
+// refused naming both forms, without its password.
+func TestMySQLDSNURL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	raw, table, store := bridgetest.Outbox(t, "mysql")
+	_, err := store.Enqueue(ctx, outbox.Entry{IdempotencyKey: "dsn", Subject: "events.dsn"})
+	require.NoError(t, err)
+	u, err := url.Parse(raw)
+	require.NoError(t, err)
+	dsn := "mysql://" + u.User.String() + "@tcp(" + u.Host + ")" + u.Path
+	if u.RawQuery != "" {
+		dsn += "?" + u.RawQuery
+	}
+	db, err := outbox.Open(ctx, dsn)
+	require.NoError(t, err, dsn)
+	t.Cleanup(func() { db.Close() })
+	s, err := outbox.NewStore(db, table)
+	require.NoError(t, err)
+	st, err := s.Stats(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), st.Rows[outbox.StatusPending])
+
+	_, err = outbox.Open(ctx, "mysql://u:secret@tcp(h:3306")
+	require.ErrorIs(t, err, outbox.ErrUnknownScheme)
+	require.ErrorContains(t, err, "mysql://user:password@tcp(host:port)/database")
+	require.NotContains(t, err.Error(), "secret")
+}
+
+func TestRedactURL(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"postgres://u:secret@h/db":                  "postgres://u:REDACTED@h/db",
+		"mysql://u:secret@tcp(h:3306)/db?a=b":       "mysql://u:REDACTED@tcp(h:3306)/db?a=b",
+		"mysql://u:se@cr?et@tcp(h:3306)/db":         "mysql://u:REDACTED@tcp(h:3306)/db",
+		"mysql://u:50%secret@h:3306/db":             "mysql://u:REDACTED@h:3306/db",
+		"mysql://u@unix(/run/mysqld.sock)/db":       "mysql://u@unix(/run/mysqld.sock)/db",
+		"postgres://h/db?password=secret&sslmode=x": "postgres://h/db?password=REDACTED&sslmode=x",
+	} {
+		got := outbox.RedactURL(in)
+		require.Equal(t, want, got, in)
+		require.NotContains(t, got, "secret")
+	}
+}
+
+// TestSessionName: sessions are named "bridge <owner>", at most 63 bytes
+// as PostgreSQL keeps.
+func TestSessionName(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "bridge relay-1", outbox.SessionName("relay-1"))
+	require.Equal(t, "bridge", outbox.SessionName(""))
+	ctx := context.Background()
+	url := bridgetest.PostgresURL(t)
+	db, err := outbox.OpenSession(ctx, url, outbox.Session{Name: "bridge " + strings.Repeat("x", 80)})
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	var name string
+	require.NoError(t, db.SQL.QueryRow("SELECT current_setting('application_name')").Scan(&name))
+	require.Equal(t, "bridge "+strings.Repeat("x", 56), name)
+}
