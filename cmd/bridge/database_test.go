@@ -149,7 +149,8 @@ func TestPostgresSerializableDefault(t *testing.T) {
 // transaction mode — server sessions shared by turns, no protocol-level
 // prepared statements (1.18) — migrate, enqueue, status, the producer
 // package and two relays all work; the relays say that notifications do
-// not come through and poll.
+// not come through and poll. Then enqueue, status and a relay work
+// through statement pooling too.
 func TestPgBouncerTransactionMode(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -237,10 +238,37 @@ func TestPgBouncerTransactionMode(t *testing.T) {
 		poll(t, 30*time.Second, func() bool {
 			return strings.Contains(p.stderr.String(), "outbox notifications unavailable")
 		}, "a relay never said that notifications are unavailable\nstderr:\n%s", p.stderr)
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+		require.Equal(t, 0, p.wait(t, 30*time.Second), "bridge run after SIGTERM\nstderr:\n%s", p.stderr)
 		noErrorLogged(t, p)
 	}
+
+	// Statement mode allows no transaction block: enqueue, status and the
+	// relay run single statements at the default isolation.
+	statement := bridgetest.StartPgBouncer(t, direct, "statement", 4)
+	stmtEnv := []string{"BRIDGE_DATABASE_URL=" + statement, "BRIDGE_DATABASE_TABLE=" + table}
+	for i := range 10 {
+		key := fmt.Sprintf("statement-%d", i)
+		r := runBridge(t, dir, stmtEnv, "enqueue", "--subject", "events.pool", "--key", key, "--data", "x")
+		require.Equal(t, 0, r.code, "bridge enqueue through statement pooling\n%s", r)
+		want[key] = true
+	}
+	st = status(t, dir, "--database-url", statement, "--table", table)
+	require.Equal(t, int64(10), st.Rows["pending"], "bridge status through statement pooling")
+	p := start(t, dir, append(stmtEnv, "BRIDGE_NATS_URL="+n.URL(), "BRIDGE_HTTP_LISTEN=127.0.0.1:0",
+		"BRIDGE_RELAY_POLL_INTERVAL=100ms", "BRIDGE_LOG_LEVEL=warn"), "run")
+	poll(t, 60*time.Second, func() bool {
+		require.False(t, p.exited(), "the relay exited (%d)\nstderr:\n%s", p.code, p.stderr)
+		var done int
+		require.NoError(t, directDB.QueryRow("SELECT count(*) FROM "+table+" WHERE status = 'done'").Scan(&done))
+		return done == len(want)
+	}, "the relay did not relay through statement pooling")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, p.wait(t, 30*time.Second), "bridge run after SIGTERM\nstderr:\n%s", p.stderr)
+	noErrorLogged(t, p)
+
 	msgs := bridgetest.Messages(t, js, "EVENTS")
-	require.Len(t, msgs, 1000, "one message per row")
+	require.Len(t, msgs, len(want), "one message per row")
 	got := map[string]bool{}
 	for _, m := range msgs {
 		id := m.Headers().Get(jetstream.MsgIDHeader)
