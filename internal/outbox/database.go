@@ -569,14 +569,13 @@ func (db *DB) CheckWritable(ctx context.Context) error {
 // retries is logged: WARN for a conflict between concurrent transactions,
 // which is resolved by running again — PostgreSQL 40001
 // serialization_failure and 40P01 deadlock_detected, MySQL 1213
-// ER_LOCK_DEADLOCK and 1205 ER_LOCK_WAIT_TIMEOUT — ERROR otherwise.
+// ER_LOCK_DEADLOCK — ERROR otherwise.
 func failureLevel(err error) slog.Level {
 	switch code := pgCode(err); {
 	case code == "40001", code == "40P01":
 		return slog.LevelWarn
 	}
-	switch mysqlCode(err) {
-	case 1213, 1205:
+	if mysqlCode(err) == 1213 {
 		return slog.LevelWarn
 	}
 	return slog.LevelError
