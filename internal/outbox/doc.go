@@ -31,5 +31,14 @@
 //
 // MySQL/MariaDB specifics: idempotency and ordering keys are at most 255
 // bytes and compare byte for byte (VARBINARY); the relay's sessions run at
-// READ COMMITTED in strict SQL mode with time_zone '+00:00' (see Open).
+// READ COMMITTED in strict SQL mode with time_zone '+00:00' (see openMySQL).
+//
+// Sessions (OpenSession): named after the relay owner, bounded in age and
+// idle time, closed at once when they answer that they cannot serve the
+// relay (read-only, shutting down), so that after a failover the pool
+// reconnects to the new primary. PostgreSQL statements use no named
+// prepared statement (pgx's cache_describe mode), so the relay works
+// behind a connection pooler in transaction or statement mode, and run at
+// READ COMMITTED whatever the database's default isolation (DB.write).
+// DB.CheckWritable tells readiness whether the database accepts writes.
 package outbox
