@@ -44,8 +44,11 @@ type DB struct {
 	pgConfig *pgx.ConnConfig
 	// explicitIsolation is set while the PostgreSQL sessions' default
 	// isolation is stricter than READ COMMITTED: the relay's writes then
-	// run in READ COMMITTED transactions of their own (see withStatements).
+	// run in READ COMMITTED transactions of their own (see write).
 	explicitIsolation atomic.Bool
+	// fence retires the PostgreSQL and MySQL sessions older than the last
+	// one that could not serve the relay; nil on SQLite.
+	fence *sessionFence
 }
 
 // Dialect names the database kind: "postgres", "mysql" or "sqlite".
@@ -146,12 +149,12 @@ func OpenSession(ctx context.Context, rawURL string, s Session) (*DB, error) {
 //     ResetSession, and retries on another): 25006 read_only_sql_transaction
 //     (the database or the session is read-only, or the server is a
 //     standby), 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03
-//     cannot_connect_now. FATAL errors close the session as before.
-//   - a session that began read-only (default_transaction_read_only was on
-//     when it started, as while a database is fenced during a failover) or
-//     on a standby is discarded before it is reused, since it stays so for
-//     its whole life: PostgreSQL 14+ reports both settings to the client
-//     (ParameterStatus default_transaction_read_only, in_hot_standby).
+//     cannot_connect_now. FATAL errors close the session as before. Every
+//     session opened before it is discarded before it is reused (see
+//     sessionFence): they reach the same server, and a session that began
+//     while the database was read-only (default_transaction_read_only, as
+//     while a database is fenced during a failover) stays read-only for
+//     its whole life.
 //   - sessions live at most s.MaxLifetime and idle at most s.MaxIdleTime.
 func openPostgres(ctx context.Context, rawURL string, s Session) (*DB, error) {
 	// Parsed first so that a bad parameter (sslmode=bogus, a bad port) is
@@ -169,17 +172,18 @@ func openPostgres(ctx context.Context, rawURL string, s Session) (*DB, error) {
 	if _, set := cfg.RuntimeParams["application_name"]; !set {
 		cfg.RuntimeParams["application_name"] = s.Name
 	}
+	db := &DB{dialect: postgresDialect{}, Redacted: RedactURL(rawURL), pgConfig: cfg, fence: &sessionFence{}}
 	onError := cfg.OnPgError
 	cfg.OnPgError = func(c *pgconn.PgConn, e *pgconn.PgError) bool {
 		if pgSessionUnusable(e.Code) {
+			db.fence.raise()
 			return false
 		}
 		return onError == nil || onError(c, e)
 	}
-	db := &DB{dialect: postgresDialect{}, Redacted: RedactURL(rawURL), pgConfig: cfg}
 	db.SQL = stdlib.OpenDB(*cfg,
 		stdlib.OptionAfterConnect(db.afterPostgresConnect),
-		stdlib.OptionResetSession(resetPostgresSession))
+		stdlib.OptionResetSession(db.resetPostgresSession))
 	db.SQL.SetConnMaxLifetime(s.MaxLifetime)
 	db.SQL.SetConnMaxIdleTime(s.MaxIdleTime)
 	if err := db.SQL.PingContext(ctx); err != nil {
@@ -201,23 +205,47 @@ func pgSessionUnusable(code string) bool {
 	return false
 }
 
-// resetPostgresSession runs before a pooled session is reused; see
-// openPostgres.
-func resetPostgresSession(_ context.Context, conn *pgx.Conn) error {
-	pc := conn.PgConn()
-	if pc.ParameterStatus("default_transaction_read_only") == "on" || pc.ParameterStatus("in_hot_standby") == "on" {
+// connectedAtKey holds a PostgreSQL session's start in its
+// pgconn.PgConn.CustomData.
+const connectedAtKey = "outbox.connected_at"
+
+// resetPostgresSession runs before a pooled session is reused: a session
+// older than the fence is discarded (database/sql then takes another).
+func (db *DB) resetPostgresSession(_ context.Context, conn *pgx.Conn) error {
+	if at, ok := conn.PgConn().CustomData()[connectedAtKey].(time.Time); ok && db.fence.stale(at) {
 		return driver.ErrBadConn
 	}
 	return nil
 }
 
+// sessionFence retires every session opened before the last one that
+// answered that it cannot serve the relay (a read-only error, a shutdown),
+// before it is reused: after a failover or while the database is fenced,
+// they all reach the same server, and a PostgreSQL session that began while
+// default_transaction_read_only was on stays read-only even after the
+// database is writable again. A session opened later is tried: if it fails
+// too, it raises the fence again. The start time is the client's, not the
+// server's, so that it holds behind a pooler too.
+type sessionFence struct {
+	at atomic.Int64 // Unix nanoseconds; 0: never raised
+}
+
+func (f *sessionFence) raise() { f.at.Store(time.Now().UnixNano()) }
+
+// stale reports whether a session that started at connectedAt is older than
+// the fence.
+func (f *sessionFence) stale(connectedAt time.Time) bool {
+	return connectedAt.UnixNano() <= f.at.Load()
+}
+
 // afterPostgresConnect reads the new session's default isolation level:
 // anything stricter than READ COMMITTED (a database or role default of
 // REPEATABLE READ or SERIALIZABLE) makes the relay run its writes in READ
-// COMMITTED transactions of their own (see withStatements). The setting is
+// COMMITTED transactions of their own (see write). The setting is
 // read per session, not sent at connect: a pooler refuses unknown startup
 // parameters, and a SET would leak to the pooler's other clients.
 func (db *DB) afterPostgresConnect(ctx context.Context, conn *pgx.Conn) error {
+	conn.PgConn().CustomData()[connectedAtKey] = time.Now()
 	var level string
 	if err := conn.QueryRow(ctx, "SELECT current_setting('default_transaction_isolation')").Scan(&level); err != nil {
 		return fmt.Errorf("read default_transaction_isolation: %w", err)
@@ -279,9 +307,10 @@ func openSQLite(ctx context.Context, path string) (*DB, error) {
 //   - the connection attribute program_name = s.Name (unless the URL's
 //     connectionAttributes sets it);
 //   - a session refused a write with error 1290 (the server runs with
-//     read_only) or 1792 (read-only transaction) is closed at once (see
-//     mysqlSession), and sessions live at most s.MaxLifetime and idle at
-//     most s.MaxIdleTime.
+//     read_only) or 1792 (read-only transaction) is closed at once, and the
+//     sessions opened before it are not reused (see mysqlSession,
+//     sessionFence); sessions live at most s.MaxLifetime and idle at most
+//     s.MaxIdleTime.
 //
 // Times are read as text (parseTime=false unless the URL asks otherwise);
 // both forms are understood.
@@ -307,13 +336,14 @@ func openMySQL(ctx context.Context, rawURL string, s Session) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open mysql %s: %w", RedactURL(rawURL), err)
 	}
-	sqlDB := sql.OpenDB(mysqlConnector{connector})
+	fence := &sessionFence{}
+	sqlDB := sql.OpenDB(mysqlConnector{connector, fence})
 	// Servers close idle connections after wait_timeout (8 h by default) and
 	// proxies often sooner; the driver's README recommends a lifetime
 	// shorter than 5 minutes.
 	sqlDB.SetConnMaxLifetime(s.MaxLifetime)
 	sqlDB.SetConnMaxIdleTime(s.MaxIdleTime)
-	db := &DB{SQL: sqlDB, dialect: mysqlDialect{}, Redacted: RedactURL(rawURL)}
+	db := &DB{SQL: sqlDB, dialect: mysqlDialect{}, Redacted: RedactURL(rawURL), fence: fence}
 	if err := db.SQL.PingContext(ctx); err != nil {
 		sqlDB.Close()
 		return nil, fmt.Errorf("connect to mysql %s: %w", db.Redacted, err)
@@ -481,7 +511,21 @@ type querier interface {
 // transaction costs two round trips (BEGIN, COMMIT); with the default
 // isolation the statements run alone, as a pooler in statement mode
 // requires.
-func (db *DB) write(ctx context.Context, fn func(q querier) error) (err error) {
+//
+// A PostgreSQL statement refused as read-only (25006: it did not run) is run
+// once more at once: the refusal raised the fence, so the second try runs
+// on a session opened since, which is writable if the database is (a
+// session that began while the database was read-only stays so after it
+// is writable again).
+func (db *DB) write(ctx context.Context, fn func(q querier) error) error {
+	err := db.writeOnce(ctx, fn)
+	if pgCode(err) == "25006" {
+		err = db.writeOnce(ctx, fn)
+	}
+	return err
+}
+
+func (db *DB) writeOnce(ctx context.Context, fn func(q querier) error) (err error) {
 	if !db.explicitIsolation.Load() {
 		return fn(db.SQL)
 	}
@@ -525,8 +569,8 @@ var ErrReadOnly = errors.New("database does not accept writes")
 // a failover); on MySQL the server does not run with read_only (which
 // super_read_only also sets); SQLite is pinged. A read-only session is
 // closed (database/sql Conn.Raw: a driver.ErrBadConn from f discards the
-// connection), so that the next check runs on a new one, as the relay's
-// statements do. Errors: ErrReadOnly (wrapped, saying why), or the error
+// connection) and raises the fence (see sessionFence), so that the next
+// check and the relay's next statements run on new sessions. Errors: ErrReadOnly (wrapped, saying why), or the error
 // that reaching the database gave.
 func (db *DB) CheckWritable(ctx context.Context) error {
 	conn, err := db.SQL.Conn(ctx)
@@ -559,6 +603,9 @@ func (db *DB) CheckWritable(ctx context.Context) error {
 		return err
 	}
 	if why != "" {
+		if db.fence != nil {
+			db.fence.raise()
+		}
 		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		return fmt.Errorf("%w: %s", ErrReadOnly, why)
 	}

@@ -159,3 +159,62 @@ func TestSessionName(t *testing.T) {
 	require.NoError(t, db.SQL.QueryRow("SELECT current_setting('application_name')").Scan(&name))
 	require.Equal(t, "bridge "+strings.Repeat("x", 56), name)
 }
+
+// TestPostgresSessionsBeforeAReadOnlyRefusalAreRetired: once a session is
+// refused a write as read-only, the idle sessions opened before it are not
+// reused (they reach the same server, and one that began while the
+// database was read-only stays so): statements run on new sessions.
+func TestPostgresSessionsBeforeAReadOnlyRefusalAreRetired(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, table, _ := bridgetest.Outbox(t, "postgres")
+	admin, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { admin.Close() })
+	name := "bridge-fence-" + time.Now().Format("150405.000000")
+	db, err := outbox.OpenSession(ctx, url, outbox.Session{Name: name})
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	db.SQL.SetMaxIdleConns(3)
+	var conns []*sql.Conn
+	for range 3 {
+		c, err := db.SQL.Conn(ctx)
+		require.NoError(t, err)
+		require.NoError(t, c.PingContext(ctx))
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		require.NoError(t, c.Close())
+	}
+	require.Equal(t, 3, sessions(t, admin, name))
+	var pids []int
+	rows, err := admin.Query("SELECT pid FROM pg_stat_activity WHERE application_name = $1", name)
+	require.NoError(t, err)
+	for rows.Next() {
+		var pid int
+		require.NoError(t, rows.Scan(&pid))
+		pids = append(pids, pid)
+	}
+	require.NoError(t, rows.Err())
+
+	tx, err := db.SQL.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	require.NoError(t, err)
+	_, err = tx.Exec("DELETE FROM " + table)
+	require.ErrorContains(t, err, "25006")
+	_ = tx.Rollback()
+
+	// Three sessions at once: no idle one from before the refusal is among
+	// them.
+	conns = conns[:0]
+	for range 3 {
+		c, err := db.SQL.Conn(ctx)
+		require.NoError(t, err)
+		var pid int
+		require.NoError(t, c.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid))
+		require.NotContains(t, pids, pid, "a session opened before the refusal was reused")
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		require.NoError(t, c.Close())
+	}
+}

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"database/sql/driver"
+	"time"
 )
 
 // mysqlConnector wraps go-sql-driver/mysql's connector so that a session
@@ -13,14 +14,18 @@ import (
 // pgconn.Config.OnPgError), hence the wrapper: a closed session answers
 // false to driver.Validator.IsValid, and database/sql discards it when it
 // is returned to the pool (database/sql putConn, validateConnection).
-type mysqlConnector struct{ driver.Connector }
+type mysqlConnector struct {
+	driver.Connector
+	fence *sessionFence
+}
 
 func (c mysqlConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	connectedAt := time.Now()
 	conn, err := c.Connector.Connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &mysqlSession{conn}, nil
+	return &mysqlSession{Conn: conn, fence: c.fence, connectedAt: connectedAt}, nil
 }
 
 // mysqlSessionUnusable reports whether err means that the session cannot
@@ -36,10 +41,13 @@ func mysqlSessionUnusable(err error) bool {
 
 // mysqlSession is one session of go-sql-driver/mysql. It passes every
 // call on, with each interface the driver's connection implements
-// (database/sql asks for them by type assertion), and closes the session
-// when a statement fails with an error of mysqlSessionUnusable.
+// (database/sql asks for them by type assertion). When a statement fails
+// with an error of mysqlSessionUnusable it closes the session and raises
+// the fence; a session older than the fence is not reused.
 type mysqlSession struct {
 	driver.Conn
+	fence       *sessionFence
+	connectedAt time.Time
 }
 
 var (
@@ -61,6 +69,7 @@ var (
 // returns err.
 func (s *mysqlSession) checked(err error) error {
 	if err != nil && mysqlSessionUnusable(err) {
+		s.fence.raise()
 		_ = s.Conn.Close()
 	}
 	return err
@@ -96,6 +105,9 @@ func (s *mysqlSession) Ping(ctx context.Context) error {
 }
 
 func (s *mysqlSession) ResetSession(ctx context.Context) error {
+	if s.fence.stale(s.connectedAt) {
+		return driver.ErrBadConn
+	}
 	return s.Conn.(driver.SessionResetter).ResetSession(ctx)
 }
 
