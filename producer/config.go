@@ -3,7 +3,7 @@ package producer
 import (
 	"fmt"
 
-	"github.com/outbox-bridge/bridge/internal/sqlname"
+	"github.com/outbox-bridge/bridge/producer/sqlname"
 )
 
 // Defaults of Config.

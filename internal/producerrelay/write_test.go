@@ -1,4 +1,4 @@
-package producer_test
+package producerrelay_test
 
 import (
 	"context"

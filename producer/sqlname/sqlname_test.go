@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-bridge/bridge/internal/sqlname"
+	"github.com/outbox-bridge/bridge/producer/sqlname"
 )
 
 func TestCheck(t *testing.T) {
