@@ -47,7 +47,9 @@ func testMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	bridgeBin = filepath.Join(dir, "bridge")
-	build := exec.Command("go", "build", "-o", bridgeBin, ".")
+	// Stamped as a release stamps it (.goreleaser.yaml), so that the tests
+	// see what `bridge version` and bridge_build_info report from -ldflags.
+	build := exec.Command("go", "build", "-ldflags", buildinfoFlags, "-o", bridgeBin, ".")
 	build.Stdout, build.Stderr = os.Stdout, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "go build -o", bridgeBin, ".:", err)

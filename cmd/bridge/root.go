@@ -14,6 +14,7 @@ import (
 	"golang.org/x/term"
 
 	bridge "github.com/outbox-bridge/bridge"
+	"github.com/outbox-bridge/bridge/internal/buildinfo"
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 )
@@ -139,6 +140,11 @@ func setup(cmd *cobra.Command, daemon bool) (context.Context, *config.Config, *s
 		return nil, nil, nil, err
 	}
 	logger := newLogger(cfg, cmd.ErrOrStderr(), daemon)
+	if daemon {
+		bi := buildinfo.Read()
+		logger.Info("bridge starting", slog.String("version", bi.Version), slog.String("commit", bi.Commit),
+			slog.Bool("modified", bi.Modified), slog.String("commit_time", bi.Date), slog.String("go", bi.GoVersion))
+	}
 	for _, name := range config.UnknownEnv(os.Environ()) {
 		level := slog.LevelWarn
 		if kubernetesServiceLink(name) {

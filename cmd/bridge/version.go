@@ -2,42 +2,23 @@ package main
 
 import (
 	"fmt"
-	"runtime"
-	"runtime/debug"
 
 	"github.com/spf13/cobra"
-)
 
-// version is set at build time with -ldflags "-X main.version=v1.2.3";
-// otherwise the module version or VCS revision of the build is shown.
-var version = ""
+	"github.com/outbox-bridge/bridge/internal/buildinfo"
+)
 
 func newVersionCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print the version",
+		Short: "Print the version, commit and commit time of this build",
+		Long: `Print the module version, the VCS commit and the commit's time of this build, and
+the Go toolchain that built it. A release sets them with -ldflags; otherwise they come
+from the Go build information ("unknown" when the build did not record them, as with
+go build -buildvcs=false). /metrics has the same values in bridge_build_info.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprintf(cmd.OutOrStdout(), "bridge %s (%s, %s/%s)\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			fmt.Fprintln(cmd.OutOrStdout(), "bridge "+buildinfo.Read().String())
 			return nil
 		},
 	}
-}
-
-func buildVersion() string {
-	if version != "" {
-		return version
-	}
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "(unknown)"
-	}
-	if v := info.Main.Version; v != "" && v != "(devel)" {
-		return v
-	}
-	for _, s := range info.Settings {
-		if s.Key == "vcs.revision" {
-			return "dev-" + s.Value[:min(12, len(s.Value))]
-		}
-	}
-	return "dev"
 }
