@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,9 +19,9 @@ type instruction struct {
 	args string
 }
 
-func readDockerfile(t *testing.T) []instruction {
+func readDockerfile(t *testing.T, name string) []instruction {
 	t.Helper()
-	data, err := os.ReadFile("Dockerfile")
+	data, err := os.ReadFile(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,11 +45,12 @@ func readDockerfile(t *testing.T) []instruction {
 }
 
 // TestDockerfile checks the image's recipe where it meets the rest of the
-// module: the Go version of go.mod, the main package and its version variable,
-// the non-root user of the manifests and the HTTP port. (No Docker engine runs
-// the build here; the go build line itself is the README's.)
+// module: the Go version of go.mod, the modules its replace directives name,
+// the main package and the build information variables, the non-root user
+// of the manifests and the HTTP port. (No Docker engine runs the build here;
+// the go build line itself is the README's.)
 func TestDockerfile(t *testing.T) {
-	ins := readDockerfile(t)
+	ins := readDockerfile(t, "Dockerfile")
 	var froms []string
 	var final []instruction // the instructions of the last stage
 	args := map[string]string{}
@@ -72,7 +74,7 @@ func TestDockerfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mod, err := modfile.ParseLax("go.mod", data, nil)
+	mod, err := modfile.Parse("go.mod", data, nil)
 	if err != nil || mod.Go == nil {
 		t.Fatalf("go.mod: %v", err)
 	}
@@ -84,26 +86,69 @@ func TestDockerfile(t *testing.T) {
 		t.Errorf("build stage FROM %q, want golang:${GO_VERSION}… AS build", froms[0])
 	}
 
+	// go mod download resolves every replace directive of go.mod: the
+	// module it names must be in the context before it runs.
+	var copied []string
+	for _, in := range ins {
+		if in.cmd == "COPY" {
+			copied = append(copied, in.args)
+		}
+		if in.cmd == "RUN" && strings.Contains(in.args, "go mod download") {
+			break
+		}
+	}
+	for _, r := range mod.Replace {
+		if !modfile.IsDirectoryPath(r.New.Path) {
+			continue
+		}
+		dir := filepath.ToSlash(filepath.Clean(r.New.Path))
+		want := dir + "/go.mod " + dir + "/go.sum ./" + dir + "/"
+		if !slices.Contains(copied, want) {
+			t.Errorf("go.mod replaces %s with %s, but the Dockerfile does not COPY %s before go mod download (COPYs: %q)", r.Old.Path, r.New.Path, want, copied)
+		}
+	}
+
 	var build string
 	for _, in := range ins {
 		if in.cmd == "RUN" && strings.Contains(in.args, "go build") {
 			build = in.args
 		}
 	}
-	for _, want := range []string{"CGO_ENABLED=0", `go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /bridge ./cmd/bridge`} {
+	const pkg = "github.com/outbox-bridge/bridge/internal/buildinfo"
+	for _, want := range []string{"CGO_ENABLED=0", "go build -trimpath -ldflags \"-s -w -X " + pkg + ".version=${VERSION} -X " + pkg + ".commit=${COMMIT} -X " + pkg + ".date=${COMMIT_TIME}\" -o /bridge ./cmd/bridge"} {
 		if !strings.Contains(build, want) {
 			t.Errorf("build step %q lacks %q", build, want)
 		}
 	}
-	if !hasStringVar(t, "../cmd/bridge", "version") {
-		t.Error("cmd/bridge has no package-level variable version for -X main.version")
+	for _, v := range []string{"version", "commit", "date"} {
+		if !hasStringVar(t, "../internal/buildinfo", v) {
+			t.Errorf("internal/buildinfo has no package-level string variable %s for -X", v)
+		}
 	}
+	checkRuntimeStage(t, froms[1], final, "--from=build /bridge /bridge")
+}
 
-	if froms[1] != "gcr.io/distroless/static-debian12:nonroot" {
-		t.Errorf("runtime stage FROM %q", froms[1])
+// TestReleaseDockerfile checks the image GoReleaser builds from its own
+// binaries: the runtime stage of the Dockerfile, with the binary of the
+// target platform from the context.
+func TestReleaseDockerfile(t *testing.T) {
+	ins := readDockerfile(t, "Dockerfile.release")
+	if ins[0].cmd != "FROM" {
+		t.Fatalf("first instruction %v, want FROM", ins[0])
+	}
+	checkRuntimeStage(t, ins[0].args, ins, "${TARGETPLATFORM}/bridge /bridge")
+}
+
+// checkRuntimeStage checks the final stage: distroless static, the binary
+// copied from copyArgs, the non-root user of the manifests, port 8080,
+// bridge run by default.
+func checkRuntimeStage(t *testing.T, from string, final []instruction, copyArgs string) {
+	t.Helper()
+	if from != "gcr.io/distroless/static-debian12:nonroot" {
+		t.Errorf("runtime stage FROM %q", from)
 	}
 	want := map[string]string{
-		"COPY":       "--from=build /bridge /bridge",
+		"COPY":       copyArgs,
 		"USER":       "65532:65532",
 		"EXPOSE":     "8080",
 		"ENTRYPOINT": `["/bridge"]`,
