@@ -7,15 +7,30 @@ import (
 
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/wmsource"
 )
 
 func newMigrateCommand() *cobra.Command {
-	return &cobra.Command{
+	var (
+		print bool
+		after int64
+	)
+	cmd := &cobra.Command{
 		Use:   "migrate",
-		Short: "Create or upgrade the outbox table",
+		Short: "Create or upgrade the outbox table (--print: show the SQL instead)",
 		Long: `Create or upgrade the outbox table (--table) in the configured database
-(--database-url) with its indexes. Migrations are versioned and embedded; applied
-versions are recorded in the table <table>_migrations. Safe to run again.
+(--database-url) with its indexes (and, on PostgreSQL, the trigger that notifies the
+relay of new rows). Migrations are versioned and embedded; applied versions are
+recorded in the table <table>_migrations. Safe to run again.
+
+--print writes the SQL instead of running it, for a DBA who applies schema changes
+by hand: every migration for the kind of database --database-url names (postgres://,
+mysql:// or sqlite:), each followed by the row that records it in <table>_migrations,
+so that bridge migrate and bridge run later find the table up to date. The database
+is not opened: any URL of the right kind will do, such as postgres://db/app.
+--after N leaves out the migrations up to version N (SELECT max(version_id) FROM
+<table>_migrations says which version a table has). Apply it with the database's
+client: bridge migrate --print | psql "$DATABASE_URL".
 
 With source: watermill-forwarder it creates the offsets table
 watermill_offsets_<watermill.forwarder_topic> instead (watermill-sql's own DDL).`,
@@ -23,6 +38,12 @@ watermill_offsets_<watermill.forwarder_topic> instead (watermill-sql's own DDL).
 			ctx, cfg, logger, err := setup(cmd, false)
 			if err != nil {
 				return err
+			}
+			if !print && after != 0 {
+				return usage("--after goes with --print")
+			}
+			if print {
+				return printMigrations(cmd, cfg, after)
 			}
 			if cfg.Source == config.SourceWatermillForwarder {
 				return migrateWatermill(ctx, cmd, cfg, logger)
@@ -48,4 +69,30 @@ watermill_offsets_<watermill.forwarder_topic> instead (watermill-sql's own DDL).
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&print, "print", false, "print the SQL of the migrations instead of applying them")
+	cmd.Flags().Int64Var(&after, "after", 0, "with --print: only the migrations after this version")
+	return cmd
+}
+
+// printMigrations is `bridge migrate --print`: the bridge table's
+// migrations as SQL for the kind of database the configured URL names,
+// without opening the database.
+func printMigrations(cmd *cobra.Command, cfg *config.Config, after int64) error {
+	if cfg.Source == config.SourceWatermillForwarder {
+		return usage("--print prints the bridge table's migrations (source: table); with source: watermill-forwarder, bridge migrate creates the offsets table %s with watermill-sql's own DDL, which it does not print",
+			wmsource.OffsetsTable(cfg.Watermill.ForwarderTopic))
+	}
+	if after < 0 {
+		return usage("--after %d: a schema version is 0 or more", after)
+	}
+	dialect, err := outbox.DialectOfURL(cfg.DatabaseURL())
+	if err != nil {
+		return usageError{fmt.Errorf("database.url: %w", err)}
+	}
+	script, err := outbox.MigrationScript(dialect, cfg.Database.Table, after)
+	if err != nil {
+		return classify(err)
+	}
+	_, err = fmt.Fprint(cmd.OutOrStdout(), script)
+	return err
 }

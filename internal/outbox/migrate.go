@@ -117,16 +117,42 @@ func (s migrationStore) TableExists(ctx context.Context, db database.DBTxConn) (
 }
 
 // renderMigrations turns the dialect's embedded SQL files into goose
-// migrations for table t. Files are named NNNNN_what.sql; {{.Table}},
-// {{.Name}} and {{.Index "suffix"}} are replaced.
+// migrations for table t, each run in one transaction.
 func renderMigrations(d dialect, t tableName) ([]*goose.Migration, error) {
+	rendered, err := renderSQL(d, t)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*goose.Migration, 0, len(rendered))
+	for _, r := range rendered {
+		stmt := r.sql
+		up := &goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, stmt)
+			return err
+		}}
+		out = append(out, goose.NewGoMigration(r.version, up, nil))
+	}
+	return out, nil
+}
+
+// renderedMigration is one embedded migration's SQL for one table.
+type renderedMigration struct {
+	version int64
+	file    string
+	sql     string
+}
+
+// renderSQL renders the dialect's embedded SQL files for table t, in
+// version order. Files are named NNNNN_what.sql; {{.Table}}, {{.Name}} and
+// {{.Index "suffix"}} are replaced.
+func renderSQL(d dialect, t tableName) ([]renderedMigration, error) {
 	dir := "migrations/" + d.name()
 	entries, err := fs.ReadDir(migrationFiles, dir)
 	if err != nil {
 		return nil, fmt.Errorf("read embedded migrations: %w", err)
 	}
 	data := migrationData{Table: t.String(), Name: t.name, dialect: d, table: t}
-	var out []*goose.Migration
+	var out []renderedMigration
 	for _, e := range entries {
 		version, err := strconv.ParseInt(strings.SplitN(e.Name(), "_", 2)[0], 10, 64)
 		if err != nil {
@@ -144,12 +170,7 @@ func renderMigrations(d dialect, t tableName) ([]*goose.Migration, error) {
 		if err := tmpl.Execute(&sqlText, data); err != nil {
 			return nil, fmt.Errorf("embedded migration %s: %w", e.Name(), err)
 		}
-		stmt := sqlText.String()
-		up := &goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, stmt)
-			return err
-		}}
-		out = append(out, goose.NewGoMigration(version, up, nil))
+		out = append(out, renderedMigration{version: version, file: e.Name(), sql: sqlText.String()})
 	}
 	return out, nil
 }
