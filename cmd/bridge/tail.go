@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -21,16 +23,21 @@ func newTailCommand() *cobra.Command {
 		subject string
 		all     bool
 		asJSON  bool
+		wait    bool
 	)
 	cmd := &cobra.Command{
-		Use:   "tail --subject S [--all] [--json]",
+		Use:   "tail --subject S [--all] [--json] [--wait]",
 		Short: "Print messages arriving on the stream, with their headers",
 		Long: `Print the messages that arrive on the stream holding --subject (wildcards allowed),
 with their headers, until interrupted. With --all, start at the stream's first
 message instead of the next one. Uses an ordered consumer: nothing is acked or
-changed on the stream.`,
+changed on the stream. The first line on stderr names the server it connected to.
+
+When no stream captures --subject yet, tail exits 1; with --wait it waits until a
+stream does (bridge run creates its streams when it starts).`,
 		Example: `  bridge tail --subject 'events.>'
-  bridge tail --subject events.order.created --all --json`,
+  bridge tail --subject events.order.created --all --json
+  bridge tail --subject 'events.>' --wait   # started before bridge run`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// nats-server's own rule for a subscription subject.
 			if !server.IsValidSubject(subject) {
@@ -48,9 +55,15 @@ changed on the stream.`,
 				return classify(err)
 			}
 			defer cleanup()
-			streamName, err := js.StreamNameBySubject(ctx, subject)
+			nc := js.Conn()
+			fmt.Fprintf(cmd.ErrOrStderr(), "connected to %s (server %s, nats-server %s)\n",
+				nc.ConnectedUrlRedacted(), nc.ConnectedServerName(), nc.ConnectedServerVersion())
+			streamName, err := streamFor(ctx, js, subject, wait, cmd.ErrOrStderr())
 			if err != nil {
-				return fmt.Errorf("find the stream for subject %s: %w (no stream captures it?)", subject, err)
+				if ctx.Err() != nil {
+					return nil // interrupted while waiting
+				}
+				return err
 			}
 			stream, err := js.Stream(ctx, streamName)
 			if err != nil {
@@ -88,8 +101,40 @@ changed on the stream.`,
 	cmd.Flags().StringVar(&subject, "subject", "", "`subject` to follow; wildcards * and > allowed (required)")
 	cmd.Flags().BoolVar(&all, "all", false, "start at the first message of the stream")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per message")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait for a stream that captures --subject instead of exiting")
 	_ = cmd.MarkFlagRequired("subject")
 	return cmd
+}
+
+// tailWaitInterval is how often tail --wait asks for the stream again.
+const tailWaitInterval = time.Second
+
+// streamFor returns the name of the stream that captures subject. Without
+// one it fails, or with wait asks again every tailWaitInterval until one
+// appears or ctx ends, saying once on stderr that it waits.
+func streamFor(ctx context.Context, js jetstream.JetStream, subject string, wait bool, stderr io.Writer) (string, error) {
+	said := false
+	for {
+		name, err := js.StreamNameBySubject(ctx, subject)
+		if err == nil {
+			return name, nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return "", fmt.Errorf("find the stream for subject %s: %w", subject, err)
+		}
+		if !wait {
+			return "", fmt.Errorf("no stream captures subject %s: %w (bridge run creates its streams when it starts; tail --wait waits for one)", subject, err)
+		}
+		if !said {
+			fmt.Fprintf(stderr, "no stream captures %s yet; waiting for one (--wait)\n", subject)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(tailWaitInterval):
+		}
+	}
 }
 
 func printText(w io.Writer, m jetstream.Msg) {
