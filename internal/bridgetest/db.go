@@ -26,6 +26,7 @@ func PostgresURL(t testing.TB) string {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("%s is not set; .ci/run must provide PostgreSQL", PostgresURLEnv)
 		}
+		skipNotice()
 		t.Skipf("%s is not set: PostgreSQL tests need a server (see README, Run the tests)", PostgresURLEnv)
 	}
 	return url

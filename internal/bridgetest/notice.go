@@ -1,0 +1,70 @@
+package bridgetest
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// skipNotice says once per `go test` run which database suites are skipped
+// and how to run them. go test shows nothing of a passing package but its
+// "ok" line, so a t.Skip alone goes unseen: the notice goes to the terminal
+// (/dev/tty) when there is one, otherwise to stderr (shown with -v or when
+// the package fails). The test binaries of one `go test` run share their
+// parent, the go command: a marker file named after it lets the first
+// binary that skips print the line and the others stay silent.
+var skipNotice = sync.OnceFunc(func() {
+	var missing, vars []string
+	if os.Getenv(PostgresURLEnv) == "" {
+		missing, vars = append(missing, "PostgreSQL"), append(vars, PostgresURLEnv+"='postgres://postgres@127.0.0.1:5432/test?sslmode=disable'")
+	}
+	if os.Getenv(MySQLURLEnv) == "" {
+		missing, vars = append(missing, "MySQL/MariaDB"), append(vars, MySQLURLEnv+"='mysql://root@127.0.0.1:3306/test'")
+	}
+	if len(missing) == 0 || !firstInRun() {
+		return
+	}
+	var w io.Writer = os.Stderr
+	if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
+		defer tty.Close()
+		w = tty
+	}
+	fmt.Fprintf(w, "go test: the %s tests are skipped; to run them: %s go test ./... (README, Run the tests)\n",
+		strings.Join(missing, " and "), strings.Join(vars, " "))
+})
+
+// firstInRun reports whether no other test binary of this `go test` run has
+// printed the notice: it creates the marker of the run, which fails when
+// it exists. Markers of runs whose go command is gone are removed.
+func firstInRun() bool {
+	dir := os.TempDir()
+	old, _ := filepath.Glob(filepath.Join(dir, "outbox-bridge-test-notice-*"))
+	for _, m := range old {
+		pid, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(filepath.Base(m), "outbox-bridge-test-notice-"), "-", 2)[0])
+		if _, statErr := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil && errors.Is(statErr, fs.ErrNotExist) {
+			_ = os.Remove(m)
+		}
+	}
+	ppid := os.Getppid()
+	// The start time of the parent tells a reused pid from the same run.
+	start := "0"
+	if stat, err := os.ReadFile("/proc/" + strconv.Itoa(ppid) + "/stat"); err == nil {
+		if _, rest, ok := strings.Cut(string(stat), ") "); ok {
+			if fields := strings.Fields(rest); len(fields) > 19 {
+				start = fields[19] // field 22 of proc(5): starttime
+			}
+		}
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "outbox-bridge-test-notice-"+strconv.Itoa(ppid)+"-"+start), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
+}
