@@ -2,11 +2,14 @@ package deployments_test
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -112,8 +115,17 @@ func TestComposeFile(t *testing.T) {
 			}
 		}
 		for _, p := range s.Ports {
-			if host, container, ok := strings.Cut(p, ":"); !ok || host == "" || container == "" {
-				t.Errorf("%s: port %q, want HOST:CONTAINER", name, p)
+			pp, err := parsePort(p)
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+				continue
+			}
+			// A developer's machine often runs PostgreSQL or NATS itself.
+			if pp.hostDefault == pp.container || pp.hostDefault < 49152 {
+				t.Errorf("%s: port %q publishes %d by default; choose one from 49152 up, away from the service's usual port", name, p, pp.hostDefault)
+			}
+			if !strings.Contains(readme(t), pp.variable) {
+				t.Errorf("%s: port variable %s is not in deployments/README.md", name, pp.variable)
 			}
 		}
 		if h := s.Healthcheck; h != nil {
@@ -214,7 +226,12 @@ func TestComposeFile(t *testing.T) {
 				t.Errorf("bridge: nats.url %q, want the nats service on 4222", cfg.NATS.URL)
 			}
 			_, port, _ := net.SplitHostPort(cfg.HTTP.Listen)
-			if !slices.Contains(bridge.Ports, port+":"+port) {
+			published := false
+			for _, p := range bridge.Ports {
+				pp, err := parsePort(p)
+				published = published || (err == nil && strconv.Itoa(pp.container) == port)
+			}
+			if !published {
 				t.Errorf("bridge: ports %q, want http.listen's %s published", bridge.Ports, port)
 			}
 		}
@@ -222,6 +239,37 @@ func TestComposeFile(t *testing.T) {
 	if d, err := time.ParseDuration(bridge.StopGracePeriod); err != nil || d <= config.ShutdownTimeoutDefault {
 		t.Errorf("bridge stop_grace_period %q, want more than shutdown_timeout %s", bridge.StopGracePeriod, config.ShutdownTimeoutDefault)
 	}
+}
+
+// publishedPort is a ports entry of compose.yaml:
+// "127.0.0.1:${VARIABLE:-DEFAULT}:CONTAINER".
+type publishedPort struct {
+	variable    string
+	hostDefault int
+	container   int
+}
+
+var portPattern = regexp.MustCompile(`^127\.0\.0\.1:\$\{(OUTBOX_BRIDGE_[A-Z_]+_PORT):-(\d+)\}:(\d+)$`)
+
+// parsePort reads a ports entry: on the loopback interface only (the
+// passwords are well known), the host port from a variable with a default.
+func parsePort(p string) (publishedPort, error) {
+	m := portPattern.FindStringSubmatch(p)
+	if m == nil {
+		return publishedPort{}, fmt.Errorf("port %q, want 127.0.0.1:${OUTBOX_BRIDGE_…_PORT:-DEFAULT}:CONTAINER", p)
+	}
+	def, _ := strconv.Atoi(m[2])
+	container, _ := strconv.Atoi(m[3])
+	return publishedPort{variable: m[1], hostDefault: def, container: container}, nil
+}
+
+func readme(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
 }
 
 // TestComposeStrict proves that the mirror refuses a key the spec does not have.

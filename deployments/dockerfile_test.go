@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -207,4 +208,51 @@ func hasStringVar(t *testing.T, dir, name string) bool {
 		}
 	}
 	return false
+}
+
+// TestDockerignoreKeepsTheBuildInputs checks that .dockerignore leaves every
+// directory of the module that the bridge binary is built from in the build
+// context (the packages of ./cmd/bridge and the modules go.mod replaces,
+// with their embedded files), and keeps .git and local data out.
+func TestDockerignoreKeepsTheBuildInputs(t *testing.T) {
+	data, err := os.ReadFile("../.dockerignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var patterns []string
+	for line := range strings.Lines(string(data)) {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			patterns = append(patterns, line)
+		}
+	}
+	for _, want := range []string{".git", "bridge-data", "dist"} {
+		if !slices.Contains(patterns, want) {
+			t.Errorf(".dockerignore does not exclude %s", want)
+		}
+	}
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.Dir}}{{end}}", "../cmd/bridge").Output()
+	if err != nil {
+		t.Fatalf("go list -deps ../cmd/bridge: %v", err)
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range strings.Fields(string(out)) {
+		rel, err := filepath.Rel(root, dir)
+		if err != nil || strings.HasPrefix(rel, "..") {
+			continue // a dependency outside the repository
+		}
+		rel = filepath.ToSlash(rel)
+		for _, p := range patterns {
+			// .dockerignore patterns are filepath.Match patterns from the
+			// context root; a match of a directory or one of its parents
+			// excludes it.
+			for prefix := rel; prefix != "."; prefix = filepath.ToSlash(filepath.Dir(prefix)) {
+				if ok, _ := filepath.Match(p, prefix); ok {
+					t.Errorf(".dockerignore pattern %q excludes %s, which the bridge binary is built from", p, rel)
+				}
+			}
+		}
+	}
 }
