@@ -100,4 +100,19 @@ func TestReadmeMigrateJob(t *testing.T) {
 	if sc := c.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
 		t.Error("the Job should have a read-only root file system")
 	}
+
+	// The Job migrates the table the example overlay relays, in its
+	// namespace, with its image: a relay started on a table no Job created
+	// exits "outbox table missing".
+	overlay := render(t, "examples/production")
+	relayCfg := loadConfig(t, environ(t, &overlay))
+	if cfg.Database.Table != relayCfg.Database.Table {
+		t.Errorf("the Job migrates table %q, the overlay relays %q", cfg.Database.Table, relayCfg.Database.Table)
+	}
+	if job.Namespace != overlay.deployment.Namespace {
+		t.Errorf("the Job runs in namespace %q, the overlay in %q", job.Namespace, overlay.deployment.Namespace)
+	}
+	if img := bridgeContainer(t, &overlay.deployment).Image; c.Image != img {
+		t.Errorf("the Job runs image %q, the overlay %q", c.Image, img)
+	}
 }
