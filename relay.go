@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strconv"
 	"strings"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/outbox-bridge/bridge/internal/broker"
-	"github.com/outbox-bridge/bridge/internal/buildinfo"
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/daemon"
 	"github.com/outbox-bridge/bridge/internal/dedup"
@@ -88,31 +86,17 @@ func provideRegistry(sub *outbox.Subscriber, store *outbox.Store, guard *dedup.G
 	return newRegistry(append(cs, rec.Collectors()...)...)
 }
 
-// newRegistry registers cs, bridge_build_info and the Go runtime and
-// process collectors.
+// newRegistry registers cs and the Go runtime and process collectors
+// (the health server adds its own bridge_ready and bridge_build_info).
 func newRegistry(cs ...prometheus.Collector) (*prometheus.Registry, error) {
 	reg := prometheus.NewRegistry()
-	cs = append(cs, buildInfoCollector(buildinfo.Read()),
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cs = append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return reg, nil
-}
-
-// buildInfoCollector is the gauge bridge_build_info: always 1, with the
-// build's version, commit, commit time and Go version as labels (what
-// `bridge version` prints), so that a dashboard can tell which build each
-// replica runs.
-func buildInfoCollector(bi buildinfo.Info) prometheus.Collector {
-	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "bridge_build_info",
-		Help: "Always 1; the labels say which build runs: module version, VCS commit, commit time, Go version.",
-		ConstLabels: prometheus.Labels{"version": bi.Version, "commit": bi.Commit, "commit_time": bi.Date,
-			"modified": strconv.FormatBool(bi.Modified), "goversion": bi.GoVersion},
-	}, func() float64 { return 1 })
 }
 
 // provideHealth lists the relay's probes: readiness (database reachable

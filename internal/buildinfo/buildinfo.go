@@ -20,8 +20,10 @@ package buildinfo
 import (
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/mod/module"
 )
 
@@ -105,4 +107,17 @@ func (i Info) String() string {
 		c += "-modified"
 	}
 	return i.Version + " (commit " + c + ", " + i.Date + ", " + i.GoVersion + " " + runtime.GOOS + "/" + runtime.GOARCH + ")"
+}
+
+// Collector is the gauge bridge_build_info: always 1, with the build's
+// version, commit, commit time, modified flag and Go version as labels
+// (what `bridge version` prints), so that a dashboard can tell which build
+// each replica runs.
+func (i Info) Collector() prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "bridge_build_info",
+		Help: "Always 1; the labels say which build runs: module version, VCS commit, commit time, Go version.",
+		ConstLabels: prometheus.Labels{"version": i.Version, "commit": i.Commit, "commit_time": i.Date,
+			"modified": strconv.FormatBool(i.Modified), "goversion": i.GoVersion},
+	}, func() float64 { return 1 })
 }

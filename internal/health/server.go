@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/outbox-bridge/bridge/internal/buildinfo"
 )
 
 // Check is one probe; a nil error means ok. An error made by Degraded is
@@ -64,12 +66,17 @@ type state struct {
 // Server serves /healthz, /readyz and /metrics. It is bound before the
 // relay is built, so that a relay waiting for its database or NATS answers
 // its probes: /healthz 200 and /readyz 503 naming what it waits for.
+//
+// /metrics always has the server's own gauges, bridge_ready (1 when
+// /readyz answers 200) and bridge_build_info; with them the Go runtime and
+// process while no relay runs, and the running relay's metrics otherwise.
 type Server struct {
 	listener net.Listener
 	srv      *http.Server
 	draining atomic.Bool
 	state    atomic.Pointer[state]
-	base     http.Handler // /metrics while no relay runs: the Go runtime and process
+	own      *prometheus.Registry // bridge_ready, bridge_build_info
+	base     http.Handler         // /metrics while no relay runs: own, the Go runtime and process
 	logger   *slog.Logger
 }
 
@@ -81,9 +88,11 @@ func Listen(addr string, logger *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("http.listen %s: %w; choose a free address with --http-listen (BRIDGE_HTTP_LISTEN)", addr, err)
 	}
+	s := &Server{listener: ln, logger: logger, own: prometheus.NewRegistry()}
+	s.own.MustRegister(s.readyCollector(), buildinfo.Read().Collector())
 	base := prometheus.NewRegistry()
 	base.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	s := &Server{listener: ln, logger: logger, base: promhttp.HandlerFor(base, promhttp.HandlerOpts{})}
+	s.base = promhttp.HandlerFor(prometheus.Gatherers{s.own, base}, promhttp.HandlerOpts{})
 	s.state.Store(&state{waiting: errors.New("starting")})
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
@@ -116,7 +125,7 @@ func (s *Server) SetDraining() { s.draining.Store(true) }
 func (s *Server) Running(p *Probes) {
 	var m http.Handler
 	if p.Gatherer != nil {
-		m = promhttp.HandlerFor(p.Gatherer, promhttp.HandlerOpts{})
+		m = promhttp.HandlerFor(prometheus.Gatherers{s.own, p.Gatherer}, promhttp.HandlerOpts{})
 	}
 	s.state.Store(&state{probes: p, metrics: m})
 }
@@ -175,6 +184,13 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	result, ok := s.ready(r.Context())
+	s.answer(w, result, ok)
+}
+
+// ready runs the readiness checks of the current state: each result under
+// its name, and whether /readyz answers 200.
+func (s *Server) ready(ctx context.Context) (map[string]string, bool) {
 	st := s.state.Load()
 	result, ok := map[string]string{}, true
 	if s.draining.Load() {
@@ -182,7 +198,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case st.probes != nil:
-		if !s.run(r.Context(), st.probes.Ready, result) {
+		if !s.run(ctx, st.probes.Ready, result) {
 			ok = false
 		}
 	case st.waiting != nil:
@@ -191,7 +207,22 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		}
 		ok = false
 	}
-	s.answer(w, result, ok)
+	return result, ok
+}
+
+// readyCollector is the gauge bridge_ready: 1 when /readyz would answer
+// 200, 0 otherwise (starting, waiting for a dependency, a check failing,
+// draining). The checks run at each scrape, bounded as for /readyz, so an
+// alert on it sees what the kubelet's readiness probe sees.
+func (s *Server) readyCollector() prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bridge_ready",
+		Help: "1 when /readyz answers 200 (a relay runs, its database, NATS and streams are reachable, it is not draining), else 0."},
+		func() float64 {
+			if _, ok := s.ready(context.Background()); ok {
+				return 1
+			}
+			return 0
+		})
 }
 
 // run runs checks with a 2 s timeout, records each result in result, and
