@@ -3,6 +3,7 @@ package bridge_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
 	"github.com/outbox-bridge/bridge/internal/config"
@@ -173,6 +175,86 @@ func TestOperationsDocumentsEveryMetric(t *testing.T) {
 		}
 		if !strings.Contains(string(doc), "`"+name+"`") {
 			t.Errorf("docs/OPERATIONS.md does not document the metric %s", name)
+		}
+	}
+}
+
+// monitoredMetric finds the metric names in PromQL: the relay's families
+// (bridge_*, watermill_*, go_*, process_*) and Prometheus' own up.
+var monitoredMetric = regexp.MustCompile(`\b(?:(?:bridge|watermill|go|process)_[a-zA-Z0-9_]+|up\{)`)
+
+// TestMonitoringQueriesExistingMetrics checks deployments/monitoring: the
+// dashboard's JSON parses, and every metric that a panel, a dashboard
+// variable or an alert rule queries is one the relay registers (a
+// histogram's _bucket, _sum and _count included), so that no panel stays
+// empty and no alert waits on a metric that does not exist.
+func TestMonitoringQueriesExistingMetrics(t *testing.T) {
+	t.Parallel()
+	metrics := relayMetrics(t)
+
+	var queries []string
+	data, err := os.ReadFile("deployments/monitoring/grafana-dashboard.json")
+	require.NoError(t, err)
+	var dashboard map[string]any
+	require.NoError(t, json.Unmarshal(data, &dashboard), "grafana-dashboard.json does not parse")
+	var walk func(v any, key string)
+	walk = func(v any, key string) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, e := range v {
+				walk(e, k)
+			}
+		case []any:
+			for _, e := range v {
+				walk(e, key)
+			}
+		case string:
+			if key == "expr" || key == "definition" || key == "query" {
+				queries = append(queries, v)
+			}
+		}
+	}
+	walk(dashboard, "")
+	panelQueries := len(queries)
+	require.Greater(t, panelQueries, 10, "the dashboard has hardly any query")
+
+	data, err = os.ReadFile("deployments/monitoring/alerts.yaml")
+	require.NoError(t, err)
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert, Expr string
+			}
+		}
+	}
+	require.NoError(t, yaml.Unmarshal(data, &rules))
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			queries = append(queries, r.Expr)
+		}
+	}
+	require.Greater(t, len(queries), panelQueries, "alerts.yaml has no rule")
+
+	for _, q := range queries {
+		names := monitoredMetric.FindAllString(q, -1)
+		if len(names) == 0 && strings.Contains(q, "(") {
+			t.Errorf("query %q names no metric of the relay", q)
+		}
+		for _, name := range names {
+			if name == "up{" {
+				continue // Prometheus' own: the scrape of the target
+			}
+			if _, ok := metrics[name]; ok {
+				continue
+			}
+			base := name
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				base = strings.TrimSuffix(base, suffix)
+			}
+			if metrics[base] == "histogram" {
+				continue
+			}
+			t.Errorf("query %q uses %s, which the relay does not export", q, name)
 		}
 	}
 }
