@@ -19,7 +19,6 @@ require (
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/nats-io/nkeys v0.4.16
-	github.com/outbox-bridge/bridge/producer v0.0.0
 	github.com/pressly/goose/v3 v3.30.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/spf13/cobra v1.10.2
@@ -137,5 +136,3 @@ require (
 )
 
 tool github.com/google/wire/cmd/wire
-
-replace github.com/outbox-bridge/bridge/producer => ./producer

@@ -3,7 +3,7 @@ package producer
 import (
 	"fmt"
 
-	"github.com/outbox-bridge/bridge/producer/sqlname"
+	"github.com/outbox-bridge/bridge/producer/internal/sqlname"
 )
 
 // Defaults of Config.

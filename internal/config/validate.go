@@ -16,7 +16,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/outbox-bridge/bridge/producer/sqlname"
+	"github.com/outbox-bridge/bridge/internal/sqlname"
 )
 
 // Bounds checked by Validate.

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/outbox-bridge/bridge/producer/sqlname"
+	"github.com/outbox-bridge/bridge/internal/sqlname"
 )
 
 // tableName is a validated, optionally schema-qualified table name. It is

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-bridge/bridge/producer/sqlname"
+	"github.com/outbox-bridge/bridge/producer/internal/sqlname"
 )
 
 func TestCheck(t *testing.T) {
