@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Defaults of the configuration, one per key of the DESIGN.md configuration table.
+// Defaults of the configuration, one per key of the README's configuration table.
 const (
 	DataDirDefault              = "./bridge-data"
 	TableDefault                = "outbox"
@@ -308,7 +308,7 @@ type Log struct {
 }
 
 // Default returns the configuration used when nothing is set: every default of the
-// DESIGN.md configuration table. Streams is empty (EffectiveStreams supplies the embedded
+// README's configuration table. Streams is empty (EffectiveStreams supplies the embedded
 // default) and Relay.Owner is <hostname>-<pid>.
 func Default() Config {
 	return Config{

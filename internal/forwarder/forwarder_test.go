@@ -129,8 +129,8 @@ type produced struct {
 // produce runs producers goroutines, each committing perProducer rows in
 // transactions of perTx, one transaction after another; row(p, i, n) makes
 // producer p's i-th row, n = p*perProducer + i. Each ordering key must
-// belong to one producer: that is what makes a per-key order (DESIGN.md,
-// Ordering). It returns the rows by Nats-Msg-Id.
+// belong to one producer: that is what makes a per-key order (docs/DESIGN.md, "The
+// life of a row", Ordering). It returns the rows by Nats-Msg-Id.
 func (b *bundle) produce(t *testing.T, producers, perProducer, perTx int, row func(p, i, n int) produced) map[string]produced {
 	t.Helper()
 	var mu sync.Mutex

@@ -8,8 +8,8 @@ import (
 	"github.com/outbox-bridge/bridge/internal/sink"
 )
 
-// rowMarshaler builds the NATS message of an outbox row (DESIGN.md, "NATS
-// message produced from a row"): data = payload unchanged; the row's own
+// rowMarshaler builds the NATS message of an outbox row (docs/DESIGN.md, "The
+// message made from a row"): data = payload unchanged; the row's own
 // headers; then Nats-Msg-Id and the Outbox-* headers, which a row cannot
 // set (the subscriber dead-letters rows that try).
 type rowMarshaler struct{}

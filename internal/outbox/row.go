@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Status is the state of an outbox row. See DESIGN.md, "Life of a row".
+// Status is the state of an outbox row. See docs/DESIGN.md, "The life of a row".
 type Status string
 
 // The states of a row.

@@ -1,4 +1,4 @@
--- The bridge table: one row per event to relay. See DESIGN.md.
+-- The bridge table: one row per event to relay. See docs/DESIGN.md.
 -- MySQL 8.0.16+ or MariaDB 10.6+ (InnoDB): expression defaults, enforced
 -- CHECK constraints, FOR UPDATE SKIP LOCKED.
 --

@@ -1,4 +1,4 @@
--- The bridge table: one row per event to relay. See DESIGN.md.
+-- The bridge table: one row per event to relay. See docs/DESIGN.md.
 -- Times are UTC text in RFC 3339 form with milliseconds, written by
 -- strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), so that they compare as text.
 CREATE TABLE {{.Table}} (
