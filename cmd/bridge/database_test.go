@@ -24,7 +24,6 @@ import (
 
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
 	"github.com/outbox-bridge/bridge/internal/outbox"
-	"github.com/outbox-bridge/bridge/producer"
 )
 
 // postgresAdmin opens the test server's own database (closed when the test
@@ -147,8 +146,10 @@ func TestPostgresSerializableDefault(t *testing.T) {
 
 // TestPgBouncerTransactionMode: through a real PgBouncer pooling in
 // transaction mode — server sessions shared by turns, no protocol-level
-// prepared statements (1.18) — migrate, enqueue, status, the producer
-// package and two relays all work; the relays say that notifications do
+// prepared statements (1.18) — migrate, enqueue, status, a producer's
+// INSERT (docs/PRODUCERS.md; the producer module's own run through
+// PgBouncer is internal/producerrelay's TestProducerThroughPgBouncer) and
+// two relays all work; the relays say that notifications do
 // not come through and poll. Then enqueue, status and a relay work
 // through statement pooling too.
 func TestPgBouncerTransactionMode(t *testing.T) {
@@ -178,28 +179,34 @@ func TestPgBouncerTransactionMode(t *testing.T) {
 	st := status(t, dir, "--database-url", pooled, "--table", table)
 	require.Equal(t, int64(10), st.Rows["pending"], "bridge status through the pooler")
 
-	// The producer writes in the application's own transactions; its pool
-	// uses the documented setting for transaction pooling.
-	w, err := producer.New(producer.Config{Table: table, Dialect: producer.Postgres})
-	require.NoError(t, err)
+	// A producer writes in the application's own transactions, with the
+	// INSERT of docs/PRODUCERS.md; its pool uses the documented setting for
+	// transaction pooling.
 	appURL := pooled + "&default_query_exec_mode=cache_describe"
 	app, err := sql.Open("pgx", appURL)
 	require.NoError(t, err)
 	t.Cleanup(func() { app.Close() })
-	events := func(tx, per int, prefix string) []producer.Event {
-		var out []producer.Event
+	insert := "INSERT INTO " + table + " (idempotency_key, subject, payload, ordering_key) VALUES ($1, $2, $3, $4) ON CONFLICT (idempotency_key) DO NOTHING RETURNING id"
+	type event struct {
+		key, ordering string
+	}
+	events := func(tx, per int, prefix string) []event {
+		var out []event
 		for i := range per {
 			key := fmt.Sprintf("%s-%d-%d", prefix, tx, i)
 			want[key] = true
-			out = append(out, producer.Event{Subject: "events.pool", Payload: []byte(key), IdempotencyKey: key, OrderingKey: fmt.Sprintf("k%d", i%7)})
+			out = append(out, event{key, fmt.Sprintf("k%d", i%7)})
 		}
 		return out
 	}
 	for i := range 49 {
 		tx, err := app.BeginTx(ctx, nil)
 		require.NoError(t, err)
-		_, err = w.Write(ctx, tx, events(i, 10, "sql")...)
-		require.NoError(t, err, "producer.Write through PgBouncer, transaction %d", i)
+		for _, e := range events(i, 10, "sql") {
+			var id int64
+			require.NoError(t, tx.QueryRowContext(ctx, insert, e.key, "events.pool", []byte(e.key), e.ordering).Scan(&id),
+				"INSERT through PgBouncer, transaction %d", i)
+		}
 		require.NoError(t, tx.Commit())
 	}
 	conn, err := pgx.Connect(ctx, appURL)
@@ -207,9 +214,14 @@ func TestPgBouncerTransactionMode(t *testing.T) {
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	for i := range 50 {
 		require.NoError(t, pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			_, err := w.WritePgx(ctx, tx, events(i, 10, "pgx")...)
-			return err
-		}), "producer.WritePgx through PgBouncer, transaction %d", i)
+			for _, e := range events(i, 10, "pgx") {
+				var id int64
+				if err := tx.QueryRow(ctx, insert, e.key, "events.pool", []byte(e.key), e.ordering).Scan(&id); err != nil {
+					return err
+				}
+			}
+			return nil
+		}), "INSERT through PgBouncer with pgx, transaction %d", i)
 	}
 	require.Len(t, want, 1000)
 
