@@ -6,16 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	bridge "github.com/outbox-bridge/bridge"
+	"github.com/outbox-bridge/bridge/internal/config"
 )
 
 func newTailCommand() *cobra.Command {
@@ -33,8 +36,9 @@ with their headers, until interrupted. With --all, start at the stream's first
 message instead of the next one. Uses an ordered consumer: nothing is acked or
 changed on the stream. The first line on stderr names the server it connected to.
 
-When no stream captures --subject yet, tail exits 1; with --wait it waits until a
-stream does (bridge run creates its streams when it starts).`,
+When no NATS server answers or no stream captures --subject yet, tail exits 1;
+with --wait it waits until one does (bridge run starts the embedded server and
+creates its streams when it starts).`,
 		Example: `  bridge tail --subject 'events.>'
   bridge tail --subject events.order.created --all --json
   bridge tail --subject 'events.>' --wait   # started before bridge run`,
@@ -50,8 +54,11 @@ stream does (bridge run creates its streams when it starts).`,
 			if err := cfg.CheckFiles(); err != nil {
 				return usageError{err}
 			}
-			js, cleanup, err := bridge.NewJetStream(ctx, cfg, logger)
+			js, cleanup, err := connectTail(ctx, cfg, logger, wait, cmd.ErrOrStderr())
 			if err != nil {
+				if ctx.Err() != nil {
+					return nil // interrupted while waiting
+				}
 				return classify(err)
 			}
 			defer cleanup()
@@ -101,12 +108,35 @@ stream does (bridge run creates its streams when it starts).`,
 	cmd.Flags().StringVar(&subject, "subject", "", "`subject` to follow; wildcards * and > allowed (required)")
 	cmd.Flags().BoolVar(&all, "all", false, "start at the first message of the stream")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per message")
-	cmd.Flags().BoolVar(&wait, "wait", false, "wait for a stream that captures --subject instead of exiting")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the NATS server and for a stream that captures --subject instead of exiting")
 	_ = cmd.MarkFlagRequired("subject")
 	return cmd
 }
 
-// tailWaitInterval is how often tail --wait asks for the stream again.
+// connectTail connects to what bridge run publishes to. Without a server
+// there it fails, or with wait tries again every tailWaitInterval until one
+// answers or ctx ends, saying once on stderr that it waits.
+func connectTail(ctx context.Context, cfg *config.Config, logger *slog.Logger, wait bool, stderr io.Writer) (jetstream.JetStream, func(), error) {
+	said := false
+	for {
+		js, cleanup, err := bridge.NewJetStream(ctx, cfg, logger)
+		if err == nil || !wait || !errors.Is(err, nats.ErrNoServers) {
+			return js, cleanup, err
+		}
+		if !said {
+			fmt.Fprintf(stderr, "%s; waiting for it (--wait)\n", err)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(tailWaitInterval):
+		}
+	}
+}
+
+// tailWaitInterval is how often tail --wait asks for the server or the
+// stream again.
 const tailWaitInterval = time.Second
 
 // streamFor returns the name of the stream that captures subject. Without
