@@ -216,7 +216,7 @@ func (s *Server) ready(ctx context.Context) (map[string]string, bool) {
 // alert on it sees what the kubelet's readiness probe sees.
 func (s *Server) readyCollector() prometheus.Collector {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bridge_ready",
-		Help: "1 when /readyz answers 200 (a relay runs, its database, NATS and streams are reachable, it is not draining), else 0."},
+		Help: "1 when /readyz answers 200 (a relay runs, its database accepts writes, NATS is connected, its streams exist, it is not draining), else 0."},
 		func() float64 {
 			if _, ok := s.ready(context.Background()); ok {
 				return 1
