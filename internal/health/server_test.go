@@ -5,8 +5,13 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -41,5 +46,38 @@ func TestReadyGauge(t *testing.T) {
 	s.SetDraining()
 	if v := testutil.ToFloat64(g); v != 0 {
 		t.Errorf("bridge_ready = %v while draining, want 0", v)
+	}
+}
+
+// /metrics has bridge_ready and bridge_build_info whether a relay runs or
+// not, beside the relay's own metrics (which include the Go collector the
+// server also serves while no relay runs).
+func TestOwnMetricsAlwaysServed(t *testing.T) {
+	s, err := Listen("127.0.0.1:0", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.listener.Close() })
+	scrape := func() string {
+		rec := httptest.NewRecorder()
+		s.srv.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("/metrics: %d\n%s", rec.Code, rec.Body)
+		}
+		return rec.Body.String()
+	}
+	for _, want := range []string{"\nbridge_ready 0\n", "\nbridge_build_info{", "\ngo_goroutines "} {
+		if body := scrape(); !strings.Contains(body, want) {
+			t.Errorf("/metrics while no relay runs lacks %q", strings.TrimSpace(want))
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), prometheus.NewGauge(prometheus.GaugeOpts{Name: "bridge_relay_metric"}))
+	s.Running(&Probes{Gatherer: reg})
+	body := scrape()
+	for _, want := range []string{"\nbridge_ready 1\n", "\nbridge_build_info{", "\ngo_goroutines ", "\nbridge_relay_metric 0\n"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics of a running relay lacks %q", strings.TrimSpace(want))
+		}
 	}
 }
