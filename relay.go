@@ -19,6 +19,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/forwarder"
 	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/walsource"
 	"github.com/outbox-bridge/bridge/internal/wmsource"
 )
 
@@ -139,6 +140,17 @@ func tableLiveness(stall *outbox.StallWatch) liveness {
 // to tell a stall by.
 func watermillLiveness() liveness { return nil }
 
+// provideWALHealth is provideHealth for source: postgres-wal, with one more
+// readiness check: the replication stream runs, or another relay holds the
+// slot and this one waits as a standby. It has no liveness check (yet): a
+// relay that cannot stream fails readiness, and a held queue is a backoff,
+// shown by bridge_wal_slot_lag_seconds.
+func provideWALHealth(reg *prometheus.Registry, db *outbox.DB, nc *nats.Conn, js jetstream.JetStream, streams broker.Streams, guard *dedup.Guard, sub *walsource.Subscriber) *health.Probes {
+	p := provideHealth(reg, db, nc, js, streams, guard, nil)
+	p.Ready = append(p.Ready, health.Check{Name: "replication", Check: sub.Ready})
+	return p
+}
+
 // guardDetail names the streams whose rows the guard holds back, as a
 // partial fault (health.Degraded): the other streams flow.
 func guardDetail(guard *dedup.Guard) error {
@@ -159,10 +171,18 @@ type Daemon interface {
 }
 
 // NewDaemon builds the relay of source: NewRelay for the bridge table
-// (source: table), NewWatermillRelay for the tables of a Watermill
-// forwarder (source: watermill-forwarder), reporting through hs. The
-// cleanup is the injector's.
+// (source: table), NewWALRelay for the bridge table read from PostgreSQL's
+// write-ahead log (source: postgres-wal), NewWatermillRelay for the tables
+// of a Watermill forwarder (source: watermill-forwarder), reporting through
+// hs. The cleanup is the injector's.
 func NewDaemon(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) (Daemon, func(), error) {
+	if cfg.Source == config.SourcePostgresWAL {
+		relay, cleanup, err := NewWALRelay(ctx, cfg, logger, hs)
+		if err != nil {
+			return nil, nil, err
+		}
+		return relay, cleanup, nil
+	}
 	if cfg.Source == config.SourceWatermillForwarder {
 		relay, cleanup, err := NewWatermillRelay(ctx, cfg, logger, hs)
 		if err != nil {
@@ -183,12 +203,21 @@ func provideWatermillRegistry(f *wmsource.Forwarder, guard *dedup.Guard, keeper 
 	return newRegistry(append(append(f.Collectors(), keeper.Collector()), guard.Collectors()...)...)
 }
 
+// provideWALRegistry registers the postgres-wal relay's metrics: the
+// subscriber's, the slot's, the table's, the stream keeper's, the guard's,
+// and the Go runtime and process collectors.
+func provideWALRegistry(sub *walsource.Subscriber, store *outbox.Store, guard *dedup.Guard, keeper *broker.Keeper, cfg *config.Config) (*prometheus.Registry, error) {
+	cs := append(sub.Collectors(), walsource.NewSlotCollector(store.DB().SQL, cfg.WAL.Slot, 5*time.Second),
+		outbox.NewTableCollector(store, 15*time.Second), keeper.Collector())
+	return newRegistry(append(cs, guard.Collectors()...)...)
+}
+
 // provideTableStore is outbox.ProvideStore for the commands that work on
-// the bridge table (enqueue, status, requeue, retry, purge): with source:
-// watermill-forwarder there is no such table to work on, which is a
-// configuration error (exit 2).
+// the bridge table (enqueue, status, requeue, retry, purge), read by
+// source: table or postgres-wal: with source: watermill-forwarder there is
+// no such table to work on, which is a configuration error (exit 2).
 func provideTableStore(ctx context.Context, db *outbox.DB, cfg *config.Config, logger *slog.Logger) (*outbox.Store, error) {
-	if cfg.Source != config.SourceTable {
+	if cfg.Source == config.SourceWatermillForwarder {
 		return nil, &config.Error{Key: "source", Value: cfg.Source,
 			Allowed: "this command works on the bridge table only (source: table); with watermill-forwarder the relay reads " +
 				wmsource.MessagesTable(cfg.Watermill.ForwarderTopic) + " through watermill-sql's consumer-group offset, which keeps no state per message"}

@@ -12,6 +12,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/walsource"
 )
 
 // Backoff of the attempts to start the relay while a dependency cannot be
@@ -24,12 +25,13 @@ const (
 
 // IsConfigError reports whether err is bad configuration, which no retry
 // fixes (exit status 2): a *config.Error, a database URL that cannot be
-// parsed, an outbox entry that is refused, or a stream the relay ensures
-// that cannot deduplicate its republishes.
+// parsed, an outbox entry that is refused, a stream the relay ensures
+// that cannot deduplicate its republishes, or source: postgres-wal on a
+// server whose wal_level is not logical.
 func IsConfigError(err error) bool {
 	var unsafe *dedup.UnsafeStreamError
 	return config.IsError(err) || errors.Is(err, outbox.ErrUnknownScheme) || errors.Is(err, outbox.ErrInvalidEntry) ||
-		errors.As(err, &unsafe)
+		errors.As(err, &unsafe) || errors.Is(err, walsource.ErrWALLevel)
 }
 
 // Serve is `bridge run`: it binds http.listen, builds the relay of the

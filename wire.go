@@ -17,6 +17,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
 	"github.com/outbox-bridge/bridge/internal/telemetry"
+	"github.com/outbox-bridge/bridge/internal/walsource"
 	"github.com/outbox-bridge/bridge/internal/wmsource"
 )
 
@@ -57,6 +58,28 @@ func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Log
 		watermillLiveness,
 		provideHealth,
 		wire.Struct(new(wmsource.Relay), "*"),
+	)
+	return nil, nil, nil
+}
+
+// NewWALRelay builds the daemon of `bridge run` with source: postgres-wal:
+// the subscriber over the replication slot, the forwarder and publisher of
+// source: table, the guard and the stream keeper; it reports its probes
+// through hs. The cleanup closes the NATS connection, stops the embedded
+// server and closes the database; call it after Run returned.
+func NewWALRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) (*walsource.Relay, func(), error) {
+	wire.Build(
+		outbox.ProvideDB,
+		outbox.ProvideStore,
+		broker.ProviderSet,
+		sink.ProviderSet,
+		forwarder.NewPublisherMarshaler,
+		walsource.ProviderSet,
+		dedup.ProvideGuard,
+		telemetry.ProviderSet,
+		provideWALRegistry,
+		provideWALHealth,
+		wire.Struct(new(walsource.Relay), "*"),
 	)
 	return nil, nil, nil
 }

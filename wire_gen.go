@@ -17,6 +17,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
 	"github.com/outbox-bridge/bridge/internal/telemetry"
+	"github.com/outbox-bridge/bridge/internal/walsource"
 	"github.com/outbox-bridge/bridge/internal/wmsource"
 	"log/slog"
 )
@@ -200,6 +201,100 @@ func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Log
 		Logger:    logger,
 	}
 	return relay, func() {
+		cleanup2()
+		cleanup()
+	}, nil
+}
+
+// NewWALRelay builds the daemon of `bridge run` with source: postgres-wal:
+// the subscriber over the replication slot, the forwarder and publisher of
+// source: table, the guard and the stream keeper; it reports its probes
+// through hs. The cleanup closes the NATS connection, stops the embedded
+// server and closes the database; call it after Run returned.
+func NewWALRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) (*walsource.Relay, func(), error) {
+	db, cleanup, err := outbox.ProvideDB(ctx, cfg, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	store, err := outbox.ProvideStore(ctx, db, cfg, logger)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	denials := broker.NewDenials()
+	conn, cleanup2, err := broker.ProvideConn(ctx, cfg, logger, denials)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	subscriber, err := walsource.ProvideSubscriber(ctx, db, store, conn, cfg, logger)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	jetStream, err := broker.ProvideJetStream(conn, cfg)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	marshaler := forwarder.NewPublisherMarshaler()
+	publisher, err := sink.ProvidePublisher(jetStream, conn, cfg, marshaler, denials)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	streams, err := broker.ProvideStreams(ctx, jetStream, cfg, logger)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	guard, err := dedup.ProvideGuard(ctx, jetStream, streams, cfg, logger)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	keeper := broker.ProvideKeeper(jetStream, streams, logger)
+	tracer, cleanup3, err := telemetry.ProvideTracer(ctx, logger)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	registry, err := provideWALRegistry(subscriber, store, guard, keeper, cfg)
+	if err != nil {
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	forwarderForwarder, err := walsource.ProvideForwarder(subscriber, store, publisher, conn, guard, keeper, tracer, registry, cfg, logger)
+	if err != nil {
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	probes := provideWALHealth(registry, db, conn, jetStream, streams, guard, subscriber)
+	relay := &walsource.Relay{
+		Forwarder:  forwarderForwarder,
+		Subscriber: subscriber,
+		Guard:      guard,
+		Keeper:     keeper,
+		Health:     hs,
+		Probes:     probes,
+		Store:      store,
+		Conn:       conn,
+		Streams:    streams,
+		Config:     cfg,
+		Logger:     logger,
+	}
+	return relay, func() {
+		cleanup3()
 		cleanup2()
 		cleanup()
 	}, nil

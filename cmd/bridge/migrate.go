@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -8,6 +9,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/wmsource"
+	"github.com/outbox-bridge/bridge/internal/walsource"
 )
 
 func newMigrateCommand() *cobra.Command {
@@ -32,6 +34,14 @@ is not opened: any URL of the right kind will do, such as postgres://db/app.
 <table>_migrations says which version a table has). Apply it with the database's
 client: bridge migrate --print | psql "$DATABASE_URL".
 
+With source: postgres-wal it then creates, when missing, the publication of the
+table's inserts (wal.publication) and the logical replication slot (wal.slot,
+plugin pgoutput) the relay reads; the server's wal_level must be logical (exit 2
+otherwise). The slot keeps WAL until the relay confirms it: see bridge slot drop.
+--print leaves them out; by hand they are CREATE PUBLICATION <wal.publication> FOR
+TABLE <table> WITH (publish = 'insert'), then SELECT
+pg_create_logical_replication_slot('<wal.slot>', 'pgoutput').
+
 With source: watermill-forwarder it creates the offsets table
 watermill_offsets_<watermill.forwarder_topic> instead (watermill-sql's own DDL).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -55,16 +65,25 @@ watermill_offsets_<watermill.forwarder_topic> instead (watermill-sql's own DDL).
 				return classify(err)
 			}
 			defer db.Close()
+			if cfg.Source == config.SourcePostgresWAL {
+				// Refused before the table is touched: without logical
+				// decoding the source cannot run at all.
+				if err := walsource.CheckWALLevel(ctx, db.SQL); err != nil {
+					return classify(err)
+				}
+			}
 			applied, err := outbox.Migrate(ctx, db, cfg.Database.Table)
 			if err != nil {
 				return err
 			}
 			if len(applied) == 0 {
 				fmt.Fprintf(cmd.OutOrStdout(), "outbox table %s in %s is up to date\n", cfg.Database.Table, db.Redacted)
-				return nil
 			}
 			for _, m := range applied {
 				fmt.Fprintf(cmd.OutOrStdout(), "applied migration %05d to %s in %s\n", m.Version, cfg.Database.Table, db.Redacted)
+			}
+			if cfg.Source == config.SourcePostgresWAL {
+				return migrateWAL(ctx, cmd, cfg, db)
 			}
 			return nil
 		},
@@ -95,4 +114,26 @@ func printMigrations(cmd *cobra.Command, cfg *config.Config, after int64) error 
 	}
 	_, err = fmt.Fprint(cmd.OutOrStdout(), script)
 	return err
+}
+
+// migrateWAL creates the publication and the replication slot of source:
+// postgres-wal when missing.
+func migrateWAL(ctx context.Context, cmd *cobra.Command, cfg *config.Config, db *outbox.DB) error {
+	n := walsource.NamesOf(cfg)
+	pub, slot, err := walsource.Setup(ctx, db.SQL, n)
+	if err != nil {
+		return classify(err)
+	}
+	out := cmd.OutOrStdout()
+	if pub {
+		fmt.Fprintf(out, "created publication %s of the inserts of %s\n", n.Publication, n.Table)
+	} else {
+		fmt.Fprintf(out, "publication %s of the inserts of %s exists\n", n.Publication, n.Table)
+	}
+	if slot {
+		fmt.Fprintf(out, "created replication slot %s (%s); it keeps WAL until the relay confirms it: run bridge run, or drop it with bridge slot drop\n", n.Slot, walsource.Plugin)
+	} else {
+		fmt.Fprintf(out, "replication slot %s exists\n", n.Slot)
+	}
+	return nil
 }

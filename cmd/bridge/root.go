@@ -52,6 +52,7 @@ Exit codes: 0 clean stop, 1 runtime failure, 2 bad usage or configuration.`,
 		newRequeueCommand(),
 		newRetryCommand(),
 		newPurgeCommand(),
+		newSlotCommand(),
 		newConfigCommand(),
 		newVersionCommand(),
 	)

@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/walsource"
 )
 
 func newStatusCommand() *cobra.Command {
@@ -17,11 +20,26 @@ func newStatusCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status [--json]",
 		Short: "Show rows per status, the relay's lag, the oldest failed row and recent errors",
+		Long: `Show rows per status, the relay's lag (the age of the oldest pending or failed
+row), the oldest failed row and recent errors. With source: postgres-wal also the
+replication slot: whether a relay streams from it, the WAL the server keeps for it
+(retained), the WAL written since its confirmed position (unconfirmed) and its
+wal_status (lost: invalidated by max_slot_wal_keep_size).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
 			return withStore(cmd, func(ctx context.Context, store *outbox.Store) error {
 				st, err := store.Stats(ctx, 5)
 				if err != nil {
 					return err
+				}
+				var slot *walsource.SlotInfo
+				var slotErr error
+				if cfg.Source == config.SourcePostgresWAL {
+					info, err := walsource.SlotStatus(ctx, store.DB().SQL, cfg.WAL.Slot)
+					slot, slotErr = &info, err
 				}
 				out := cmd.OutOrStdout()
 				if asJSON {
@@ -47,6 +65,7 @@ func newStatusCommand() *cobra.Command {
 						OldestUnsettledSeconds *float64         `json:"oldest_unsettled_seconds"` // null: no pending or failed row
 						OldestFailed           *oldestFailed    `json:"oldest_failed"`            // null: no failed row
 						RecentErrors           []rowError       `json:"recent_errors"`
+						ReplicationSlot        *slotDoc         `json:"replication_slot,omitempty"` // source: postgres-wal
 					}{
 						Database: store.DB().Redacted, Table: store.Table(), Rows: map[string]int64{},
 						InFlight: st.Rows[outbox.StatusInFlight], RecentErrors: []rowError{},
@@ -67,6 +86,9 @@ func newStatusCommand() *cobra.Command {
 					}
 					for _, e := range st.RecentErrors {
 						doc.RecentErrors = append(doc.RecentErrors, rowError{e.ID, string(e.Status), e.Attempts, e.LastError})
+					}
+					if slot != nil {
+						doc.ReplicationSlot = newSlotDoc(*slot, slotErr, doc.OldestUnsettledSeconds)
 					}
 					enc := json.NewEncoder(out)
 					enc.SetIndent("", "  ")
@@ -98,10 +120,70 @@ func newStatusCommand() *cobra.Command {
 						fmt.Fprintf(out, "  row %d (%s, attempts %d): %s\n", e.ID, e.Status, e.Attempts, e.LastError)
 					}
 				}
+				if slot != nil {
+					printSlot(out, *slot, slotErr, st)
+				}
 				return nil
 			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// slotDoc is the replication slot in `status --json`.
+type slotDoc struct {
+	Name             string   `json:"name"`
+	Error            string   `json:"error,omitempty"` // the slot could not be read, or does not exist
+	Active           bool     `json:"active"`
+	ActivePID        int      `json:"active_pid,omitempty"`
+	WALStatus        string   `json:"wal_status,omitempty"`
+	RetainedBytes    int64    `json:"retained_bytes"`
+	UnconfirmedBytes int64    `json:"unconfirmed_bytes"`
+	SafeWALSize      *int64   `json:"safe_wal_size,omitempty"` // null: max_slot_wal_keep_size not set
+	ConfirmedLSN     string   `json:"confirmed_lsn,omitempty"`
+	LagSeconds       *float64 `json:"lag_seconds"` // the oldest pending or failed row's age; null: none
+}
+
+func newSlotDoc(info walsource.SlotInfo, err error, lag *float64) *slotDoc {
+	d := &slotDoc{Name: info.Name, LagSeconds: lag}
+	if err != nil {
+		d.Error = err.Error()
+		return d
+	}
+	d.Active, d.ActivePID, d.WALStatus = info.Active, info.ActivePID, info.WALStatus
+	d.RetainedBytes, d.UnconfirmedBytes, d.ConfirmedLSN = info.RetainedBytes, info.UnconfirmedBytes, info.ConfirmedLSN
+	if info.SafeWALSize >= 0 {
+		d.SafeWALSize = &info.SafeWALSize
+	}
+	return d
+}
+
+// printSlot prints the replication slot of source: postgres-wal. Its lag
+// in time is the age of the oldest pending or failed row: a row stays so
+// from its commit until the relay marks it relayed, which it does before
+// it confirms the row's position.
+func printSlot(out io.Writer, info walsource.SlotInfo, err error, st outbox.Stats) {
+	fmt.Fprintf(out, "\nreplication slot %s:", info.Name)
+	if err != nil {
+		fmt.Fprintf(out, " %v\n", err)
+		return
+	}
+	state := "inactive (no relay streams from it; it keeps WAL meanwhile)"
+	if info.Active {
+		state = fmt.Sprintf("active (server process %d)", info.ActivePID)
+	}
+	fmt.Fprintf(out, " %s, wal_status %s\n", state, info.WALStatus)
+	fmt.Fprintf(out, "  retained WAL:    %s\n", bytesText(info.RetainedBytes))
+	fmt.Fprintf(out, "  unconfirmed WAL: %s (confirmed position %s)\n", bytesText(info.UnconfirmedBytes), info.ConfirmedLSN)
+	if info.SafeWALSize >= 0 {
+		fmt.Fprintf(out, "  safe WAL size:   %s before max_slot_wal_keep_size invalidates it\n", bytesText(info.SafeWALSize))
+	} else {
+		fmt.Fprintln(out, "  max_slot_wal_keep_size is not set: the slot keeps WAL without bound while no relay reads it")
+	}
+	if st.Rows[outbox.StatusPending]+st.Rows[outbox.StatusFailed] > 0 {
+		fmt.Fprintf(out, "  lag:             %s (the oldest pending or failed row)\n", st.OldestUnsettled.Round(time.Millisecond))
+	} else {
+		fmt.Fprintln(out, "  lag:             none (no pending or failed row)")
+	}
 }

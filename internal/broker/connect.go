@@ -33,6 +33,12 @@ type ConnectConfig struct {
 	// Denials, when set, records the publish permission violations the
 	// server reports on the connection.
 	Denials *Denials
+	// NoReconnectBuffer makes publishes fail at once while the connection
+	// is down, instead of waiting in nats.go's reconnect buffer (8 MB) to be
+	// sent after the reconnect. A source that publishes in order needs it:
+	// a message buffered during a reconnect would be stored before an
+	// earlier one lost with the connection and published again later.
+	NoReconnectBuffer bool
 }
 
 // Connect opens a connection that reconnects forever (every 250 ms to
@@ -67,6 +73,9 @@ func Connect(ctx context.Context, cfg ConnectConfig, logger *slog.Logger) (*nats
 				logger.Warn("NATS connection closed", slog.Any("error", err))
 			}
 		}),
+	}
+	if cfg.NoReconnectBuffer {
+		opts = append(opts, nats.ReconnectBufSize(-1)) // nats.go: "It can be disabled by setting it to -1"
 	}
 	switch {
 	case cfg.CredsFile != "":

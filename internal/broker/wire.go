@@ -86,6 +86,8 @@ func connectConfig(cfg *config.Config) ConnectConfig {
 		CredsFile: n.CredsFile, NkeySeedFile: n.NkeySeedFile,
 		User: n.User, Password: n.Password, Token: n.Token,
 		CAFile: n.TLS.CAFile, CertFile: n.TLS.CertFile, KeyFile: n.TLS.KeyFile,
+		// postgres-wal publishes in commit order (see ConnectConfig).
+		NoReconnectBuffer: cfg.Source == config.SourcePostgresWAL,
 	}
 }
 

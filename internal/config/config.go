@@ -32,6 +32,9 @@ const (
 	ReconcileTimeoutDefault     = 30 * time.Second
 	SourceDefault               = SourceTable
 	ForwarderTopicDefault       = "forwarder_topic"
+	WALSlotDefault              = "outbox_bridge"
+	WALPublicationDefault       = "outbox_bridge"
+	WALSweepIntervalDefault     = time.Minute
 	HTTPListenDefault           = ":8080"
 	LogLevelDefault             = "info"
 	LogFormatDefault            = LogFormatAuto
@@ -58,6 +61,7 @@ const (
 
 	SourceTable              = "table"               // source: the bridge table
 	SourceWatermillForwarder = "watermill-forwarder" // source: watermill-sql forwarder tables
+	SourcePostgresWAL        = "postgres-wal"        // source: the bridge table, read from PostgreSQL's write-ahead log
 
 	GuardRefuse = "refuse" // dedup.guard: refuse to start when the duplicate window is too short
 	GuardWarn   = "warn"   // dedup.guard: log a warning and start
@@ -95,12 +99,17 @@ type Config struct {
 	// Defaults to the Dedup defaults.
 	Dedup Dedup `koanf:"dedup"`
 
-	// Source is the outbox layout read: "table" (the bridge table) or
-	// "watermill-forwarder" (watermill-sql forwarder tables). Defaults to table.
+	// Source is what the relay reads: "table" (the bridge table, claimed row by row),
+	// "postgres-wal" (the bridge table on PostgreSQL, read from the write-ahead log through
+	// logical replication) or "watermill-forwarder" (watermill-sql forwarder tables).
+	// Defaults to table.
 	Source string `koanf:"source"`
 
 	// Watermill configures the watermill-forwarder source. Defaults to the Watermill defaults.
 	Watermill Watermill `koanf:"watermill"`
+
+	// WAL configures the postgres-wal source. Defaults to the WAL defaults.
+	WAL WAL `koanf:"wal"`
 
 	// HTTP is the health and metrics server. Defaults to :8080.
 	HTTP HTTP `koanf:"http"`
@@ -290,6 +299,36 @@ type Watermill struct {
 	MsgIDMetadata string `koanf:"msg_id_metadata"`
 }
 
+// WAL configures the postgres-wal source: a publication of the outbox table's inserts and a
+// logical replication slot (pgoutput), created by `bridge migrate`.
+type WAL struct {
+	// ReplicationURL is the postgres:// URL of the replication connection, for when
+	// database.url points at a transaction pooler (PgBouncer), which cannot carry one;
+	// empty means database.url. A secret (it may hold a password). Defaults to empty.
+	ReplicationURL string `koanf:"replication_url"`
+
+	// Slot is the logical replication slot: lowercase letters, digits and _, at most 63
+	// bytes, unique in the server (one per outbox table). Defaults to outbox_bridge.
+	Slot string `koanf:"slot"`
+
+	// Publication is the publication of the outbox table's inserts: lowercase letters,
+	// digits and _, at most 63 bytes. Defaults to outbox_bridge.
+	Publication string `koanf:"publication"`
+
+	// SweepInterval is how often the relay looks for pending rows that the slot will not
+	// deliver (written before the slot existed, put back by `bridge retry`, left by a lost
+	// slot) and publishes them. Defaults to 1m.
+	SweepInterval time.Duration `koanf:"sweep_interval"`
+}
+
+// ReplicationURLOrDefault returns ReplicationURL, or DatabaseURL when it is empty.
+func (c *Config) ReplicationURLOrDefault() string {
+	if c.WAL.ReplicationURL != "" {
+		return c.WAL.ReplicationURL
+	}
+	return c.DatabaseURL()
+}
+
 // HTTP is the health and metrics server.
 type HTTP struct {
 	// Listen is the address host:port of /healthz, /readyz and /metrics; the host may be
@@ -338,6 +377,7 @@ func Default() Config {
 		},
 		Source:          SourceDefault,
 		Watermill:       Watermill{ForwarderTopic: ForwarderTopicDefault},
+		WAL:             WAL{Slot: WALSlotDefault, Publication: WALPublicationDefault, SweepInterval: WALSweepIntervalDefault},
 		HTTP:            HTTP{Listen: HTTPListenDefault},
 		Log:             Log{Level: LogLevelDefault, Format: LogFormatDefault},
 		ShutdownTimeout: ShutdownTimeoutDefault,

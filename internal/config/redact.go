@@ -14,13 +14,14 @@ const redacted = "REDACTED"
 var passwordParamRE = regexp.MustCompile(`(?i)((?:^|[?&;\s])[a-z_]*password\s*=\s*)('(?:[^'\\]|\\.)*'|[^&;\s]*)`)
 
 // Redacted returns a copy of c with secrets replaced by "REDACTED": the password in the
-// userinfo and in password= parameters of database.url, nats.password, nats.token and the
+// userinfo and in password= parameters of database.url and wal.replication_url, nats.password, nats.token and the
 // userinfo password of every nats.url (a user alone there is a token to nats.go, so it is
 // replaced too). File paths are not secrets and stay.
 func (c *Config) Redacted() Config {
 	out := *c
 	out.Streams = slices.Clone(c.Streams)
 	out.Database.URL = redactURL(c.Database.URL, false)
+	out.WAL.ReplicationURL = redactURL(c.WAL.ReplicationURL, false)
 	out.NATS.URL = redactURL(c.NATS.URL, true)
 	if out.NATS.Password != "" {
 		out.NATS.Password = redacted

@@ -446,7 +446,10 @@ func (c *Config) validateDedup() error {
 }
 
 func (c *Config) validateSource() error {
-	if err := oneOf("source", c.Source, SourceTable, SourceWatermillForwarder); err != nil {
+	if err := oneOf("source", c.Source, SourceTable, SourcePostgresWAL, SourceWatermillForwarder); err != nil {
+		return err
+	}
+	if err := c.validateWAL(); err != nil {
 		return err
 	}
 	if !topicRE.MatchString(c.Watermill.ForwarderTopic) {
@@ -463,6 +466,45 @@ func (c *Config) validateSource() error {
 			Value:   c.DatabaseURL(),
 			Allowed: "must be a postgres://… or mysql://… URL with source: watermill-forwarder (watermill-sql has no SQLite schema)",
 		}
+	}
+	return nil
+}
+
+// walNameRE is what a replication slot name may be (PostgreSQL's
+// ReplicationSlotValidateName: lowercase letters, digits and underscores,
+// at most NAMEDATALEN-1 bytes); publication names follow the same rule so
+// that they need no quoting.
+var walNameRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+func (c *Config) validateWAL() error {
+	w := &c.WAL
+	for _, n := range []struct{ key, value string }{{"wal.slot", w.Slot}, {"wal.publication", w.Publication}} {
+		if !walNameRE.MatchString(n.value) {
+			return &Error{Key: n.key, Value: n.value, Allowed: "must be 1 to 63 lowercase letters, digits or _ (a PostgreSQL replication slot or publication name)"}
+		}
+	}
+	if err := positive("wal.sweep_interval", w.SweepInterval); err != nil {
+		return err
+	}
+	if u := w.ReplicationURL; u != "" {
+		if !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
+			return &Error{Key: "wal.replication_url", Value: redactURL(u, false), Allowed: "must be a postgres:// or postgresql:// URL, or empty for database.url"}
+		}
+		if _, err := url.Parse(u); err != nil {
+			var uerr *url.Error
+			if errors.As(err, &uerr) {
+				err = uerr.Err
+			}
+			return &Error{Key: "wal.replication_url", Value: redactURL(u, false),
+				Allowed: fmt.Sprintf("must be a valid URL (%v); percent-encode special characters of the user and password", err)}
+		}
+	}
+	if c.Source != SourcePostgresWAL {
+		return nil
+	}
+	if u := c.DatabaseURL(); !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
+		return &Error{Key: "database.url", Value: redactURL(u, false),
+			Allowed: "must be a postgres:// or postgresql:// URL with source: postgres-wal (it reads PostgreSQL's write-ahead log)"}
 	}
 	return nil
 }

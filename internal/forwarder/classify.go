@@ -28,8 +28,9 @@ var permanentCodes = map[jetstream.ErrorCode]bool{
 // Classify says what a failed publish means for its row.
 //
 // Unavailable: the connection to NATS was not up (nats.ErrDisconnected,
-// ErrConnectionReconnecting, ErrConnectionDraining, ErrNoServers); the
-// outcome is unknown, the row is retried as soon as the relay is
+// ErrConnectionReconnecting, ErrConnectionDraining, ErrNoServers, and
+// ErrReconnectBufExceeded: a publish while reconnecting without a reconnect
+// buffer, see broker.ConnectConfig); the outcome is unknown, the row is retried as soon as the relay is
 // connected, and the attempt is not counted. A connection closed for good
 // (nats.ErrConnectionClosed) is Retryable instead: the server closes a
 // connection for what a publish sent (a publish line over its
@@ -69,7 +70,8 @@ func Classify(err error) outbox.FailureClass {
 	if errors.As(err, &apiErr) && permanentCodes[apiErr.ErrorCode] {
 		return outbox.Permanent
 	}
-	for _, unavailable := range []error{nats.ErrDisconnected, nats.ErrConnectionReconnecting, nats.ErrConnectionDraining, nats.ErrNoServers} {
+	for _, unavailable := range []error{nats.ErrDisconnected, nats.ErrConnectionReconnecting, nats.ErrConnectionDraining, nats.ErrNoServers,
+		nats.ErrReconnectBufExceeded} {
 		if errors.Is(err, unavailable) {
 			return outbox.Unavailable
 		}

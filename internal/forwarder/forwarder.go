@@ -79,8 +79,12 @@ func NewPublisherMarshaler() sink.Marshaler { return rowMarshaler{} }
 
 // New builds the router: one handler from sub (topic = table name) to pub,
 // with middlewares, outermost first: error classification, then panic
-// recovery.
-func New(sub *outbox.Subscriber, table string, pub *sink.Publisher, logger *slog.Logger, cfg Config) (*Forwarder, error) {
+// recovery. sub is a source of the bridge table: it emits messages built
+// by outbox.NewMessage and settles their rows from their Ack or Nack and
+// the results recorded on them (outbox.Published, outbox.FailureOf), as
+// outbox.Subscriber (source: table) and walsource.Subscriber (source:
+// postgres-wal) do.
+func New(sub message.Subscriber, table string, pub *sink.Publisher, logger *slog.Logger, cfg Config) (*Forwarder, error) {
 	if cfg.CloseTimeout == 0 {
 		cfg.CloseTimeout = CloseTimeoutDefault
 	}

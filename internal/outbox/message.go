@@ -48,9 +48,15 @@ const (
 	Held FailureClass = "held"
 )
 
-// newMessage turns a claimed row into a Watermill message. The message UUID
-// is the row's Nats-Msg-Id.
-func newMessage(row Row, headers map[string][]string, namespace string) (*message.Message, error) {
+// NewMessage turns a row into the Watermill message a source emits for it
+// (DESIGN.md, "NATS message produced from a row"): the UUID and the
+// Nats-Msg-Id header are dedup.MsgID(namespace, row.IdempotencyKey); the
+// Outbox-* headers come from the row (Outbox-Attempt is row.Attempt); the
+// subject and headers, already validated by the caller (CheckSubject,
+// ParseHeaders), travel in metadata for the forwarder and its marshaler.
+// Every source of the bridge table builds its messages here, so that the
+// same row gives the same message whichever source reads it.
+func NewMessage(row Row, headers map[string][]string, namespace string) (*message.Message, error) {
 	msgID := dedup.MsgID(namespace, row.IdempotencyKey)
 	msg := message.NewMessage(msgID, row.Payload)
 	msg.Metadata = make(message.Metadata, 8) // the entries below, without growing
@@ -107,12 +113,18 @@ func SetFailed(msg *message.Message, err error, class FailureClass) {
 	msg.Metadata.Set(metaClass, string(class))
 }
 
-func published(msg *message.Message) (stream string, seq uint64, duplicate bool) {
+// Published returns the PubAck recorded on an acked message by
+// SetPublished: the stream, its sequence (the original's for a duplicate)
+// and whether JetStream reported a duplicate.
+func Published(msg *message.Message) (stream string, seq uint64, duplicate bool) {
 	seq, _ = strconv.ParseUint(msg.Metadata.Get(metaSeq), 10, 64)
 	return msg.Metadata.Get(metaStream), seq, msg.Metadata.Get(metaDuplicate) == "true"
 }
 
-func failed(msg *message.Message) (reason string, class FailureClass) {
+// FailureOf returns why a nacked message failed and its class, as recorded
+// by SetFailed; a nack without them is a Retryable failure with a reason
+// that says so.
+func FailureOf(msg *message.Message) (reason string, class FailureClass) {
 	reason = msg.Metadata.Get(metaError)
 	if reason == "" {
 		reason = "handler nacked the message without a reason"
@@ -130,9 +142,11 @@ var ErrPublishDeadline = errors.New("not published: the message is older than th
 
 type publishDeadlineKey struct{}
 
-// withPublishDeadline records in ctx the last moment the row's message may
-// be handed to the NATS client.
-func withPublishDeadline(ctx context.Context, deadline time.Time) context.Context {
+// WithPublishDeadline records in ctx the last moment the row's message may
+// be handed to the NATS client (see CheckPublishDeadline): a source sets it
+// to the moment it emits the message plus relay.ack_deadline, when it
+// stops waiting for the outcome.
+func WithPublishDeadline(ctx context.Context, deadline time.Time) context.Context {
 	return context.WithValue(ctx, publishDeadlineKey{}, deadline)
 }
 

@@ -366,7 +366,7 @@ func (s *Subscriber) emit(row Row, claimed claimWindow, out chan<- *message.Mess
 	}
 	var msg *message.Message
 	if err == nil {
-		msg, err = newMessage(row, headers, s.cfg.Namespace)
+		msg, err = NewMessage(row, headers, s.cfg.Namespace)
 	}
 	if err != nil {
 		s.outstanding.Add(1)
@@ -377,7 +377,7 @@ func (s *Subscriber) emit(row Row, claimed claimWindow, out chan<- *message.Mess
 	// outcome: ack_deadline after it is emitted. Not from the claim: a
 	// reconcile scan between claim and emit can outlast ack_deadline, and
 	// its rows would then never be sent.
-	msg.SetContext(withPublishDeadline(s.traceClaim(row, headers, claimed), time.Now().Add(s.cfg.AckDeadline)))
+	msg.SetContext(WithPublishDeadline(s.traceClaim(row, headers, claimed), time.Now().Add(s.cfg.AckDeadline)))
 	if s.isClosing() { // select below picks at random when both are ready
 		return nil, false
 	}
@@ -452,10 +452,10 @@ func (s *Subscriber) settle(w *watched) bool {
 	select {
 	case <-w.msg.Acked():
 		st.done = true
-		st.stream, st.seq, st.duplicate = published(w.msg)
+		st.stream, st.seq, st.duplicate = Published(w.msg)
 	case <-w.msg.Nacked():
 		var class FailureClass
-		st.err, class = failed(w.msg)
+		st.err, class = FailureOf(w.msg)
 		st.permanent, st.refund, st.held = class == Permanent, class == Unavailable, class == Held
 	default:
 		return false

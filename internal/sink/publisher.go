@@ -217,7 +217,16 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 // nats.ErrConnectionClosed, *jetstream.APIError from the server, ctx's
 // error, or ErrClosed. A timeout or a disconnect leaves the outcome
 // unknown: the message may have been stored.
+//
+// When ctx carries a Turn (WithTurn), the message is handed to the client
+// only after the previous turn's message was, and its own turn passes as
+// soon as it was handed over (or the publish gave up before).
 func (p *Publisher) PublishMsg(ctx context.Context, subject string, msg *message.Message) (*jetstream.PubAck, error) {
+	turn := turnFrom(ctx)
+	if turn != nil {
+		defer turn.Pass()
+		turn.wait(ctx)
+	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
@@ -226,6 +235,9 @@ func (p *Publisher) PublishMsg(ctx context.Context, subject string, msg *message
 
 	began := time.Now()
 	future, err := p.publishAsync(subject, msg)
+	if turn != nil {
+		turn.Pass() // handed to the client: the next one may follow
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,122 @@
+package walsource
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Defaults of Config.
+const (
+	MaxInFlightDefault     = 2000
+	AckDeadlineDefault     = 20 * time.Second
+	MaxAttemptsDefault     = 20
+	BackoffInitialDefault  = time.Second
+	BackoffMaxDefault      = 5 * time.Minute
+	DrainTimeoutDefault    = 20 * time.Second
+	SweepIntervalDefault   = time.Minute
+	SweepBatchDefault      = 500
+	InflightTimeoutDefault = 30 * time.Second
+	// StatusIntervalDefault is the longest the relay goes without telling
+	// the server its confirmed position (a standby status update); it tells
+	// it sooner, within statusMinInterval, whenever the position moved.
+	// PostgreSQL ends a replication connection that says nothing for
+	// wal_sender_timeout (60 s by default).
+	StatusIntervalDefault = 10 * time.Second
+)
+
+// statusMinInterval spaces the status updates that report a new confirmed
+// position.
+const statusMinInterval = 100 * time.Millisecond
+
+// Config configures a Subscriber.
+type Config struct {
+	// Names are the table, its publication and the slot. Required.
+	Names
+	// ReplicationURL is the postgres:// URL of the replication connection
+	// (replication=database is added). Required.
+	ReplicationURL string
+	// MaxInFlight bounds the rows read from the slot and not yet settled
+	// (published and marked, or dead-lettered); reading pauses at the
+	// bound. Defaults to 2000 rows.
+	MaxInFlight int
+	// AckDeadline is how long an emitted message may stay neither acked
+	// nor nacked; then its outcome is unknown and it is published again
+	// (in order). Defaults to 20s.
+	AckDeadline time.Duration
+	// MaxAttempts is the number of failed attempts after which a row
+	// becomes a dead letter. Defaults to 20.
+	MaxAttempts int
+	// BackoffInitial and BackoffMax bound the wait (exponential, with
+	// jitter) after a retryable failure before the rows from the failed
+	// one on are published again. Default to 1s and 5m.
+	BackoffInitial, BackoffMax time.Duration
+	// DeleteOnRelay deletes a row after its PubAck instead of marking it
+	// done. Defaults to false.
+	DeleteOnRelay bool
+	// Namespace prefixes every Nats-Msg-Id (see dedup.MsgID). Defaults to "".
+	Namespace string
+	// DrainTimeout bounds how long Close waits for emitted messages'
+	// outcomes. Defaults to 20s.
+	DrainTimeout time.Duration
+	// SweepInterval is how often pending rows that the slot will not
+	// deliver are looked for and published. Defaults to 1m.
+	SweepInterval time.Duration
+	// SweepBatch is the most rows one sweep query reads. Defaults to 500.
+	SweepBatch int
+	// InflightTimeout: rows left in_flight longer than this by relays of
+	// source: table are put back to pending by the sweep. Defaults to 30s.
+	InflightTimeout time.Duration
+	// StatusInterval is the longest wait between two standby status
+	// updates. Defaults to 10s.
+	StatusInterval time.Duration
+	// Connected reports whether the NATS connection is up; while it is
+	// down, rows whose publish failed wait for it instead of a backoff.
+	// Defaults to nil: always up.
+	Connected func() bool
+}
+
+func (c *Config) setDefaults() {
+	setDefault(&c.MaxInFlight, MaxInFlightDefault)
+	setDefault(&c.AckDeadline, AckDeadlineDefault)
+	setDefault(&c.MaxAttempts, MaxAttemptsDefault)
+	setDefault(&c.BackoffInitial, BackoffInitialDefault)
+	setDefault(&c.BackoffMax, BackoffMaxDefault)
+	setDefault(&c.DrainTimeout, DrainTimeoutDefault)
+	setDefault(&c.SweepInterval, SweepIntervalDefault)
+	setDefault(&c.SweepBatch, SweepBatchDefault)
+	setDefault(&c.InflightTimeout, InflightTimeoutDefault)
+	setDefault(&c.StatusInterval, StatusIntervalDefault)
+	if c.Connected == nil {
+		c.Connected = func() bool { return true }
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Table == "":
+		return errors.New("invalid config: Table: must not be empty")
+	case c.Slot == "":
+		return errors.New("invalid config: Slot: must not be empty")
+	case c.Publication == "":
+		return errors.New("invalid config: Publication: must not be empty")
+	case c.ReplicationURL == "":
+		return errors.New("invalid config: ReplicationURL: must not be empty")
+	case c.MaxInFlight < 1:
+		return fmt.Errorf("invalid config: MaxInFlight: %d: must be at least 1", c.MaxInFlight)
+	case c.MaxAttempts < 1:
+		return fmt.Errorf("invalid config: MaxAttempts: %d: must be at least 1", c.MaxAttempts)
+	case c.BackoffInitial > c.BackoffMax:
+		return fmt.Errorf("invalid config: BackoffInitial: %s: must not exceed BackoffMax (%s)", c.BackoffInitial, c.BackoffMax)
+	case c.SweepBatch < 1:
+		return fmt.Errorf("invalid config: SweepBatch: %d: must be at least 1", c.SweepBatch)
+	}
+	return nil
+}
+
+func setDefault[T comparable](field *T, def T) {
+	var zero T
+	if *field == zero {
+		*field = def
+	}
+}

@@ -1,0 +1,517 @@
+package walsource
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pglogrepl"
+
+	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/sink"
+	"github.com/outbox-bridge/bridge/internal/telemetry"
+)
+
+// eventKind is what the reader saw on the replication stream.
+type eventKind int
+
+const (
+	evBegin     eventKind = iota // a transaction starts: lsn = its commit LSN, at = its commit time, xid
+	evRow                        // an inserted outbox row
+	evCommit                     // the transaction ends: lsn = the end of its commit record
+	evPosition                   // a keepalive between transactions: everything before lsn was sent
+	evWatermark                  // a logical decoding message of the sweep: token
+	evRestart                    // a new stream session starts after an interruption
+)
+
+// event is one thing read from the slot, in stream order.
+type event struct {
+	kind  eventKind
+	lsn   pglogrepl.LSN
+	at    time.Time
+	xid   uint32
+	row   decoded
+	token string
+}
+
+// entryState is where a row stands.
+type entryState int
+
+const (
+	queued  entryState = iota // to emit (first time, or again after a failure)
+	emitted                   // handed to the router, outcome awaited
+	acked                     // PubAck in, mark not yet written
+	dead                      // a dead letter, mark not yet written
+	settled                   // marked: done, deleted or permanent_failed
+)
+
+// entry is a row or a position in the window, in stream order.
+type entry struct {
+	marker bool          // a position (commit or keepalive), not a row
+	lsn    pglogrepl.LSN // marker: confirmed once everything before it is settled
+	txTime time.Time     // commit time of the row's transaction; a swept row: its created_at
+	xid    uint32        // the row's transaction; 0 for a swept row
+
+	row       outbox.Row
+	decodeErr error
+	swept     bool // found by the sweep, not read from the slot
+	state     entryState
+	inWindow  bool
+	attempts  int    // publish attempts so far, the row's attempts column included
+	lastErr   string // why the last attempt failed
+
+	msg  *message.Message // the emission whose outcome is awaited
+	turn *sink.Turn
+}
+
+// outcome is what became of one emitted message.
+type outcome struct {
+	e        *entry
+	msg      *message.Message
+	acked    bool
+	expired  bool // neither acked nor nacked within AckDeadline
+	released bool // given up by a drain that timed out
+}
+
+// pipeline owns the window: the rows read from the slot (and found by the
+// sweep) that are not settled yet, in stream order, with the positions
+// between them. It runs in one goroutine; every other goroutine talks to it
+// through channels and queues.
+type pipeline struct {
+	s   *Subscriber
+	win []*entry
+	// head is the first live entry of win; next is where the search for
+	// the next entry to emit starts.
+	head, next int
+	unsettled  int // rows in the window not settled
+
+	halted        bool      // a failure holds the queue
+	retryAt       time.Time // when a halted queue may go on
+	waitConnected bool      // … and only once NATS is connected
+	restarting    bool      // the stream restarts: reset once the outcomes are in
+	closing       bool
+
+	inTx, skipTx bool
+	txTime       time.Time
+	txXid        uint32
+	lastTurn     *sink.Turn
+	// adopt holds, across a stream restart, the rows of the old window by
+	// id: a row read again takes its entry back with its state, so a row
+	// already published is not published again.
+	adopt map[int64]*entry
+
+	watermark *sweepRequest // a sweep waiting for its watermark
+	appending *sweepRequest // swept rows waiting for room in the window
+}
+
+// run handles events, outcomes, marks and sweeps until the subscriber
+// closes and every emitted message has its outcome.
+func (p *pipeline) run(out chan<- *message.Message) {
+	s := p.s
+	drain := (<-chan time.Time)(nil)
+	var retry *time.Timer
+	for {
+		p.settle()
+		p.popSettled()
+		if p.restarting && s.emitted.Load() == 0 {
+			p.reset()
+		}
+		p.resume()
+		if p.appending != nil && p.unsettled < s.cfg.MaxInFlight {
+			p.appendSwept(*p.appending)
+			p.appending = nil
+		}
+		p.emit(out)
+		if p.closing && s.emitted.Load() == 0 {
+			return
+		}
+
+		var events <-chan event
+		if !p.closing && !p.restarting && p.unsettled < s.cfg.MaxInFlight {
+			events = s.events
+		}
+		var sweeps <-chan sweepRequest
+		if !p.closing && p.appending == nil {
+			sweeps = s.sweeps
+		}
+		var wake <-chan time.Time
+		if p.halted && s.emitted.Load() == 0 {
+			d := time.Until(p.retryAt)
+			if p.waitConnected {
+				d = max(d, 100*time.Millisecond)
+			}
+			if retry == nil {
+				retry = time.NewTimer(max(d, 0))
+			} else {
+				retry.Reset(max(d, 0))
+			}
+			wake = retry.C
+		}
+		closing := s.closing
+		if p.closing {
+			closing = nil
+		}
+		select {
+		case ev := <-events:
+			p.handle(ev)
+		case o := <-s.outcomes:
+			p.outcome(o)
+		case <-s.settled.ready:
+		case r := <-sweeps:
+			p.sweep(r)
+		case <-wake:
+		case <-closing:
+			p.closing = true
+			drain = time.After(s.cfg.DrainTimeout)
+		case <-drain:
+			drain = nil
+			s.logger.Warn("drain timeout: giving up on the outcome of messages in flight; they are published again after a restart",
+				slog.Int64("messages", s.emitted.Load()), slog.Duration("drain_timeout", s.cfg.DrainTimeout))
+			close(s.drainExpired)
+		}
+	}
+}
+
+// handle takes one event from the reader.
+func (p *pipeline) handle(ev event) {
+	s := p.s
+	switch ev.kind {
+	case evBegin:
+		p.inTx, p.txTime, p.txXid = true, ev.at, ev.xid
+		// A transaction whose commit precedes the confirmed position was
+		// settled before an interruption: the server sends it again when
+		// it did not get the last status update.
+		p.skipTx = uint64(ev.lsn) < s.confirmed.Load()
+	case evRow:
+		if p.skipTx {
+			return
+		}
+		s.Counters.Read.Add(1)
+		if e, ok := p.adopt[ev.row.row.ID]; ok {
+			delete(p.adopt, ev.row.row.ID)
+			e.txTime, e.xid = p.txTime, p.txXid
+			p.push(e)
+			return
+		}
+		p.push(&entry{row: ev.row.row, decodeErr: ev.row.err, txTime: p.txTime, xid: p.txXid, attempts: ev.row.row.Attempt})
+	case evCommit:
+		p.inTx = false
+		if p.skipTx {
+			p.skipTx = false
+			return
+		}
+		p.mark(ev.lsn, p.txTime)
+	case evPosition:
+		if !p.inTx {
+			p.mark(ev.lsn, time.Time{})
+		}
+	case evWatermark:
+		if p.watermark != nil && p.watermark.token == ev.token {
+			p.watermark.ids <- p.ids()
+			p.watermark = nil
+		}
+	case evRestart:
+		s.Counters.Restarts.Add(1)
+		p.restarting = true
+		p.restart()
+	}
+}
+
+// push appends a row entry to the window.
+func (p *pipeline) push(e *entry) {
+	e.inWindow = true
+	if e.state != settled {
+		p.unsettled++
+	}
+	if e.state == emitted { // cannot happen: a restart waits for every outcome
+		e.state = queued
+	}
+	p.win = append(p.win, e)
+}
+
+// mark appends a position: confirmed once every row before it is settled.
+// Consecutive positions collapse into the last.
+func (p *pipeline) mark(lsn pglogrepl.LSN, at time.Time) {
+	if p.head == len(p.win) {
+		if uint64(lsn) > p.s.confirmed.Load() {
+			p.s.confirmed.Store(uint64(lsn))
+		}
+		return
+	}
+	if last := p.win[len(p.win)-1]; last.marker {
+		last.lsn = max(last.lsn, lsn)
+		return
+	}
+	p.win = append(p.win, &entry{marker: true, lsn: lsn, txTime: at})
+}
+
+// popSettled drops the settled entries at the head of the window and
+// confirms the positions among them.
+func (p *pipeline) popSettled() {
+	s := p.s
+	for p.head < len(p.win) {
+		e := p.win[p.head]
+		if !e.marker && e.state != settled {
+			break
+		}
+		if e.marker && uint64(e.lsn) > s.confirmed.Load() {
+			s.confirmed.Store(uint64(e.lsn))
+		}
+		e.inWindow = false
+		p.win[p.head] = nil
+		p.head++
+	}
+	if p.next < p.head {
+		p.next = p.head
+	}
+	if p.head > 1024 && p.head*2 > len(p.win) {
+		n := copy(p.win, p.win[p.head:])
+		clear(p.win[n:])
+		p.win = p.win[:n]
+		p.next -= p.head
+		p.head = 0
+	}
+	if p.head < len(p.win) {
+		s.oldestTx.Store(p.win[p.head].txTime.UnixNano())
+	} else {
+		s.oldestTx.Store(0)
+	}
+}
+
+// settle takes the marks the marker wrote.
+func (p *pipeline) settle() {
+	for _, e := range p.s.settled.take() {
+		if e.state == settled {
+			continue
+		}
+		e.state = settled
+		if e.inWindow {
+			p.unsettled--
+		}
+	}
+}
+
+// emit hands the queued rows to the router, in window order, while the
+// queue is not held and fewer than MaxInFlight messages await an outcome.
+func (p *pipeline) emit(out chan<- *message.Message) {
+	s := p.s
+	var batch []watched
+	defer func() {
+		if len(batch) > 0 {
+			go s.watch(batch)
+		}
+	}()
+	for !p.halted && !p.restarting && !p.closing && p.next < len(p.win) && s.emitted.Load() < int64(s.cfg.MaxInFlight) {
+		e := p.win[p.next]
+		if e.marker || e.state != queued {
+			p.next++
+			continue
+		}
+		msg, ok := p.message(e)
+		if !ok {
+			p.next++
+			continue // a dead letter
+		}
+		select {
+		case out <- msg:
+		case <-s.closing:
+			e.turn.Pass()
+			e.attempts--
+			e.msg, e.turn = nil, nil
+			p.closing = true
+			return
+		}
+		e.state = emitted
+		s.emitted.Add(1)
+		batch = append(batch, watched{e: e, msg: msg, turn: e.turn, emitted: time.Now()})
+		p.next++
+	}
+}
+
+// message builds the message of e's next attempt, or makes e a dead
+// letter (and returns false) when it can never be published.
+func (p *pipeline) message(e *entry) (*message.Message, bool) {
+	s := p.s
+	err := e.decodeErr
+	var headers map[string][]string
+	if err == nil {
+		headers, err = outbox.ParseHeaders(e.row.Headers)
+	}
+	if err == nil {
+		err = outbox.CheckSubject(e.row.Subject)
+	}
+	row := e.row
+	row.Attempt = e.attempts + 1
+	var msg *message.Message
+	if err == nil {
+		msg, err = outbox.NewMessage(row, headers, s.cfg.Namespace)
+	}
+	if err != nil {
+		p.dead(e, err.Error())
+		return nil, false
+	}
+	e.attempts++
+	e.turn = sink.NewTurn(p.lastTurn)
+	p.lastTurn = e.turn
+	e.msg = msg
+	ctx := sink.WithTurn(telemetry.Parent(s.hardCtx, headers), e.turn)
+	msg.SetContext(outbox.WithPublishDeadline(ctx, time.Now().Add(s.cfg.AckDeadline)))
+	return msg, true
+}
+
+// outcome records what became of an emitted message.
+func (p *pipeline) outcome(o outcome) {
+	s := p.s
+	e := o.e
+	if e.msg != o.msg || e.state != emitted {
+		return // cannot happen: one emission at a time per row
+	}
+	s.emitted.Add(-1)
+	e.msg = nil
+	switch {
+	case o.acked:
+		stream, seq, dup := outbox.Published(o.msg)
+		e.state = acked
+		s.marks.push(markItem{e: e, kind: markDone, id: e.row.ID, xid: e.xid, attempts: e.attempts, stream: stream, seq: seq, duplicate: dup})
+	case o.released:
+		e.state, e.attempts = queued, e.attempts-1
+	case o.expired:
+		p.failed(e, fmt.Sprintf("no ack or nack within ack deadline %s; publish outcome unknown", s.cfg.AckDeadline), outbox.Retryable)
+	default:
+		reason, class := outbox.FailureOf(o.msg)
+		p.failed(e, reason, class)
+	}
+}
+
+// failed handles a failed attempt of e.
+func (p *pipeline) failed(e *entry, reason string, class outbox.FailureClass) {
+	s := p.s
+	e.lastErr = reason
+	switch {
+	case class == outbox.Permanent:
+		p.dead(e, reason)
+	case class == outbox.Unavailable:
+		s.Counters.Unavailable.Add(1)
+		e.state, e.attempts = queued, e.attempts-1
+		p.hold(e, 0, true, class)
+	case e.attempts >= s.cfg.MaxAttempts:
+		p.dead(e, fmt.Sprintf("gave up after %d attempts (relay.max_attempts); last error: %s", e.attempts, reason))
+	default:
+		s.Counters.Failed.Add(1)
+		e.state = queued
+		wait := s.backoff(e.attempts)
+		p.hold(e, wait, false, class)
+		s.marks.push(markItem{e: e, kind: markFailed, id: e.row.ID, attempts: e.attempts, reason: reason, backoff: wait})
+	}
+}
+
+// hold stops emission until every message in flight has its outcome, wait
+// has passed and, with connected, NATS is connected; then the rows from
+// the first one without a PubAck on are emitted again, in order.
+func (p *pipeline) hold(e *entry, wait time.Duration, connected bool, class outbox.FailureClass) {
+	until := time.Now().Add(wait)
+	if !p.halted {
+		p.retryAt = until
+		p.s.logger.Warn("publish failed; holding the rows after it until it is published (commit order)",
+			slog.Int64("row_id", e.row.ID), slog.Int("attempt", e.attempts),
+			slog.String("class", string(class)), slog.String("error", e.lastErr), slog.Duration("retry_in", wait))
+	} else if until.After(p.retryAt) {
+		p.retryAt = until
+	}
+	p.halted = true
+	p.waitConnected = p.waitConnected || connected
+}
+
+// resume lets a held queue go on once its conditions are met.
+func (p *pipeline) resume() {
+	s := p.s
+	if !p.halted || s.emitted.Load() > 0 || time.Now().Before(p.retryAt) {
+		return
+	}
+	if p.waitConnected && !s.cfg.Connected() {
+		return
+	}
+	p.halted, p.waitConnected = false, false
+	p.next = p.head
+}
+
+// dead makes e a dead letter.
+func (p *pipeline) dead(e *entry, reason string) {
+	e.state = dead
+	p.s.logger.Warn("row is a dead letter", slog.Int64("row_id", e.row.ID), slog.Int("attempt", e.attempts), slog.String("error", reason))
+	p.s.marks.push(markItem{e: e, kind: markDead, id: e.row.ID, xid: e.xid, attempts: e.attempts, reason: reason})
+}
+
+// restart begins a stream restart; it completes (reset) once every emitted
+// message has its outcome.
+func (p *pipeline) restart() {
+	if p.s.emitted.Load() > 0 {
+		return
+	}
+	p.reset()
+}
+
+// reset empties the window for a new stream session: the server sends
+// again every transaction after its confirmed position. Rows of the old
+// window wait in adopt, so that a row read again keeps what happened to
+// it (published, dead, attempts); swept rows, which the stream does not
+// send, stay in the window.
+func (p *pipeline) reset() {
+	adopt := make(map[int64]*entry, len(p.win)-p.head)
+	var keep []*entry
+	p.unsettled = 0
+	for _, e := range p.win[p.head:] {
+		e.inWindow = false
+		switch {
+		case e.marker:
+		case e.swept:
+			keep = append(keep, e)
+		default:
+			adopt[e.row.ID] = e
+		}
+	}
+	p.adopt = adopt
+	p.win, p.head, p.next = nil, 0, 0
+	for _, e := range keep {
+		p.push(e)
+	}
+	p.inTx, p.skipTx = false, false
+	p.restarting = false
+}
+
+// ids returns the ids of every row the pipeline holds (the window and the
+// rows waiting to be read again).
+func (p *pipeline) ids() map[int64]bool {
+	ids := make(map[int64]bool, len(p.win)-p.head+len(p.adopt))
+	for _, e := range p.win[p.head:] {
+		if !e.marker {
+			ids[e.row.ID] = true
+		}
+	}
+	for id := range p.adopt {
+		ids[id] = true
+	}
+	return ids
+}
+
+// sweep takes a request of the sweeper: wait for a watermark, or append
+// swept rows.
+func (p *pipeline) sweep(r sweepRequest) {
+	if r.token != "" {
+		p.watermark = &r
+		return
+	}
+	if p.unsettled >= p.s.cfg.MaxInFlight {
+		p.appending = &r
+		return
+	}
+	p.appendSwept(r)
+}
+
+func (p *pipeline) appendSwept(r sweepRequest) {
+	for _, row := range r.rows {
+		p.push(&entry{row: row, swept: true, txTime: row.CreatedAt, attempts: row.Attempt})
+	}
+	close(r.appended)
+}

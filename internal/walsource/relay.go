@@ -1,0 +1,84 @@
+package walsource
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/outbox-bridge/bridge/internal/broker"
+	"github.com/outbox-bridge/bridge/internal/config"
+	"github.com/outbox-bridge/bridge/internal/daemon"
+	"github.com/outbox-bridge/bridge/internal/dedup"
+	"github.com/outbox-bridge/bridge/internal/forwarder"
+	"github.com/outbox-bridge/bridge/internal/health"
+	"github.com/outbox-bridge/bridge/internal/outbox"
+)
+
+// Relay is the daemon of `bridge run` with source: postgres-wal.
+type Relay struct {
+	Forwarder  *forwarder.Forwarder
+	Subscriber *Subscriber
+	Guard      *dedup.Guard
+	Keeper     *broker.Keeper
+	Health     *health.Server
+	Probes     *health.Probes
+	Store      *outbox.Store
+	Conn       *nats.Conn
+	Streams    broker.Streams
+	Config     *config.Config
+	Logger     *slog.Logger
+}
+
+// Run relays until ctx ends, then drains: reading stops, publishes in
+// progress finish, marks are written and the slot's position is
+// confirmed. Beside the relay run the duplicate-window guard, the stream
+// keeper and retention. It returns nil after a clean stop; the
+// subscriber's fatal error (the slot is gone) when the source cannot go
+// on; and an error wrapping daemon.ErrConnectionClosed, after the same
+// drain, when the NATS connection was closed for good.
+func (r *Relay) Run(ctx context.Context) error {
+	streams := r.Streams.Names()
+	r.Logger.Info("relay running",
+		slog.String("source", config.SourcePostgresWAL), slog.String("outbox", r.Store.DB().Redacted), slog.String("table", r.Store.Table()),
+		slog.String("slot", r.Config.WAL.Slot), slog.String("publication", r.Config.WAL.Publication),
+		slog.Any("streams", streams), slog.String("http", r.Health.Addr()))
+	daemon.LogStreams(r.Logger, streams)
+	services := []func(context.Context){
+		func(ctx context.Context) { r.Guard.Run(ctx, dedup.GuardIntervalDefault) },
+		func(ctx context.Context) { r.Keeper.Run(ctx, broker.KeeperIntervalDefault) },
+	}
+	if !r.Config.Relay.DeleteOnRelay {
+		retention := r.Config.Relay.Retention
+		services = append(services, func(ctx context.Context) {
+			outbox.RunRetention(ctx, r.Store, retention, min(max(retention/10, time.Second), time.Minute), r.Logger)
+		})
+	}
+	r.Health.Running(r.Probes)
+	return daemon.Run(ctx, r.Conn, r.Logger, r.relay, services...)
+}
+
+// relay runs the forwarder until ctx ends or the subscriber fails for
+// good.
+func (r *Relay) relay(ctx context.Context) error {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	fatal := make(chan error, 1)
+	go func() {
+		select {
+		case err := <-r.Subscriber.Fatal():
+			fatal <- err
+			stop()
+		case <-ctx.Done():
+		}
+	}()
+	err := r.Forwarder.Run(ctx)
+	select {
+	case ferr := <-fatal:
+		return errors.Join(ferr, err)
+	default:
+		return err
+	}
+}

@@ -1,0 +1,298 @@
+package walsource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// readTimeout bounds one wait for a message from the server, so that the
+// reader sends its status updates and notices a stop.
+const readTimeout = 100 * time.Millisecond
+
+// errStopped ends a session because the subscriber stops.
+var errStopped = errors.New("stopped")
+
+// streamLoop reads the slot until the subscriber stops: one session per
+// replication connection, started again after an interruption (with a
+// backoff up to 5 s; every 5 s while another process holds the slot). An
+// error that a new session cannot cure (the slot or the publication is
+// gone, no privilege) is reported on Fatal and ends the loop.
+func (s *Subscriber) streamLoop() {
+	backoff := 100 * time.Millisecond
+	sessions := 0
+	standbyLogged := false
+	for {
+		started, err := s.session(sessions > 0)
+		if started {
+			sessions++
+			backoff = 100 * time.Millisecond
+		}
+		if errors.Is(err, errStopped) || s.stopping() {
+			return
+		}
+		var pgErr *pgconn.PgError
+		standby := errors.As(err, &pgErr) && pgErr.Code == "55006"
+		s.state.Store(&streamState{standby: standby, err: err})
+		if isFatal(err) {
+			if pgErr != nil && (pgErr.Code == "42704" || pgErr.Code == "55000") {
+				err = fmt.Errorf("%w: %w; %s", ErrNoSlot, err, "create the slot and the publication again with `bridge migrate` (after `bridge slot drop` for an invalidated slot): the relay then publishes the rows still pending (the sweep)")
+			}
+			s.logger.Error("replication stream cannot go on", slog.Any("error", err))
+			s.fail(fmt.Errorf("replication slot %s: %w", s.cfg.Slot, err))
+			return
+		}
+		wait := backoff
+		if standby {
+			wait = 5 * time.Second
+			if !standbyLogged {
+				s.logger.Info("replication slot in use by another process; waiting for it (standby)", slog.String("reason", pgErr.Message))
+			}
+			standbyLogged = true
+		} else {
+			standbyLogged = false
+			s.logger.Warn("replication stream interrupted; starting it again", slog.Any("error", err), slog.Duration("retry_in", wait))
+			backoff = min(backoff*2, 5*time.Second)
+		}
+		select {
+		case <-time.After(wait):
+		case <-s.stopReader:
+			return
+		}
+	}
+}
+
+func (s *Subscriber) stopping() bool {
+	select {
+	case <-s.stopReader:
+		return true
+	default:
+		return false
+	}
+}
+
+// session streams from one replication connection until it fails or the
+// subscriber stops; started says whether replication started. After the
+// first session, the pipeline is told that the server sends again
+// everything after its confirmed position.
+func (s *Subscriber) session(again bool) (started bool, err error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.stopReader:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	conn, err := pgconn.ConnectConfig(ctx, s.repl)
+	if err != nil {
+		return false, fmt.Errorf("replication connection: %w", err)
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		conn.Close(closeCtx)
+	}()
+	start := pglogrepl.LSN(s.confirmed.Load())
+	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: []string{
+		"proto_version '1'",
+		"publication_names '" + s.cfg.Publication + "'",
+		"binary 'true'",   // PostgreSQL 14+: bytea as bytes, not hex text
+		"messages 'true'", // PostgreSQL 14+: the sweep's watermarks
+	}})
+	if err != nil {
+		return false, fmt.Errorf("start replication from slot %s at %s: %w", s.cfg.Slot, start, err)
+	}
+	r := &reader{s: s, conn: conn, relations: map[uint32]*relation{}, types: pgtype.NewMap()}
+	if again {
+		if err := r.push(ctx, event{kind: evRestart}); err != nil {
+			return true, err
+		}
+	}
+	s.state.Store(&streamState{streaming: true})
+	s.logger.Info("streaming from replication slot", slog.String("from", start.String()), slog.String("publication", s.cfg.Publication))
+	err = r.run(ctx)
+	if s.stopping() {
+		r.sendStatus() // the final position, once the pipeline is done
+		return true, errStopped
+	}
+	return true, err
+}
+
+// reader decodes one session's messages into events.
+type reader struct {
+	s         *Subscriber
+	conn      *pgconn.PgConn
+	relations map[uint32]*relation
+	types     *pgtype.Map
+	inTx      bool
+
+	deadline       time.Time
+	lastStatus     time.Time
+	lastSent       uint64
+	replyRequested bool
+}
+
+func (r *reader) run(ctx context.Context) error {
+	for {
+		if err := r.maybeSendStatus(); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return errStopped
+		}
+		if now := time.Now(); r.deadline.Sub(now) < readTimeout/2 {
+			r.deadline = now.Add(readTimeout)
+			if err := r.conn.Conn().SetReadDeadline(r.deadline); err != nil {
+				return err
+			}
+		}
+		raw, err := r.conn.ReceiveMessage(context.Background())
+		if err != nil {
+			if pgconn.Timeout(err) {
+				continue
+			}
+			return fmt.Errorf("receive from replication slot: %w", err)
+		}
+		switch m := raw.(type) {
+		case *pgproto3.CopyData:
+			if err := r.copyData(ctx, m.Data); err != nil {
+				return err
+			}
+		case *pgproto3.ErrorResponse:
+			return pgconn.ErrorResponseToPgError(m)
+		case *pgproto3.CopyDone:
+			return errors.New("the server ended the replication stream")
+		}
+	}
+}
+
+func (r *reader) copyData(ctx context.Context, data []byte) error {
+	if len(data) == 0 {
+		return nil
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		k, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return fmt.Errorf("parse keepalive: %w", err)
+		}
+		r.s.clockOffset.Store(int64(time.Until(k.ServerTime)))
+		r.replyRequested = r.replyRequested || k.ReplyRequested
+		// Between transactions everything before ServerWALEnd was sent.
+		// Inside one (a keepalive can come in the middle of a large
+		// transaction's changes), the transaction's commit may lie before
+		// it while its rest is still to come: not a position to confirm.
+		if !r.inTx {
+			return r.push(ctx, event{kind: evPosition, lsn: k.ServerWALEnd})
+		}
+		return nil
+	case pglogrepl.XLogDataByteID:
+		x, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return fmt.Errorf("parse XLogData: %w", err)
+		}
+		return r.logical(ctx, x.WALData)
+	}
+	return nil
+}
+
+// logical handles one pgoutput message.
+func (r *reader) logical(ctx context.Context, data []byte) error {
+	msg, err := pglogrepl.Parse(data)
+	if err != nil {
+		return fmt.Errorf("parse pgoutput message: %w", err)
+	}
+	s := r.s
+	switch m := msg.(type) {
+	case *pglogrepl.RelationMessage:
+		r.relations[m.RelationID] = newRelation(m)
+	case *pglogrepl.BeginMessage:
+		r.inTx = true
+		return r.push(ctx, event{kind: evBegin, lsn: m.FinalLSN, at: m.CommitTime, xid: m.Xid})
+	case *pglogrepl.CommitMessage:
+		r.inTx = false
+		return r.push(ctx, event{kind: evCommit, lsn: m.TransactionEndLSN})
+	case *pglogrepl.InsertMessage:
+		rel, ok := r.relations[m.RelationID]
+		if !ok {
+			return fmt.Errorf("insert into relation %d before its description", m.RelationID)
+		}
+		if !rel.is(s.table) {
+			return nil // the publication was extended by hand
+		}
+		d, err := rel.decode(r.types, m.Tuple)
+		if err != nil {
+			return fmt.Errorf("read an inserted row of %s: %w", s.cfg.Table, err)
+		}
+		switch d.status {
+		case "pending", "failed", "":
+		default:
+			return nil // inserted settled (done, a dead letter): nothing to relay
+		}
+		return r.push(ctx, event{kind: evRow, row: d})
+	case *pglogrepl.LogicalDecodingMessage:
+		if m.Prefix == s.watermarkPrefix() {
+			return r.push(ctx, event{kind: evWatermark, token: string(m.Content)})
+		}
+	}
+	return nil // updates, deletes and truncates are not published; origins and types do not matter
+}
+
+// maybeSendStatus tells the server the confirmed position when it moved
+// (at most every statusMinInterval), when the server asked, and at least
+// every StatusInterval.
+func (r *reader) maybeSendStatus() error {
+	c := r.s.confirmed.Load()
+	since := time.Since(r.lastStatus)
+	if r.replyRequested || (c != r.lastSent && since >= statusMinInterval) || since >= r.s.cfg.StatusInterval {
+		return r.sendStatus()
+	}
+	return nil
+}
+
+func (r *reader) sendStatus() error {
+	c := r.s.confirmed.Load()
+	lsn := pglogrepl.LSN(c)
+	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), r.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: lsn, WALFlushPosition: lsn, WALApplyPosition: lsn, ClientTime: time.Now(),
+	})
+	if err != nil {
+		return fmt.Errorf("send standby status: %w", err)
+	}
+	r.lastStatus, r.lastSent, r.replyRequested = time.Now(), c, false
+	return nil
+}
+
+// push hands ev to the pipeline. While the pipeline does not take it (its
+// window is full, or it is draining), the reader keeps the connection
+// alive and the confirmed position current with status updates.
+func (r *reader) push(ctx context.Context, ev event) error {
+	select {
+	case r.s.events <- ev:
+		return nil
+	default:
+	}
+	tick := time.NewTicker(statusMinInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case r.s.events <- ev:
+			return nil
+		case <-tick.C:
+			if err := r.maybeSendStatus(); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return errStopped
+		}
+	}
+}

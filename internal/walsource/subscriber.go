@@ -1,0 +1,310 @@
+package walsource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-bridge/bridge/internal/outbox"
+)
+
+// markFlushTimeout bounds the wait for the last marks at shutdown.
+const markFlushTimeout = 5 * time.Second
+
+// ErrClosed is returned by Subscribe after Close.
+var ErrClosed = errors.New("postgres-wal subscriber closed")
+
+// Counters are running totals of a Subscriber, safe to read at any time.
+type Counters struct {
+	Read         atomic.Int64 // rows read from the slot (again after a restart)
+	Relayed      atomic.Int64 // rows marked done (or deleted) after their PubAck
+	Deduplicated atomic.Int64 // of those, PubAcks with Duplicate set
+	Failed       atomic.Int64 // retryable failures: the row and those after it are published again
+	Dead         atomic.Int64 // rows made dead letters (permanent_failed)
+	Unavailable  atomic.Int64 // failures while NATS was unreachable (not counted as attempts)
+	Swept        atomic.Int64 // pending rows published by the sweep
+	Restarts     atomic.Int64 // replication streams started again after an interruption
+}
+
+// Subscriber is a Watermill message.Subscriber over the inserts of the
+// bridge table, read from PostgreSQL's write-ahead log through a logical
+// replication slot (pgoutput). One Subscribe call per Subscriber; the topic
+// is informational.
+//
+// It emits rows in commit order and hands them to the NATS client in that
+// order (sink.Turn), many awaiting their PubAck at once. A row is marked
+// relayed (or deleted) after its PubAck, in batches, off the delivery
+// path; the slot's confirmed position moves past a transaction only once
+// every row of it and before it is marked, so after a crash everything
+// after that position is read and published again, and JetStream drops the
+// repeats by Nats-Msg-Id.
+//
+// A retryable failure holds the queue: emission stops, the outcomes of the
+// messages already handed to NATS are awaited, and after a backoff the rows
+// from the failed one on that have no PubAck are emitted again, in order.
+// A row that can never be published, or that failed MaxAttempts times, is
+// a dead letter (permanent_failed) and the queue moves on. A periodic sweep
+// publishes pending rows that the slot will not deliver (see sweep.go).
+type Subscriber struct {
+	db     *outbox.DB
+	store  *outbox.Store
+	cfg    Config
+	logger *slog.Logger
+	repl   *pgconn.Config
+	table  qualifiedName
+
+	// Counters are the subscriber's running totals.
+	Counters Counters
+
+	events   chan event
+	outcomes chan outcome
+	marks    *queue[markItem]
+	settled  *queue[*entry]
+	sweeps   chan sweepRequest
+
+	confirmed   atomic.Uint64 // the slot position confirmed to the server (or to be)
+	oldestTx    atomic.Int64  // commit time (unix ns) of the oldest unsettled row read from the slot; 0: none
+	clockOffset atomic.Int64  // server clock minus this process's clock, ns (from keepalives)
+	emitted     atomic.Int64  // messages awaiting their outcome
+	state       atomic.Pointer[streamState]
+
+	fatal        chan error
+	closing      chan struct{}
+	drainExpired chan struct{}
+	stopReader   chan struct{}
+	done         chan struct{}
+	closeOnce    sync.Once
+	subscribed   atomic.Bool
+
+	// hardCtx is the context of emitted messages and of marks; it ends
+	// only when a drain gives up.
+	hardCtx    context.Context
+	hardCancel context.CancelFunc
+}
+
+var _ message.Subscriber = (*Subscriber)(nil)
+
+// streamState is what readiness and logs say about the replication stream.
+type streamState struct {
+	streaming bool
+	standby   bool // another process holds the slot
+	err       error
+}
+
+// NewSubscriber checks that the server's wal_level is logical and that the
+// publication and the slot exist (ErrWALLevel, ErrNoSlot), and returns a
+// Subscriber over them. The config is copied; zero fields take their
+// defaults. store is the table's store (the sweep requeues rows that
+// relays of source: table left in flight).
+func NewSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, logger *slog.Logger, cfg Config) (*Subscriber, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	repl, err := pgconn.ParseConfig(cfg.ReplicationURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: wal.replication_url %q: %v", outbox.ErrUnknownScheme, outbox.RedactURL(cfg.ReplicationURL), errors.Unwrap(err))
+	}
+	repl.RuntimeParams["replication"] = "database"
+	if err := Check(ctx, db, cfg.Names); err != nil {
+		return nil, err
+	}
+	table, err := resolveTable(ctx, db.SQL, cfg.Table)
+	if err != nil {
+		return nil, err
+	}
+	info, err := SlotStatus(ctx, db.SQL, cfg.Slot)
+	if err != nil {
+		return nil, err
+	}
+	start, err := pglogrepl.ParseLSN(info.ConfirmedLSN)
+	if err != nil {
+		return nil, fmt.Errorf("replication slot %s: confirmed position %q: %w", cfg.Slot, info.ConfirmedLSN, err)
+	}
+	hardCtx, hardCancel := context.WithCancel(context.Background())
+	s := &Subscriber{
+		db: db, store: store, cfg: cfg, repl: repl, table: table,
+		logger:       logger.With(slog.String("component", "postgres-wal"), slog.String("table", cfg.Table), slog.String("slot", cfg.Slot)),
+		events:       make(chan event, 1024),
+		outcomes:     make(chan outcome, cfg.MaxInFlight),
+		marks:        newQueue[markItem](),
+		settled:      newQueue[*entry](),
+		sweeps:       make(chan sweepRequest),
+		fatal:        make(chan error, 1),
+		closing:      make(chan struct{}),
+		drainExpired: make(chan struct{}),
+		stopReader:   make(chan struct{}),
+		done:         make(chan struct{}),
+		hardCtx:      hardCtx,
+		hardCancel:   hardCancel,
+	}
+	s.confirmed.Store(uint64(start))
+	s.state.Store(&streamState{err: errors.New("not started")})
+	return s, nil
+}
+
+// Subscribe starts reading the slot and returns the channel of emitted
+// messages. It is closed after ctx ends or Close is called, once the
+// emitted messages' outcomes are in (or DrainTimeout passed), their marks
+// are written and the final position is confirmed. Errors: ErrClosed; an
+// error when called twice.
+func (s *Subscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.Message, error) {
+	select {
+	case <-s.closing:
+		return nil, ErrClosed
+	default:
+	}
+	if !s.subscribed.CompareAndSwap(false, true) {
+		return nil, errors.New("postgres-wal subscriber: Subscribe called twice; one Subscriber serves one handler")
+	}
+	out := make(chan *message.Message)
+	var wg sync.WaitGroup
+	readerDone := make(chan struct{})
+	markerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		s.streamLoop()
+	}()
+	go func() {
+		defer close(markerDone)
+		s.markLoop()
+	}()
+	wg.Go(s.sweepLoop)
+	go func() {
+		select {
+		case <-ctx.Done():
+			s.beginClose()
+		case <-s.done:
+		}
+	}()
+	go func() {
+		defer close(s.done)
+		defer close(out)
+		p := &pipeline{s: s, adopt: map[int64]*entry{}}
+		p.run(out)
+		// Every outcome is in: write the last marks, confirm what they
+		// settle, then let the reader send the final position and stop.
+		s.marks.close()
+		select {
+		case <-markerDone:
+		case <-time.After(markFlushTimeout):
+			s.logger.Error("giving up on writing marks at shutdown; the rows after the confirmed position are published again by the next run")
+			s.hardCancel()
+			<-markerDone
+		}
+		p.settle()
+		p.popSettled()
+		close(s.stopReader)
+		<-readerDone
+		wg.Wait()
+		s.hardCancel()
+	}()
+	return out, nil
+}
+
+// Close stops reading, waits up to DrainTimeout for the emitted messages'
+// outcomes, writes their marks, confirms the final position and closes the
+// message channel. Idempotent and safe to call concurrently.
+func (s *Subscriber) Close() error {
+	s.beginClose()
+	if s.subscribed.Load() {
+		<-s.done
+	} else {
+		s.hardCancel()
+	}
+	return nil
+}
+
+// Fatal receives the error that stops the source for good: the slot or the
+// publication is gone (dropped, invalidated, or a failover to a server
+// without them), or the server refuses the replication connection. The
+// relay then stops (exit 1) with that error.
+func (s *Subscriber) Fatal() <-chan error { return s.fatal }
+
+// Ready is the readiness check of the stream: nil while it streams, or
+// while another relay holds the slot (this one is a standby); otherwise
+// why not.
+func (s *Subscriber) Ready(context.Context) error {
+	st := s.state.Load()
+	if st.streaming || st.standby {
+		return nil
+	}
+	return fmt.Errorf("replication slot %s: not streaming: %w", s.cfg.Slot, st.err)
+}
+
+func (s *Subscriber) beginClose() { s.closeOnce.Do(func() { close(s.closing) }) }
+
+func (s *Subscriber) isClosing() bool {
+	select {
+	case <-s.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Subscriber) fail(err error) {
+	select {
+	case s.fatal <- err:
+	default:
+	}
+}
+
+// backoff is the wait before attempt+1: BackoffInitial doubled per
+// attempt, capped at BackoffMax, scaled by a random factor in [0.5, 1).
+func (s *Subscriber) backoff(attempt int) time.Duration {
+	d := s.cfg.BackoffInitial
+	for i := 1; i < attempt && d < s.cfg.BackoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, s.cfg.BackoffMax)
+	return time.Duration(float64(d) * (0.5 + rand.Float64()/2))
+}
+
+// LagSeconds is the age, on the database clock, of the oldest row read
+// from the slot and not yet settled (its transaction's commit time); 0
+// when every row read is settled.
+func (s *Subscriber) LagSeconds() float64 {
+	oldest := s.oldestTx.Load()
+	if oldest == 0 {
+		return 0
+	}
+	now := time.Now().UnixNano() + s.clockOffset.Load()
+	return max(float64(now-oldest)/1e9, 0)
+}
+
+// Confirmed is the slot position the relay has confirmed (or is about to).
+func (s *Subscriber) Confirmed() pglogrepl.LSN { return pglogrepl.LSN(s.confirmed.Load()) }
+
+// watermarkPrefix is the prefix of the logical decoding messages the sweep
+// writes (pg_logical_emit_message): every slot of the database reads them,
+// so the prefix names the slot.
+func (s *Subscriber) watermarkPrefix() string { return "outbox-bridge/" + s.cfg.Slot }
+
+// isFatal reports errors that starting the stream again cannot cure.
+func isFatal(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch {
+	case pgErr.Code == "55006": // object_in_use: the slot is active elsewhere; wait
+		return false
+	case pgErr.Code == "55000", // object_not_in_prerequisite_state: slot invalidated
+		strings.HasPrefix(pgErr.Code, "42"), // undefined object (slot, publication), no privilege
+		strings.HasPrefix(pgErr.Code, "28"), // invalid authorization
+		pgErr.Code == "3D000":               // no such database
+		return true
+	}
+	return false
+}

@@ -1,0 +1,195 @@
+package walsource
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/outbox-bridge/bridge/internal/outbox"
+)
+
+// sweepRequest is the sweeper's side of a sweep: a token whose watermark
+// the pipeline answers with the ids it holds, or rows to append.
+type sweepRequest struct {
+	token string
+	ids   chan map[int64]bool
+	rows  []outbox.Row
+	// appended is closed once the rows are in the window.
+	appended chan struct{}
+}
+
+// The sweep publishes the pending rows that the slot will not deliver:
+// rows committed before the slot existed (written while source: table ran,
+// or before a lost slot was created again), dead letters put back by
+// `bridge retry` (an UPDATE, which the publication does not carry), and
+// rows left in flight by relays of source: table. Without it such rows
+// would stay pending for ever.
+//
+// A pending row is swept only when the stream is known to have passed it
+// without delivering it. Each round reads up to SweepBatch pending rows,
+// then writes a watermark into the log (pg_logical_emit_message in a
+// transaction of its own, after the read). The log delivers transactions
+// in commit order, so when the watermark arrives, every row the read saw
+// that the slot delivers has been delivered: it is in the pipeline, or
+// settled and no longer pending. The rows of the read that the pipeline
+// does not hold and that are still pending are therefore not coming from
+// the slot, and are appended to the window. Swept rows are published
+// after the rows read before them, in id order among themselves: not in
+// commit order.
+func (s *Subscriber) sweepLoop() {
+	// The first round once streaming, then every SweepInterval.
+	for {
+		select {
+		case <-s.closing:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		if s.state.Load().streaming {
+			break
+		}
+	}
+	for {
+		if err := s.sweep(s.hardCtx); err != nil && !s.isClosing() {
+			s.logger.Warn("sweep of pending rows failed; trying again at the next interval", slog.Any("error", err))
+		}
+		select {
+		case <-s.closing:
+			return
+		case <-time.After(s.cfg.SweepInterval):
+		}
+	}
+}
+
+// sweep runs rounds until one reads fewer rows than a batch.
+func (s *Subscriber) sweep(ctx context.Context) error {
+	requeued, err := s.store.RequeueInflightOlderThan(ctx, s.cfg.InflightTimeout)
+	if err != nil {
+		return err
+	}
+	if requeued > 0 {
+		s.logger.Info("sweep: rows left in flight by relays of source: table are pending again", slog.Int("rows", requeued))
+	}
+	after := int64(0)
+	for {
+		rows, err := s.pendingRows(ctx, after)
+		if err != nil || len(rows) == 0 {
+			return err
+		}
+		after = rows[len(rows)-1].ID
+		held, ok := s.watermark(ctx)
+		if !ok {
+			return nil // closing
+		}
+		var ids []int64
+		for _, r := range rows {
+			if !held[r.ID] {
+				ids = append(ids, r.ID)
+			}
+		}
+		still, err := s.stillPending(ctx, ids)
+		if err != nil {
+			return err
+		}
+		var sweep []outbox.Row
+		for _, r := range rows {
+			if still[r.ID] {
+				sweep = append(sweep, r)
+			}
+		}
+		if len(sweep) > 0 {
+			s.logger.Info("sweep: publishing pending rows the replication slot will not deliver",
+				slog.Int("rows", len(sweep)), slog.Int64("first_row_id", sweep[0].ID))
+			req := sweepRequest{rows: sweep, appended: make(chan struct{})}
+			select {
+			case s.sweeps <- req:
+			case <-s.closing:
+				return nil
+			}
+			select {
+			case <-req.appended:
+			case <-s.closing:
+				return nil
+			}
+			s.Counters.Swept.Add(int64(len(sweep)))
+		}
+		if len(rows) < s.cfg.SweepBatch {
+			return nil
+		}
+	}
+}
+
+// watermark writes a watermark into the log and returns the ids the
+// pipeline holds when it arrives; false when the subscriber closes first.
+func (s *Subscriber) watermark(ctx context.Context) (map[int64]bool, bool) {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	req := sweepRequest{token: hex.EncodeToString(b), ids: make(chan map[int64]bool, 1)}
+	select {
+	case s.sweeps <- req:
+	case <-s.closing:
+		return nil, false
+	}
+	if _, err := s.db.SQL.ExecContext(ctx, "SELECT pg_logical_emit_message(true, $1, $2)", s.watermarkPrefix(), req.token); err != nil {
+		s.logger.Warn("sweep: write watermark", slog.Any("error", err))
+		return nil, false
+	}
+	select {
+	case ids := <-req.ids:
+		return ids, true
+	case <-s.closing:
+		return nil, false
+	}
+}
+
+// pendingRows reads up to SweepBatch pending or failed rows with an id
+// above after, whose available_at has passed, in id order.
+func (s *Subscriber) pendingRows(ctx context.Context, after int64) ([]outbox.Row, error) {
+	rows, err := s.db.SQL.QueryContext(ctx, `SELECT id, idempotency_key, subject, payload, headers::text, ordering_key, attempts, created_at
+FROM `+s.cfg.Table+` WHERE status IN ('pending', 'failed') AND available_at <= now() AND id > $1 ORDER BY id LIMIT $2`, after, s.cfg.SweepBatch)
+	if err != nil {
+		return nil, fmt.Errorf("sweep: read pending rows: %w", err)
+	}
+	defer rows.Close()
+	var out []outbox.Row
+	for rows.Next() {
+		var r outbox.Row
+		var headers sql.NullString
+		if err := rows.Scan(&r.ID, &r.IdempotencyKey, &r.Subject, &r.Payload, &headers, &r.OrderingKey, &r.Attempt, &r.CreatedAt); err != nil {
+			return nil, fmt.Errorf("sweep: read pending rows: %w", err)
+		}
+		if r.Payload == nil {
+			r.Payload = []byte{}
+		}
+		r.Headers, r.CreatedAt = []byte(headers.String), r.CreatedAt.UTC()
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sweep: read pending rows: %w", err)
+	}
+	return out, nil
+}
+
+// stillPending returns which of ids are still pending or failed.
+func (s *Subscriber) stillPending(ctx context.Context, ids []int64) (map[int64]bool, error) {
+	out := map[int64]bool{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := s.db.SQL.QueryContext(ctx, `SELECT id FROM `+s.cfg.Table+` WHERE id = ANY($1) AND status IN ('pending', 'failed')`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("sweep: check pending rows: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("sweep: check pending rows: %w", err)
+		}
+		out[id] = true
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,61 @@
+package walsource
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/google/wire"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/outbox-bridge/bridge/internal/broker"
+	"github.com/outbox-bridge/bridge/internal/config"
+	"github.com/outbox-bridge/bridge/internal/dedup"
+	"github.com/outbox-bridge/bridge/internal/forwarder"
+	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/sink"
+)
+
+// ProviderSet builds the postgres-wal source: the subscriber over the
+// slot and the forwarder (the same router and handler as source: table)
+// that publishes its messages.
+var ProviderSet = wire.NewSet(ProvideSubscriber, ProvideForwarder)
+
+// NamesOf returns the table, publication and slot of the configuration.
+func NamesOf(cfg *config.Config) Names {
+	return Names{Table: cfg.Database.Table, Publication: cfg.WAL.Publication, Slot: cfg.WAL.Slot}
+}
+
+// ProvideSubscriber builds the subscriber from wal.*, relay.* and
+// dedup.namespace. It drains for shutdown_timeout less 3 s, leaving the
+// router time to stop. While nc is disconnected, failed rows wait for it.
+func ProvideSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, nc *nats.Conn, cfg *config.Config, logger *slog.Logger) (*Subscriber, error) {
+	r := cfg.Relay
+	return NewSubscriber(ctx, db, store, logger, Config{
+		Names:           NamesOf(cfg),
+		ReplicationURL:  cfg.ReplicationURLOrDefault(),
+		MaxInFlight:     r.MaxInFlight,
+		AckDeadline:     r.AckDeadline,
+		MaxAttempts:     r.MaxAttempts,
+		BackoffInitial:  r.BackoffInitial,
+		BackoffMax:      r.BackoffMax,
+		DeleteOnRelay:   r.DeleteOnRelay,
+		Namespace:       cfg.Dedup.Namespace,
+		DrainTimeout:    max(cfg.ShutdownTimeout-3*time.Second, cfg.ShutdownTimeout/2),
+		SweepInterval:   cfg.WAL.SweepInterval,
+		SweepBatch:      r.BatchSize,
+		InflightTimeout: r.InflightTimeout,
+		Connected:       nc.IsConnected,
+	})
+}
+
+// ProvideForwarder builds the router over the subscriber, closing within
+// shutdown_timeout: the forwarder of source: table, so that a row is
+// published, classified and recorded the same way whichever source read
+// it.
+func ProvideForwarder(sub *Subscriber, store *outbox.Store, pub *sink.Publisher, nc *nats.Conn, guard *dedup.Guard, keeper *broker.Keeper, tracer trace.Tracer, reg *prometheus.Registry, cfg *config.Config, logger *slog.Logger) (*forwarder.Forwarder, error) {
+	return forwarder.New(sub, store.Table(), pub, logger, forwarder.Config{CloseTimeout: cfg.ShutdownTimeout, Connected: nc.IsConnected,
+		StreamSeen: guard.Observe, Admit: guard.Admit, StreamMissing: keeper.Missing, Tracer: tracer, Registerer: reg})
+}
