@@ -75,8 +75,8 @@ WHERE o.id = m.id AND ` + unsettledRow,
 		// One statement, one snapshot: the snapshot, and which of the
 		// rows it sees and which of those are unsettled.
 		check: `SELECT pg_current_snapshot()::text,
-	array(SELECT o.id FROM ` + t + ` o WHERE o.id = ANY($1)),
-	array(SELECT o.id FROM ` + t + ` o WHERE o.id = ANY($1) AND ` + unsettledRow + `)`,
+	coalesce((SELECT string_agg(o.id::text, ',') FROM ` + t + ` o WHERE o.id = ANY($1)), ''),
+	coalesce((SELECT string_agg(o.id::text, ',') FROM ` + t + ` o WHERE o.id = ANY($1) AND ` + unsettledRow + `), '')`,
 	}
 }
 
@@ -260,21 +260,21 @@ func (s *Subscriber) invisible(ctx context.Context, missing []markItem, check st
 	for i, m := range missing {
 		ids[i] = m.id
 	}
-	var snapText string
-	var present, unsettled []int64
-	if err := s.db.SQL.QueryRowContext(ctx, check, ids).Scan(&snapText, &present, &unsettled); err != nil {
+	var snapText, presentText, unsettledText string
+	if err := s.db.SQL.QueryRowContext(ctx, check, ids).Scan(&snapText, &presentText, &unsettledText); err != nil {
 		return nil, fmt.Errorf("check unmarked outbox rows: %w", err)
 	}
 	snap, err := parseSnapshot(snapText)
 	if err != nil {
 		return nil, err
 	}
+	present, unsettled := strings.Split(presentText, ","), strings.Split(unsettledText, ",")
 	var out []markItem
 	for _, m := range missing {
 		switch {
-		case slices.Contains(unsettled, m.id):
+		case slices.Contains(unsettled, strconv.FormatInt(m.id, 10)):
 			out = append(out, m)
-		case slices.Contains(present, m.id):
+		case slices.Contains(present, strconv.FormatInt(m.id, 10)):
 		case m.xid != 0 && !snap.visible(m.xid):
 			out = append(out, m)
 		}

@@ -393,8 +393,9 @@ func (p *pipeline) failed(e *entry, reason string, class outbox.FailureClass) {
 		p.dead(e, reason)
 	case class == outbox.Unavailable:
 		s.Counters.Unavailable.Add(1)
-		e.state, e.attempts = queued, e.attempts-1
+		e.state = queued
 		p.hold(e, 0, true, class)
+		e.attempts-- // not the row's fault: the attempt does not count
 	case e.attempts >= s.cfg.MaxAttempts:
 		p.dead(e, fmt.Sprintf("gave up after %d attempts (relay.max_attempts); last error: %s", e.attempts, reason))
 	default:

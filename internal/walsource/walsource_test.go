@@ -1,0 +1,395 @@
+package walsource_test
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/outbox-bridge/bridge/internal/bridgetest"
+	"github.com/outbox-bridge/bridge/internal/forwarder"
+	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/sink"
+	"github.com/outbox-bridge/bridge/internal/walsource"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
+	)
+}
+
+// env is one outbox table with its publication and slot on the logical
+// test server, and one NATS server with stream EVENTS on events.>.
+type env struct {
+	url   string
+	names walsource.Names
+	db    *outbox.DB // the relay's pool
+	store *outbox.Store
+	prod  *sql.DB // the producers' own pool
+	nats  *bridgetest.NATS
+	js    jetstream.JetStream
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	ctx := context.Background()
+	url, table := bridgetest.PostgresLogicalTable(t)
+	db, err := outbox.Open(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	_, err = outbox.Migrate(ctx, db, table)
+	require.NoError(t, err)
+	store, err := outbox.NewStore(db, table)
+	require.NoError(t, err)
+	prod, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { prod.Close() })
+	slot, pub := bridgetest.WALNames(t, url)
+	e := &env{url: url, names: walsource.Names{Table: table, Slot: slot, Publication: pub}, db: db, store: store, prod: prod}
+	createdPub, createdSlot, err := walsource.Setup(ctx, db.SQL, e.names)
+	require.NoError(t, err)
+	require.True(t, createdPub && createdSlot)
+	e.nats = bridgetest.StartNATS(t)
+	_, e.js = e.nats.JetStream(t)
+	bridgetest.CreateStream(t, e.js, "EVENTS", "events.>")
+	return e
+}
+
+// relay is a running subscriber and forwarder.
+type relay struct {
+	sub  *walsource.Subscriber
+	stop func()
+	logs *bridgetest.SyncBuffer
+}
+
+// relay starts the source with cfg (names and URL filled in) and the
+// forwarder of source: table; it stops when the test ends, or with stop.
+func (e *env) relay(t *testing.T, cfg walsource.Config) *relay {
+	t.Helper()
+	ctx := context.Background()
+	cfg.Names, cfg.ReplicationURL = e.names, e.url
+	if cfg.AckDeadline == 0 {
+		cfg.AckDeadline = 2 * time.Second
+	}
+	if cfg.BackoffInitial == 0 {
+		cfg.BackoffInitial, cfg.BackoffMax = 50*time.Millisecond, 500*time.Millisecond
+	}
+	logs := &bridgetest.SyncBuffer{}
+	var out io.Writer = logs
+	if testing.Verbose() {
+		out = io.MultiWriter(logs, os.Stderr)
+	}
+	logger := slog.New(slog.NewJSONHandler(out, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	nc, err := nats.Connect(e.nats.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectBufSize(-1))
+	require.NoError(t, err)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(time.Second), jetstream.WithPublishAsyncMaxPending(4096))
+	require.NoError(t, err)
+	pub, err := sink.New(js, sink.Config{PublishTimeout: time.Second, Marshaler: forwarder.NewPublisherMarshaler()})
+	require.NoError(t, err)
+	cfg.Connected = nc.IsConnected
+	sub, err := walsource.NewSubscriber(ctx, e.db, e.store, logger, cfg)
+	require.NoError(t, err)
+	f, err := forwarder.New(sub, e.names.Table, pub, logger, forwarder.Config{CloseTimeout: 10 * time.Second, Connected: nc.IsConnected})
+	require.NoError(t, err)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- f.Run(runCtx) }()
+	select {
+	case <-f.Running():
+	case err := <-done:
+		t.Fatalf("forwarder did not start: %v", err)
+	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(30 * time.Second):
+				t.Errorf("the relay did not stop within 30s")
+			}
+			nc.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return &relay{sub: sub, stop: stop, logs: logs}
+}
+
+// count returns the rows in status ("" for all).
+func (e *env) count(t *testing.T, status outbox.Status) int {
+	t.Helper()
+	var n int
+	require.NoError(t, e.prod.QueryRow(`SELECT count(*) FROM `+e.names.Table+` WHERE $1 = '' OR status = $1`, string(status)).Scan(&n))
+	return n
+}
+
+func (e *env) waitDone(t *testing.T, n int, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for e.count(t, outbox.StatusDone) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d rows done after %s", e.count(t, outbox.StatusDone), n, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// insertTx inserts the rows ids [from, to) in one transaction, holding it
+// open for hold before the commit; every row of producer p has the
+// ordering key p.
+func (e *env) insertTx(t *testing.T, p, from, to int, hold time.Duration) {
+	t.Helper()
+	tx, err := e.prod.Begin()
+	require.NoError(t, err)
+	for i := from; i < to; i++ {
+		_, err := tx.Exec(`INSERT INTO `+e.names.Table+` (idempotency_key, subject, payload, headers, ordering_key) VALUES ($1, $2, $3, $4, $5)`,
+			"k-"+strconv.Itoa(i), "events.wal", []byte("row\x00"+strconv.Itoa(i)), `{"X-Row": "`+strconv.Itoa(i)+`"}`, "p"+strconv.Itoa(p))
+		require.NoError(t, err)
+	}
+	time.Sleep(hold)
+	require.NoError(t, tx.Commit())
+}
+
+// produce runs producers goroutines that insert total rows between them
+// in transactions of 1 to 5 rows, each held open for up to 2 ms before its
+// commit, so that commits come out of id order. It returns when all are
+// committed.
+func (e *env) produce(t *testing.T, producers, total int) {
+	t.Helper()
+	var next int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(p), uint64(time.Now().UnixNano())))
+			for {
+				n := 1 + rng.IntN(5)
+				mu.Lock()
+				from := next
+				next = min(next+n, total)
+				to := next
+				mu.Unlock()
+				if from >= total {
+					return
+				}
+				e.insertTx(t, p, from, to, time.Duration(rng.IntN(2000))*time.Microsecond)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// streamIDs returns the Outbox-Id of every message in EVENTS, in stream
+// order, and fails on a Nats-Msg-Id seen twice.
+func (e *env) streamIDs(t *testing.T) []int64 {
+	t.Helper()
+	msgs := bridgetest.Messages(t, e.js, "EVENTS")
+	seen := make(map[string]bool, len(msgs))
+	ids := make([]int64, 0, len(msgs))
+	for _, m := range msgs {
+		key := m.Headers().Get(jetstream.MsgIDHeader)
+		require.False(t, seen[key], "message %s is in the stream twice", key)
+		seen[key] = true
+		id, err := strconv.ParseInt(m.Headers().Get("Outbox-Id"), 10, 64)
+		require.NoError(t, err)
+		require.Equal(t, "k-"+m.Headers().Get("X-Row"), key, "headers of row %d", id)
+		require.Equal(t, "row\x00"+m.Headers().Get("X-Row"), string(m.Data()), "payload of row %d", id)
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// requireCommitOrder checks that the stream holds exactly the rows the
+// oracle saw committed, once each, in commit order.
+func requireCommitOrder(t *testing.T, stream []int64, committed []bridgetest.Committed) {
+	t.Helper()
+	require.Len(t, stream, len(committed), "the stream holds one message per committed row")
+	for i, c := range committed {
+		require.Equal(t, c.ID, stream[i], "stream position %d: commit order says row %d", i, c.ID)
+	}
+	t.Logf("%d rows in commit order, %d of them committed after a row with a larger id", len(committed), reordered(committed))
+}
+
+// reordered counts the rows committed after a row with a larger id.
+func reordered(committed []bridgetest.Committed) int {
+	n := 0
+	for i := 1; i < len(committed); i++ {
+		if committed[i].ID < committed[i-1].ID {
+			n++
+		}
+	}
+	return n
+}
+
+// scaled is n, or n/4 under the race detector.
+func scaled(n int) int {
+	if bridgetest.Race {
+		return n / 4
+	}
+	return n
+}
+
+// TestCommitOrderExactlyOnce: rows from 8 producers whose commits come out
+// of id order are in the stream exactly once each, in commit order (as
+// PostgreSQL's own test_decoding plugin reports it), and every row is done
+// with its stream sequence.
+func TestCommitOrderExactlyOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	oracle := bridgetest.NewOracle(t, e.url, e.names.Table)
+	e.relay(t, walsource.Config{})
+	total := scaled(20000)
+	e.produce(t, 8, total)
+	e.waitDone(t, total, 120*time.Second)
+
+	committed := oracle.Rows(t)
+	require.Positive(t, reordered(committed), "the producers did not commit out of id order: the test shows nothing")
+	requireCommitOrder(t, e.streamIDs(t), committed)
+	var unsequenced int
+	require.NoError(t, e.prod.QueryRow(`SELECT count(*) FROM `+e.names.Table+` WHERE stream IS DISTINCT FROM 'EVENTS' OR stream_seq IS NULL OR attempts <> 1`).Scan(&unsequenced))
+	require.Zero(t, unsequenced, "every row done with its stream, sequence and one attempt")
+}
+
+// slotSample is the slot's confirmed position at a moment.
+type slotSample struct {
+	at        time.Time // right after the query returned
+	confirmed uint64
+}
+
+// sampleSlot records the slot's confirmed position (as the server knows
+// it: what a restart starts from) every 20 ms until stop is closed.
+func (e *env) sampleSlot(t *testing.T, stop <-chan struct{}) <-chan []slotSample {
+	out := make(chan []slotSample, 1)
+	go func() {
+		var samples []slotSample
+		defer func() { out <- samples }()
+		for {
+			var c sql.NullInt64
+			err := e.prod.QueryRow(`SELECT pg_wal_lsn_diff(confirmed_flush_lsn, '0/0')::bigint FROM pg_replication_slots WHERE slot_name = $1`, e.names.Slot).Scan(&c)
+			if err != nil {
+				t.Errorf("sample the slot: %v", err)
+				return
+			}
+			samples = append(samples, slotSample{at: time.Now(), confirmed: uint64(c.Int64)})
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return out
+}
+
+// requireConfirmedAfterStored checks that the slot's confirmed position
+// never passed a row before the stream stored it: for every row, the
+// first sample at or past the end of its transaction's commit was taken
+// after the stream's timestamp of the row's message (the in-process NATS
+// server and the test share a clock).
+func requireConfirmedAfterStored(t *testing.T, samples []slotSample, committed []bridgetest.Committed, stored map[int64]time.Time) {
+	t.Helper()
+	require.NotEmpty(t, samples)
+	checked := 0
+	for _, c := range committed {
+		i, _ := slices.BinarySearchFunc(samples, c.CommitEnd, func(s slotSample, lsn uint64) int { return cmp.Compare(s.confirmed, lsn) })
+		if i == len(samples) {
+			continue // confirmed after the last sample
+		}
+		at, ok := stored[c.ID]
+		require.True(t, ok, "row %d is not in the stream", c.ID)
+		require.False(t, at.After(samples[i].at), "the slot confirmed row %d (commit end %X) at %s, before the stream stored it at %s",
+			c.ID, c.CommitEnd, samples[i].at.Format(time.StampMicro), at.Format(time.StampMicro))
+		checked++
+	}
+	t.Logf("%d samples; %d rows confirmed while sampling, none before it was stored", len(samples), checked)
+}
+
+// storedAt returns when the stream stored each row's message.
+func (e *env) storedAt(t *testing.T) map[int64]time.Time {
+	t.Helper()
+	out := map[int64]time.Time{}
+	for _, m := range bridgetest.Messages(t, e.js, "EVENTS") {
+		md, err := m.Metadata()
+		require.NoError(t, err)
+		id, err := strconv.ParseInt(m.Headers().Get("Outbox-Id"), 10, 64)
+		require.NoError(t, err)
+		out[id] = md.Timestamp
+	}
+	return out
+}
+
+// TestStreamOutage: NATS is down for 10 s while rows keep being
+// committed. Nothing is lost, the stream is in commit order, and the
+// slot's confirmed position never passes a row the stream has not stored.
+// The slot's metrics move with the outage and fall back after it: the lag
+// of the oldest waiting row and the WAL not yet confirmed.
+func TestStreamOutage(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	oracle := bridgetest.NewOracle(t, e.url, e.names.Table)
+	r := e.relay(t, walsource.Config{MaxInFlight: 300, SweepInterval: 500 * time.Millisecond})
+	stopSampling := make(chan struct{})
+	samples := e.sampleSlot(t, stopSampling)
+
+	total := scaled(8000)
+	before, during := total/4, total*3/4
+	for i := 0; i < before; i += 50 {
+		e.insertTx(t, 0, i, i+50, 0)
+	}
+	e.waitDone(t, before/2, 60*time.Second)
+
+	e.nats.Stop()
+	outage := time.Now()
+	for i := before; i < during; i += 50 {
+		e.insertTx(t, 1, i, i+50, 0)
+	}
+	var lag float64
+	var unconfirmed int64
+	for time.Since(outage) < 10*time.Second {
+		lag = max(lag, r.sub.LagSeconds())
+		info, err := walsource.SlotStatus(context.Background(), e.prod, e.names.Slot)
+		require.NoError(t, err)
+		unconfirmed = max(unconfirmed, info.UnconfirmedBytes)
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.Greater(t, lag, 5.0, "bridge_wal_slot_lag_seconds grows while rows wait")
+	require.Greater(t, unconfirmed, int64(64<<10), "bridge_wal_slot_unconfirmed_bytes grows while rows wait")
+	require.Less(t, e.count(t, outbox.StatusDone), during, "rows committed during the outage waited for it")
+	e.nats.Restart(t)
+
+	for i := during; i < total; i += 50 {
+		e.insertTx(t, 2, i, i+50, 0)
+	}
+	e.waitDone(t, total, 120*time.Second)
+	close(stopSampling)
+	requireCommitOrder(t, e.streamIDs(t), oracle.Rows(t))
+	requireConfirmedAfterStored(t, <-samples, oracle.Rows(t), e.storedAt(t))
+
+	// The metrics fall back: nothing waits, and the sweep's watermark
+	// moves the confirmed position past the WAL of the marks.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		info, err := walsource.SlotStatus(context.Background(), e.prod, e.names.Slot)
+		require.NoError(t, err)
+		if r.sub.LagSeconds() == 0 && info.UnconfirmedBytes < 16<<10 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "metrics did not fall back: lag %.1fs, unconfirmed %d bytes", r.sub.LagSeconds(), info.UnconfirmedBytes)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
