@@ -318,14 +318,12 @@ func parseSnapshot(text string) (snapshot, error) {
 }
 
 // visible reports whether the snapshot sees the committed transaction xid
-// (32 bits, as the log names it). Its epoch is xmax's, or the one before
-// when its low bits are above xmax's: a transaction that committed started
-// before xmax.
+// (32 bits, as the log names it). Its full id is the one nearest xmax:
+// live transaction ids span less than 2^31 (PostgreSQL's wraparound
+// protection). A transaction that committed but is not visible yet can be
+// at or above xmax, which moves only when a transaction becomes visible.
 func (snap snapshot) visible(xid uint32) bool {
-	full := snap.xmax&^0xFFFFFFFF | uint64(xid)
-	if full >= snap.xmax && full >= 1<<32 {
-		full -= 1 << 32
-	}
+	full := uint64(int64(snap.xmax) + int64(int32(xid-uint32(snap.xmax))))
 	switch {
 	case full < snap.xmin:
 		return true

@@ -52,6 +52,7 @@ type entry struct {
 	lsn    pglogrepl.LSN // marker: confirmed once everything before it is settled
 	txTime time.Time     // commit time of the row's transaction; a swept row: its created_at
 	xid    uint32        // the row's transaction; 0 for a swept row
+	txLSN  pglogrepl.LSN // the commit LSN of the row's transaction (0 for a swept row)
 
 	row       outbox.Row
 	decodeErr error
@@ -95,11 +96,17 @@ type pipeline struct {
 	inTx, skipTx bool
 	txTime       time.Time
 	txXid        uint32
+	txLSN        pglogrepl.LSN
 	lastTurn     *sink.Turn
 	// adopt holds, across a stream restart, the rows of the old window by
 	// id: a row read again takes its entry back with its state, so a row
 	// already published is not published again.
 	adopt map[int64]*entry
+	// popped are the settled rows that left the window after the last
+	// confirmed position: the rows of a transaction whose commit has not
+	// arrived yet. A restart sends them again with their transaction, so
+	// they are adopted too.
+	popped []*entry
 
 	watermark *sweepRequest // a sweep waiting for its watermark
 	appending *sweepRequest // swept rows waiting for room in the window
@@ -178,7 +185,7 @@ func (p *pipeline) handle(ev event) {
 	s := p.s
 	switch ev.kind {
 	case evBegin:
-		p.inTx, p.txTime, p.txXid = true, ev.at, ev.xid
+		p.inTx, p.txTime, p.txXid, p.txLSN = true, ev.at, ev.xid, ev.lsn
 		// A transaction whose commit precedes the confirmed position was
 		// settled before an interruption: the server sends it again when
 		// it did not get the last status update.
@@ -190,11 +197,11 @@ func (p *pipeline) handle(ev event) {
 		s.Counters.Read.Add(1)
 		if e, ok := p.adopt[ev.row.row.ID]; ok {
 			delete(p.adopt, ev.row.row.ID)
-			e.txTime, e.xid = p.txTime, p.txXid
+			e.txTime, e.xid, e.txLSN = p.txTime, p.txXid, p.txLSN
 			p.push(e)
 			return
 		}
-		p.push(&entry{row: ev.row.row, decodeErr: ev.row.err, txTime: p.txTime, xid: p.txXid, attempts: ev.row.row.Attempt})
+		p.push(&entry{row: ev.row.row, decodeErr: ev.row.err, txTime: p.txTime, xid: p.txXid, txLSN: p.txLSN, attempts: ev.row.row.Attempt})
 	case evCommit:
 		p.inTx = false
 		if p.skipTx {
@@ -255,8 +262,14 @@ func (p *pipeline) popSettled() {
 		if !e.marker && e.state != settled {
 			break
 		}
-		if e.marker && uint64(e.lsn) > s.confirmed.Load() {
-			s.confirmed.Store(uint64(e.lsn))
+		if e.marker {
+			if uint64(e.lsn) > s.confirmed.Load() {
+				s.confirmed.Store(uint64(e.lsn))
+			}
+			clear(p.popped)
+			p.popped = p.popped[:0]
+		} else if !e.swept {
+			p.popped = append(p.popped, e)
 		}
 		e.inWindow = false
 		p.win[p.head] = nil
@@ -459,9 +472,22 @@ func (p *pipeline) restart() {
 // it (published, dead, attempts); swept rows, which the stream does not
 // send, stay in the window.
 func (p *pipeline) reset() {
-	adopt := make(map[int64]*entry, len(p.win)-p.head)
+	// Rows adopted at an earlier restart and not read again yet stay
+	// (restarts can follow each other faster than the rows come back),
+	// unless their transaction is confirmed: the server will not send it.
+	adopt := make(map[int64]*entry, len(p.win)-p.head+len(p.popped)+len(p.adopt))
+	for id, e := range p.adopt {
+		if uint64(e.txLSN) >= p.s.confirmed.Load() {
+			adopt[id] = e
+		}
+	}
 	var keep []*entry
 	p.unsettled = 0
+	for _, e := range p.popped {
+		adopt[e.row.ID] = e
+	}
+	clear(p.popped)
+	p.popped = p.popped[:0]
 	for _, e := range p.win[p.head:] {
 		e.inWindow = false
 		switch {
