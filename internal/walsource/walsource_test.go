@@ -412,9 +412,9 @@ func TestSweepPublishesRowsTheSlotDoesNotDeliver(t *testing.T) {
 	for i := 0; i < 300; i += 100 {
 		e.insertTx(t, 0, i, i+100, 0)
 	}
-	_, err := e.prod.Exec(`UPDATE `+e.names.Table+` SET status = 'permanent_failed', last_error = 'poisoned by hand' WHERE id = 10`)
+	_, err := e.prod.Exec(`UPDATE ` + e.names.Table + ` SET status = 'permanent_failed', last_error = 'poisoned by hand' WHERE id = 10`)
 	require.NoError(t, err)
-	_, err = e.prod.Exec(`UPDATE `+e.names.Table+` SET status = 'in_flight', owner = 'gone', attempts = 1, claimed_at = now() - interval '1 hour' WHERE id = 20`)
+	_, err = e.prod.Exec(`UPDATE ` + e.names.Table + ` SET status = 'in_flight', owner = 'gone', attempts = 1, claimed_at = now() - interval '1 hour' WHERE id = 20`)
 	require.NoError(t, err)
 	// The slot is lost and created again: it delivers nothing of the above.
 	bridgetest.DropSlot(t, e.url, e.names.Slot)
