@@ -41,25 +41,16 @@ type sweepRequest struct {
 // after the rows read before them, in id order among themselves: not in
 // commit order.
 func (s *Subscriber) sweepLoop() {
-	// The first round once streaming, then every SweepInterval.
+	// A round every SweepInterval, the first one interval after the start:
+	// rows pending at the start may still be on their way from the slot.
 	for {
-		select {
-		case <-s.closing:
-			return
-		case <-time.After(100 * time.Millisecond):
-		}
-		if s.state.Load().streaming {
-			break
-		}
-	}
-	for {
-		if err := s.sweep(s.hardCtx); err != nil && !s.isClosing() {
-			s.logger.Warn("sweep of pending rows failed; trying again at the next interval", slog.Any("error", err))
-		}
 		select {
 		case <-s.closing:
 			return
 		case <-time.After(s.cfg.SweepInterval):
+		}
+		if err := s.sweep(s.hardCtx); err != nil && !s.isClosing() {
+			s.logger.Warn("sweep of pending rows failed; trying again at the next interval", slog.Any("error", err))
 		}
 	}
 }
