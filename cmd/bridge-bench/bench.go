@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/walsource"
 )
 
 // env is what every phase uses: the database, NATS and a unique suffix for
@@ -27,6 +28,7 @@ type env struct {
 	dbURL   string
 	schema  string   // PostgreSQL schema of this run, or ""
 	tables  []string // MySQL tables of this run
+	slots   []string // replication slots and publications of this run (--source postgres-wal)
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	natsURL string
@@ -149,6 +151,16 @@ func (e *env) openDB(ctx context.Context) (func(), error) {
 	if e.db, err = outbox.Open(ctx, url); err != nil {
 		return nil, err
 	}
+	if e.s.Source == "postgres-wal" {
+		if e.db.Dialect() != "postgres" {
+			e.db.Close()
+			return nil, fmt.Errorf("--source postgres-wal needs a postgres:// --database-url, not %s", e.db.Redacted)
+		}
+		if err := walsource.CheckWALLevel(ctx, e.db.SQL); err != nil {
+			e.db.Close()
+			return nil, err
+		}
+	}
 	if e.db.Dialect() == "postgres" {
 		e.schema = "bench_" + e.suffix
 		if _, err := e.db.SQL.ExecContext(ctx, "CREATE SCHEMA "+e.schema); err != nil {
@@ -157,6 +169,10 @@ func (e *env) openDB(ctx context.Context) (func(), error) {
 		}
 	}
 	return func() {
+		for _, name := range e.slots {
+			_, _ = e.db.SQL.Exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1", name)
+			_, _ = e.db.SQL.Exec("DROP PUBLICATION IF EXISTS " + name)
+		}
 		if e.schema != "" {
 			_, _ = e.db.SQL.Exec("DROP SCHEMA " + e.schema + " CASCADE")
 		}
@@ -183,7 +199,23 @@ func (e *env) table(ctx context.Context, phase string) (*outbox.Store, error) {
 	if _, err := outbox.Migrate(ctx, e.db, name); err != nil {
 		return nil, err
 	}
+	if e.s.Source == "postgres-wal" {
+		// Before the rows are written: the slot delivers what is committed
+		// after it exists.
+		n := walNames(name)
+		if _, _, err := walsource.Setup(ctx, e.db.SQL, n); err != nil {
+			return nil, err
+		}
+		e.slots = append(e.slots, n.Slot)
+	}
 	return outbox.NewStore(e.db, name)
+}
+
+// walNames are the publication and slot of a bench table: both named
+// after it (schema and table joined by _).
+func walNames(table string) walsource.Names {
+	name := strings.ReplaceAll(table, ".", "_")
+	return walsource.Names{Table: table, Publication: name, Slot: name}
 }
 
 func (e *env) databaseVersion(ctx context.Context) string {
@@ -317,11 +349,16 @@ func waitEmpty(ctx context.Context, store *outbox.Store, n int, child *child) er
 	}
 }
 
-// span returns the first claim and the last PubAck mark of a table, from the
-// database clock.
-func span(ctx context.Context, store *outbox.Store) (time.Duration, error) {
+// span returns the time from the first claim to the last PubAck mark of a
+// table, from the database clock; with fromMark (the postgres-wal source,
+// which claims nothing), from the first mark.
+func span(ctx context.Context, store *outbox.Store, fromMark bool) (time.Duration, error) {
 	var first, last any
-	err := store.DB().SQL.QueryRowContext(ctx, "SELECT min(first_claimed_at), max(relayed_at) FROM "+store.Table()).Scan(&first, &last)
+	from := "first_claimed_at"
+	if fromMark {
+		from = "relayed_at"
+	}
+	err := store.DB().SQL.QueryRowContext(ctx, "SELECT min("+from+"), max(relayed_at) FROM "+store.Table()).Scan(&first, &last)
 	if err != nil {
 		return 0, err
 	}

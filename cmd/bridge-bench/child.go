@@ -39,6 +39,7 @@ func runChild(args []string) int {
 	inflight := fs.Int("max-in-flight", 2000, "")
 	cpuprofile := fs.String("cpuprofile", "", "")
 	deleteOnRelay := fs.Bool("delete-on-relay", false, "")
+	source := fs.String("source", config.SourceTable, "")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -63,13 +64,18 @@ func runChild(args []string) int {
 	cfg.Database.URL, cfg.Database.Table, cfg.NATS.URL = *dbURL, *table, *natsURL
 	cfg.Relay.BatchSize, cfg.Relay.MaxInFlight = *batch, *inflight
 	cfg.Relay.DeleteOnRelay = *deleteOnRelay
+	cfg.Source = *source
+	if cfg.Source == config.SourcePostgresWAL {
+		n := walNames(*table)
+		cfg.WAL.Slot, cfg.WAL.Publication = n.Slot, n.Publication
+	}
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	report := childReport{}
 	if err := cfg.Validate(); err != nil {
 		report.Error = err.Error()
 	} else if hs, err := health.Listen(cfg.HTTP.Listen, quietLogger()); err != nil {
 		report.Error = err.Error()
-	} else if relay, cleanup, err := bridge.NewRelay(ctx, &cfg, quietLogger(), hs); err != nil {
+	} else if relay, cleanup, err := bridge.NewDaemon(ctx, &cfg, quietLogger(), hs); err != nil {
 		report.Error = err.Error()
 	} else {
 		fmt.Println("ready")
@@ -118,7 +124,7 @@ func (e *env) startRelay(table string) (*child, error) {
 	c := &child{exited: make(chan struct{})}
 	c.cmd = exec.Command(self, childCommand, "--database-url", e.dbURL, "--table", table, "--nats-url", e.natsURL,
 		"--batch-size", strconv.Itoa(e.s.BatchSize), "--max-in-flight", strconv.Itoa(e.s.MaxInFlight),
-		"--cpuprofile", e.s.CPUProfile, "--delete-on-relay="+strconv.FormatBool(e.s.DeleteOnRelay))
+		"--cpuprofile", e.s.CPUProfile, "--delete-on-relay="+strconv.FormatBool(e.s.DeleteOnRelay), "--source", e.s.Source)
 	c.cmd.Stderr = os.Stderr
 	out, err := c.cmd.StdoutPipe()
 	if err != nil {

@@ -3,7 +3,8 @@
 // outbox today. One run prints one table (or JSON with --json):
 //
 //	limit     N messages published straight to a stream, asynchronously
-//	bridge    N committed rows drained by the relay (first claim to last mark)
+//	bridge    N committed rows drained by the relay (first claim to last mark;
+//	          with --source postgres-wal, first mark to last mark)
 //	latency   commit-to-PubAck time while a producer commits R rows/s for T
 //	baseline  rows relayed by watermill-sql + Watermill's forwarder + a
 //	          synchronous JetStream publisher
@@ -41,6 +42,7 @@ type settings struct {
 	Phases        string        `json:"phases"`
 	DeleteOnRelay bool          `json:"delete_on_relay"`
 	OrderingKeys  int           `json:"ordering_keys"`
+	Source        string        `json:"source"`
 	CPUProfile    string        `json:"-"`
 }
 
@@ -92,6 +94,7 @@ func run(args []string) int {
 	fs.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	fs.BoolVar(&s.DeleteOnRelay, "delete-on-relay", false, "run the relay with relay.delete_on_relay: rows are deleted at their PubAck instead of marked done")
 	fs.IntVar(&s.OrderingKeys, "ordering-keys", 0, "spread the rows of the bridge phase over this many ordering keys (row i gets key o-<i mod K>; 0: no ordering key)")
+	fs.StringVar(&s.Source, "source", "table", "the relay's source: table (claims) or postgres-wal (the write-ahead log; needs PostgreSQL 14+ with wal_level = logical: a publication and a replication slot per phase are created and dropped)")
 	fs.StringVar(&s.CPUProfile, "cpuprofile", "", "write a CPU profile of the relay child process to this file, read with go tool pprof (each phase that runs the relay overwrites it: use with --phases bridge)")
 	fs.SetOutput(os.Stderr)
 	if err := fs.Parse(args); err != nil {
@@ -99,6 +102,10 @@ func run(args []string) int {
 	}
 	if s.OrderingKeys < 0 {
 		fmt.Fprintf(os.Stderr, "bridge-bench: --ordering-keys %d: must be 0 (no ordering key) or more\n", s.OrderingKeys)
+		return 2
+	}
+	if s.Source != "table" && s.Source != "postgres-wal" {
+		fmt.Fprintf(os.Stderr, "bridge-bench: --source %q: must be table or postgres-wal\n", s.Source)
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -136,7 +143,7 @@ func quietLogger() *slog.Logger {
 func printTable(w io.Writer, r *results) {
 	s := r.Settings
 	fmt.Fprintf(w, "bridge-bench %s — %s, nats-server %s, %s\n", r.Date, r.Versions.Go, r.Versions.NATSServer, r.Versions.Database)
-	mode := ""
+	mode := ", source " + s.Source
 	if s.DeleteOnRelay {
 		mode = ", delete_on_relay"
 	}
@@ -151,6 +158,9 @@ func printTable(w io.Writer, r *results) {
 	}
 	if r.BridgeRowsPerS > 0 {
 		span := "first claim to last mark"
+		if s.Source == "postgres-wal" {
+			span = "first mark to last mark"
+		}
 		if s.DeleteOnRelay {
 			span = "relay start to empty table"
 		}

@@ -52,7 +52,7 @@ func (e *env) bridge(ctx context.Context) (rate, rssMiB float64, err error) {
 		return 0, 0, err
 	}
 	if !e.s.DeleteOnRelay {
-		if d, err = span(ctx, store); err != nil {
+		if d, err = span(ctx, store, e.s.Source == "postgres-wal"); err != nil {
 			return 0, 0, err
 		}
 	}
