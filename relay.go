@@ -205,11 +205,12 @@ func provideWatermillRegistry(f *wmsource.Forwarder, guard *dedup.Guard, keeper 
 
 // provideWALRegistry registers the postgres-wal relay's metrics: the
 // subscriber's, the slot's, the table's, the stream keeper's, the guard's,
-// and the Go runtime and process collectors.
-func provideWALRegistry(sub *walsource.Subscriber, store *outbox.Store, guard *dedup.Guard, keeper *broker.Keeper, cfg *config.Config) (*prometheus.Registry, error) {
+// the reconciler's, and the Go runtime and process collectors.
+func provideWALRegistry(sub *walsource.Subscriber, store *outbox.Store, guard *dedup.Guard, rec *dedup.Reconciler, keeper *broker.Keeper, cfg *config.Config) (*prometheus.Registry, error) {
 	cs := append(sub.Collectors(), walsource.NewSlotCollector(store.DB().SQL, cfg.WAL.Slot, 5*time.Second),
 		outbox.NewTableCollector(store, 15*time.Second), keeper.Collector())
-	return newRegistry(append(cs, guard.Collectors()...)...)
+	cs = append(cs, guard.Collectors()...)
+	return newRegistry(append(cs, rec.Collectors()...)...)
 }
 
 // provideTableStore is outbox.ProvideStore for the commands that work on

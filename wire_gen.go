@@ -227,13 +227,15 @@ func NewWALRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, h
 		cleanup()
 		return nil, nil, err
 	}
-	subscriber, err := walsource.ProvideSubscriber(ctx, db, store, conn, cfg, logger)
+	jetStream, err := broker.ProvideJetStream(conn, cfg)
 	if err != nil {
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
-	jetStream, err := broker.ProvideJetStream(conn, cfg)
+	dedupReconciler := dedup.ProvideReconciler(jetStream, cfg, logger)
+	outboxReconciler := reconciler(dedupReconciler)
+	subscriber, err := walsource.ProvideSubscriber(ctx, db, store, conn, outboxReconciler, cfg, logger)
 	if err != nil {
 		cleanup2()
 		cleanup()
@@ -265,7 +267,7 @@ func NewWALRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, h
 		cleanup()
 		return nil, nil, err
 	}
-	registry, err := provideWALRegistry(subscriber, store, guard, keeper, cfg)
+	registry, err := provideWALRegistry(subscriber, store, guard, dedupReconciler, keeper, cfg)
 	if err != nil {
 		cleanup3()
 		cleanup2()

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
 // Defaults of Config.
@@ -74,6 +76,13 @@ type Config struct {
 	// down, rows whose publish failed wait for it instead of a backoff.
 	// Defaults to nil: always up.
 	Connected func() bool
+	// Reconciler, when set, is asked about every row emitted again after a
+	// failure whether its first publish may be stored beyond the stream's
+	// duplicate window; such rows are looked up in the stream first, and
+	// those found are settled as relayed without publishing. Defaults to
+	// nil: rows are published again and deduplicated within the window
+	// only.
+	Reconciler outbox.Reconciler
 }
 
 func (c *Config) setDefaults() {

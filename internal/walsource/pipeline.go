@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pglogrepl"
 
+	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
 	"github.com/outbox-bridge/bridge/internal/telemetry"
@@ -61,6 +62,7 @@ type entry struct {
 	inWindow  bool
 	attempts  int    // publish attempts so far, the row's attempts column included
 	lastErr   string // why the last attempt failed
+	firstEmit time.Time // when the row was first handed to the publisher; zero before
 
 	msg  *message.Message // the emission whose outcome is awaited
 	turn *sink.Turn
@@ -336,6 +338,9 @@ func (p *pipeline) emit(out chan<- *message.Message) {
 			return
 		}
 		e.state = emitted
+		if e.firstEmit.IsZero() {
+			e.firstEmit = time.Now()
+		}
 		s.emitted.Add(1)
 		batch = append(batch, watched{e: e, msg: msg, turn: e.turn, emitted: time.Now()})
 		p.next++
@@ -407,7 +412,7 @@ func (p *pipeline) failed(e *entry, reason string, class outbox.FailureClass) {
 	case class == outbox.Unavailable:
 		s.Counters.Unavailable.Add(1)
 		e.state = queued
-		p.hold(e, 0, true, class)
+		p.hold(e, unavailableWait, true, class)
 		e.attempts-- // not the row's fault: the attempt does not count
 	case e.attempts >= s.cfg.MaxAttempts:
 		p.dead(e, fmt.Sprintf("gave up after %d attempts (relay.max_attempts); last error: %s", e.attempts, reason))
@@ -448,6 +453,57 @@ func (p *pipeline) resume() {
 	}
 	p.halted, p.waitConnected = false, false
 	p.next = p.head
+	p.reconcile()
+}
+
+// unavailableWait is the least wait before rows that failed because NATS
+// was unavailable (or refused them, or they missed their publish
+// deadline) are emitted again.
+const unavailableWait = 100 * time.Millisecond
+
+// reconcile looks up in their stream the rows about to be emitted again
+// whose first publish may have been stored beyond the stream's duplicate
+// window (see dedup.Reconciler): JetStream would store them again. The rows
+// found are settled as relayed instead of published. It runs while the
+// queue is held (nothing is in flight), so blocking the pipeline for the
+// scan, bounded by dedup.reconcile_timeout, costs nothing else; on any
+// error the rows are published as usual.
+func (p *pipeline) reconcile() {
+	s := p.s
+	if s.cfg.Reconciler == nil {
+		return
+	}
+	now := time.Now()
+	var doubt []dedup.Candidate
+	byID := map[int64]*entry{}
+	for _, e := range p.win[p.head:] {
+		if e.marker || e.state != queued || e.firstEmit.IsZero() {
+			continue
+		}
+		c := dedup.Candidate{ID: e.row.ID, IdempotencyKey: e.row.IdempotencyKey, Subject: e.row.Subject, FirstClaimedAt: e.firstEmit, ClaimedAt: now}
+		inDoubt, err := s.cfg.Reconciler.InDoubt(s.hardCtx, c)
+		if err != nil {
+			s.logger.Warn("reconcile: cannot tell whether the row is in doubt; publishing it", slog.Int64("row_id", e.row.ID), slog.Any("error", err))
+			continue
+		}
+		if inDoubt {
+			doubt, byID[e.row.ID] = append(doubt, c), e
+		}
+	}
+	if len(doubt) == 0 {
+		return
+	}
+	found, err := s.cfg.Reconciler.Reconcile(s.hardCtx, doubt)
+	if err != nil {
+		s.logger.Warn("reconcile failed; publishing the rows in doubt", slog.Int("rows", len(doubt)), slog.Any("error", err))
+		return
+	}
+	s.logger.Info("reconciled rows in doubt against the stream", slog.Int("in_doubt", len(doubt)), slog.Int("found", len(found)))
+	for id, stored := range found {
+		e := byID[id]
+		e.state = acked
+		s.marks.push(markItem{e: e, kind: markDone, id: id, xid: e.xid, attempts: e.attempts, stream: stored.Stream, seq: stored.Seq})
+	}
 }
 
 // dead makes e a dead letter.

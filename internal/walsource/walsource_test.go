@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
+	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/forwarder"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
@@ -532,4 +533,36 @@ func TestStreamRestarts(t *testing.T) {
 	requireCommitOrder(t, e.streamIDs(t), oracle.Rows(t))
 	t.Logf("%d restarts, %d rows read, %d published again (deduplicated)", r.sub.Counters.Restarts.Load(), r.sub.Counters.Read.Load(), r.sub.Counters.Deduplicated.Load())
 	require.Zero(t, r.sub.Counters.Deduplicated.Load(), "a row published before a restart was published again")
+}
+
+// TestRowRetriedPastTheWindowIsReconciled: a row whose first attempt
+// failed is retried after the stream's duplicate window has forgotten an
+// earlier copy of it (here: a copy stored before, and a stream full with
+// discard-new that refuses the row as long as it is not known). Before the
+// retry the relay finds the copy in the stream and marks the row done with
+// its sequence, instead of publishing it again.
+func TestRowRetriedPastTheWindowIsReconciled(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	_, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: "LATE", Subjects: []string{"late.>"}, Duplicates: 300 * time.Millisecond,
+		MaxMsgs: 1, Discard: jetstream.DiscardNew})
+	require.NoError(t, err)
+	copyOf := nats.NewMsg("late.x")
+	copyOf.Header.Set(jetstream.MsgIDHeader, "late-1")
+	_, err = e.js.PublishMsg(ctx, copyOf)
+	require.NoError(t, err)
+	time.Sleep(400 * time.Millisecond) // the window forgets late-1
+
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	rec := dedup.NewReconciler(e.js, logger, dedup.ReconcilerConfig{PublishTimeout: time.Second})
+	r := e.relay(t, walsource.Config{Reconciler: rec})
+	var id int64
+	require.NoError(t, e.prod.QueryRow(`INSERT INTO `+e.names.Table+` (idempotency_key, subject, payload) VALUES ('late-1', 'late.x', 'x') RETURNING id`).Scan(&id))
+	e.waitDone(t, 1, 30*time.Second)
+	var seq int64
+	require.NoError(t, e.prod.QueryRow(`SELECT stream_seq FROM `+e.names.Table+` WHERE id = $1`, id).Scan(&seq))
+	require.Equal(t, int64(1), seq, "the row is done with the sequence of the copy")
+	require.Positive(t, r.sub.Counters.Failed.Load(), "the first attempt failed")
+	require.Equal(t, int64(1), rec.Reconciled.Load())
 }

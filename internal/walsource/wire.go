@@ -30,8 +30,10 @@ func NamesOf(cfg *config.Config) Names {
 
 // ProvideSubscriber builds the subscriber from wal.*, relay.* and
 // dedup.namespace. It drains for shutdown_timeout less 3 s, leaving the
-// router time to stop. While nc is disconnected, failed rows wait for it.
-func ProvideSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, nc *nats.Conn, cfg *config.Config, logger *slog.Logger) (*Subscriber, error) {
+// router time to stop. While nc is disconnected, failed rows wait for it;
+// rows published again long after their first publish are reconciled
+// against the stream first.
+func ProvideSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, nc *nats.Conn, reconciler outbox.Reconciler, cfg *config.Config, logger *slog.Logger) (*Subscriber, error) {
 	r := cfg.Relay
 	return NewSubscriber(ctx, db, store, logger, Config{
 		Names:           NamesOf(cfg),
@@ -48,6 +50,7 @@ func ProvideSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, 
 		SweepBatch:      r.BatchSize,
 		InflightTimeout: r.InflightTimeout,
 		Connected:       nc.IsConnected,
+		Reconciler:      reconciler,
 	})
 }
 
