@@ -60,8 +60,8 @@ type entry struct {
 	swept     bool // found by the sweep, not read from the slot
 	state     entryState
 	inWindow  bool
-	attempts  int    // publish attempts so far, the row's attempts column included
-	lastErr   string // why the last attempt failed
+	attempts  int       // publish attempts so far, the row's attempts column included
+	lastErr   string    // why the last attempt failed
 	firstEmit time.Time // when the row was first handed to the publisher; zero before
 
 	msg  *message.Message // the emission whose outcome is awaited
