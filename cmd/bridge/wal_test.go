@@ -216,3 +216,30 @@ func TestWALOperatorCommands(t *testing.T) {
 	}
 	t.Logf("stream order after the slot was created again: %s", strings.Join(got, " "))
 }
+
+// TestWALStandbyTakesOver: a second relay on the same slot waits as a
+// standby (ready, logging it once); when the first is killed it takes the
+// slot over and relays the rest, each row once, in commit order.
+func TestWALStandbyTakesOver(t *testing.T) {
+	t.Parallel()
+	e := newWALEnv(t)
+	a := e.run(t)
+	e.insert(t, 0, 100)
+	e.waitDone(t, 100, 30*time.Second, a)
+
+	b := e.run(t, "BRIDGE_LOG_LEVEL=info")
+	addr := relayHTTPAddr(t, b)
+	poll(t, 30*time.Second, func() bool {
+		return strings.Contains(b.stderr.String(), "replication slot in use by another process")
+	}, "the second relay never said it waits for the slot")
+	code, body := httpGet("http://" + addr + "/readyz")
+	require.Equal(t, 200, code, "a standby is ready: %s", body)
+
+	kill(t, a)
+	for i := 100; i < 1000; i += 100 {
+		e.insert(t, i, i+100)
+	}
+	e.waitDone(t, 1000, 60*time.Second, b)
+	e.verifyCommitOrder(t, 1000)
+	require.Equal(t, 1, strings.Count(b.stderr.String(), "replication slot in use by another process"), "logged once")
+}

@@ -566,3 +566,52 @@ func TestRowRetriedPastTheWindowIsReconciled(t *testing.T) {
 	require.Positive(t, r.sub.Counters.Failed.Load(), "the first attempt failed")
 	require.Equal(t, int64(1), rec.Reconciled.Load())
 }
+
+// TestDeleteOnRelayAndRowsAlreadyGone: with delete_on_relay a row is
+// deleted at its PubAck. A second slot, created before the rows, delivers
+// them again after they are gone (as the slot of a relay that died before
+// confirming them would): they are published again, deduplicated by the
+// stream, and their marks, finding no row of a visible transaction, settle
+// them, so the slot's position moves on.
+func TestDeleteOnRelayAndRowsAlreadyGone(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	second := e.names
+	second.Slot = e.names.Slot + "_b"
+	t.Cleanup(func() { bridgetest.DropSlot(t, e.url, second.Slot) })
+	_, _, err := walsource.Setup(ctx, e.db.SQL, second)
+	require.NoError(t, err)
+
+	first := e.relay(t, walsource.Config{DeleteOnRelay: true})
+	for i := 0; i < 500; i += 50 {
+		e.insertTx(t, 0, i, i+50, 0)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for e.count(t, "") > 0 {
+		require.True(t, time.Now().Before(deadline), "%d rows left", e.count(t, ""))
+		time.Sleep(50 * time.Millisecond)
+	}
+	first.stop()
+	require.Equal(t, int64(500), first.sub.Counters.Relayed.Load())
+
+	e.names = second
+	again := e.relay(t, walsource.Config{DeleteOnRelay: true})
+	deadline = time.Now().Add(30 * time.Second)
+	for again.sub.Counters.Relayed.Load() < 500 {
+		require.True(t, time.Now().Before(deadline), "%d of 500 rows settled again", again.sub.Counters.Relayed.Load())
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.Equal(t, int64(500), again.sub.Counters.Deduplicated.Load(), "every row was in the stream already")
+	require.Len(t, e.streamIDs(t), 500)
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		info, err := walsource.SlotStatus(ctx, e.prod, second.Slot)
+		require.NoError(t, err)
+		if info.UnconfirmedBytes < 16<<10 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the second slot's position does not move: %d bytes unconfirmed", info.UnconfirmedBytes)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
