@@ -156,14 +156,17 @@ func TestWALLevelReplicaRefused(t *testing.T) {
 }
 
 // TestWALOperatorCommands: status shows the slot; slot drop refuses while
-// a relay streams from it and drops it after; run without a slot exits 1
-// saying to run migrate, which creates it again; the rows written
-// meanwhile are published by the sweep.
+// a relay streams from it. When the slot is lost under a running relay
+// (dropped, as after a failover to a server without it) the relay keeps
+// running and waits, /readyz naming the missing slot; once migrate creates
+// it again, the relay goes on by itself, and the rows committed meanwhile
+// are published by the sweep. After the relay stopped, slot drop drops it.
 func TestWALOperatorCommands(t *testing.T) {
 	t.Parallel()
 	e := newWALEnv(t)
 	e.insert(t, 0, 10)
-	p := e.run(t, "BRIDGE_WAL_SWEEP_INTERVAL=200ms")
+	p := e.run(t, "BRIDGE_WAL_SWEEP_INTERVAL=200ms", "BRIDGE_LOG_LEVEL=info")
+	addr := relayHTTPAddr(t, p)
 	e.waitDone(t, 10, 30*time.Second, p)
 
 	r := runBridge(t, e.dir, e.env(), "status", "--json")
@@ -191,21 +194,23 @@ func TestWALOperatorCommands(t *testing.T) {
 	require.Equal(t, 1, r.code, "%s", r)
 	require.Contains(t, r.stderr, "stop the relay")
 
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.Zero(t, p.wait(t, 30*time.Second), "clean stop\n%s", p.stderr)
-	r = runBridge(t, e.dir, e.env(), "slot", "drop")
-	require.Zero(t, r.code, "%s", r)
-	require.Contains(t, r.stdout, "dropped replication slot "+e.slot)
-
+	// The slot is lost under the running relay.
+	poll(t, 30*time.Second, func() bool {
+		_, _ = e.db.Exec(`SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active`, e.slot)
+		_, _ = e.db.Exec(`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active`, e.slot)
+		var n int
+		require.NoError(t, e.db.QueryRow(`SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&n))
+		return n == 0
+	}, "the slot could not be dropped")
 	e.insert(t, 10, 20) // no slot: nothing reads these yet
-	r = runBridge(t, e.dir, e.env(), "run")
-	require.Equal(t, 1, r.code, "%s", r)
-	require.Contains(t, r.stderr, "replication slot "+e.slot+" does not exist")
-	require.Contains(t, r.stderr, "bridge migrate")
+	poll(t, 30*time.Second, func() bool {
+		code, body := httpGet("http://" + addr + "/readyz")
+		return code == 503 && strings.Contains(body, "does not exist")
+	}, "/readyz does not say the slot is missing")
+	require.False(t, p.exited(), "the relay waits for its slot")
 
 	r = runBridge(t, e.dir, e.env(), "migrate")
 	require.Zero(t, r.code, "%s", r)
-	p = e.run(t, "BRIDGE_WAL_SWEEP_INTERVAL=200ms")
 	e.insert(t, 20, 30)
 	e.waitDone(t, 30, 30*time.Second, p)
 	msgs := bridgetest.Messages(t, e.js, "EVENTS")
@@ -215,6 +220,14 @@ func TestWALOperatorCommands(t *testing.T) {
 		got = append(got, strings.TrimPrefix(m.Headers().Get(jetstream.MsgIDHeader), "k-"))
 	}
 	t.Logf("stream order after the slot was created again: %s", strings.Join(got, " "))
+	code, body := httpGet("http://" + addr + "/readyz")
+	require.Equal(t, 200, code, body)
+
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Zero(t, p.wait(t, 30*time.Second), "clean stop\n%s", p.stderr)
+	r = runBridge(t, e.dir, e.env(), "slot", "drop")
+	require.Zero(t, r.code, "%s", r)
+	require.Contains(t, r.stdout, "dropped replication slot "+e.slot)
 }
 
 // TestWALStandbyTakesOver: a second relay on the same slot waits as a

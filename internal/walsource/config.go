@@ -72,6 +72,10 @@ type Config struct {
 	// StatusInterval is the longest wait between two standby status
 	// updates. Defaults to 10s.
 	StatusInterval time.Duration
+	// HoldBack is how long the rows wait after one whose stream refused it
+	// for now (class outbox.Held: the duplicate-window guard finds the
+	// stream unsafe), before they are emitted again. Defaults to 15s.
+	HoldBack time.Duration
 	// Connected reports whether the NATS connection is up; while it is
 	// down, rows whose publish failed wait for it instead of a backoff.
 	// Defaults to nil: always up.
@@ -96,6 +100,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.SweepBatch, SweepBatchDefault)
 	setDefault(&c.InflightTimeout, InflightTimeoutDefault)
 	setDefault(&c.StatusInterval, StatusIntervalDefault)
+	setDefault(&c.HoldBack, outbox.HoldBackDefault)
 	if c.Connected == nil {
 		c.Connected = func() bool { return true }
 	}

@@ -13,7 +13,8 @@ import (
 // names the table source has mean the same here: bridge_rows_relayed_total,
 // bridge_rows_deduplicated_total, bridge_rows_failed_total{class}
 // (retryable; permanent, also counted by bridge_rows_dead_total;
-// unavailable: NATS was unreachable, not counted as an attempt),
+// unavailable: NATS was unreachable; held: the stream refused the row for
+// now; neither counted as an attempt),
 // bridge_rows_dead_total and the gauge bridge_inflight_rows (messages
 // awaiting their outcome). Its own: bridge_wal_rows_read_total,
 // bridge_wal_rows_swept_total, bridge_wal_stream_restarts_total and the
@@ -31,6 +32,7 @@ func (s *Subscriber) Collectors() []prometheus.Collector {
 		counter("bridge_rows_failed_total", failedHelp, c.Failed.Load, prometheus.Labels{"class": "retryable"}),
 		counter("bridge_rows_failed_total", failedHelp, c.Dead.Load, prometheus.Labels{"class": "permanent"}),
 		counter("bridge_rows_failed_total", failedHelp, c.Unavailable.Load, prometheus.Labels{"class": "unavailable"}),
+		counter("bridge_rows_failed_total", failedHelp, c.Held.Load, prometheus.Labels{"class": "held"}),
 		counter("bridge_rows_dead_total", "Rows moved to permanent_failed (dead letters).", c.Dead.Load, nil),
 		counter("bridge_wal_rows_read_total", "Outbox rows read from the replication slot (again after a restart of the stream).", c.Read.Load, nil),
 		counter("bridge_wal_rows_swept_total", "Pending rows the replication slot did not deliver, published by the sweep.", c.Swept.Load, nil),

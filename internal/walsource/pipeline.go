@@ -414,6 +414,15 @@ func (p *pipeline) failed(e *entry, reason string, class outbox.FailureClass) {
 		e.state = queued
 		p.hold(e, unavailableWait, true, class)
 		e.attempts-- // not the row's fault: the attempt does not count
+	case class == outbox.Held:
+		// Its stream refuses it for now (the duplicate-window guard finds
+		// it unsafe): not the row's fault either, but not over when NATS
+		// is connected. In commit order, the rows after it wait too.
+		s.Counters.Held.Add(1)
+		e.state = queued
+		e.attempts--
+		p.hold(e, s.cfg.HoldBack, false, class)
+		s.marks.push(markItem{e: e, kind: markFailed, id: e.row.ID, attempts: e.attempts, reason: reason, backoff: s.cfg.HoldBack})
 	case e.attempts >= s.cfg.MaxAttempts:
 		p.dead(e, fmt.Sprintf("gave up after %d attempts (relay.max_attempts); last error: %s", e.attempts, reason))
 	default:

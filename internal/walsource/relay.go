@@ -2,7 +2,6 @@ package walsource
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
@@ -35,10 +34,10 @@ type Relay struct {
 // Run relays until ctx ends, then drains: reading stops, publishes in
 // progress finish, marks are written and the slot's position is
 // confirmed. Beside the relay run the duplicate-window guard, the stream
-// keeper and retention. It returns nil after a clean stop; the
-// subscriber's fatal error (the slot is gone) when the source cannot go
-// on; and an error wrapping daemon.ErrConnectionClosed, after the same
-// drain, when the NATS connection was closed for good.
+// keeper and retention. It returns nil after a clean stop, and an error
+// wrapping daemon.ErrConnectionClosed, after the same drain, when the NATS
+// connection was closed for good. A lost replication slot does not stop
+// it: the subscriber waits for the slot (readiness says so).
 func (r *Relay) Run(ctx context.Context) error {
 	streams := r.Streams.Names()
 	r.Logger.Info("relay running",
@@ -57,28 +56,5 @@ func (r *Relay) Run(ctx context.Context) error {
 		})
 	}
 	r.Health.Running(r.Probes)
-	return daemon.Run(ctx, r.Conn, r.Logger, r.relay, services...)
-}
-
-// relay runs the forwarder until ctx ends or the subscriber fails for
-// good.
-func (r *Relay) relay(ctx context.Context) error {
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	fatal := make(chan error, 1)
-	go func() {
-		select {
-		case err := <-r.Subscriber.Fatal():
-			fatal <- err
-			stop()
-		case <-ctx.Done():
-		}
-	}()
-	err := r.Forwarder.Run(ctx)
-	select {
-	case ferr := <-fatal:
-		return errors.Join(ferr, err)
-	default:
-		return err
-	}
+	return daemon.Run(ctx, r.Conn, r.Logger, r.Forwarder.Run, services...)
 }

@@ -21,43 +21,50 @@ const readTimeout = 100 * time.Millisecond
 var errStopped = errors.New("stopped")
 
 // streamLoop reads the slot until the subscriber stops: one session per
-// replication connection, started again after an interruption (with a
-// backoff up to 5 s; every 5 s while another process holds the slot). An
-// error that a new session cannot cure (the slot or the publication is
-// gone, no privilege) is reported on Fatal and ends the loop.
+// replication connection, started again after an interruption, with a
+// backoff up to 5 s. It never gives up: while another process holds the
+// slot this relay is a standby, retrying every 5 s; while the slot or the
+// publication is missing or the slot is invalidated (a failover to a
+// server without it, a drop, max_slot_wal_keep_size), which only an
+// operator can fix (`bridge migrate`), it logs the fix at ERROR once,
+// fails readiness with it, and retries every 5 s.
 func (s *Subscriber) streamLoop() {
 	backoff := 100 * time.Millisecond
 	sessions := 0
-	standbyLogged := false
+	var logged string // the last waiting state logged
 	for {
 		started, err := s.session(sessions > 0)
 		if started {
 			sessions++
-			backoff = 100 * time.Millisecond
+			backoff, logged = 100*time.Millisecond, ""
 		}
 		if errors.Is(err, errStopped) || s.stopping() {
 			return
 		}
 		var pgErr *pgconn.PgError
 		standby := errors.As(err, &pgErr) && pgErr.Code == "55006"
-		s.state.Store(&streamState{standby: standby, err: err})
-		if isFatal(err) {
-			if pgErr != nil && (pgErr.Code == "42704" || pgErr.Code == "55000") {
-				err = fmt.Errorf("%w: %w; %s", ErrNoSlot, err, "create the slot and the publication again with `bridge migrate` (after `bridge slot drop` for an invalidated slot): the relay then publishes the rows still pending (the sweep)")
-			}
-			s.logger.Error("replication stream cannot go on", slog.Any("error", err))
-			s.fail(fmt.Errorf("replication slot %s: %w", s.cfg.Slot, err))
-			return
+		operator := needsOperator(err)
+		if operator {
+			err = fmt.Errorf("%w: %w; create the slot and the publication with `bridge migrate` (after `bridge slot drop` for an invalidated slot): the relay then starts on its own and publishes the rows still pending (the sweep)",
+				ErrNoSlot, err)
 		}
+		s.state.Store(&streamState{standby: standby, err: err})
 		wait := backoff
-		if standby {
+		switch {
+		case standby:
 			wait = 5 * time.Second
-			if !standbyLogged {
+			if logged != "standby" {
 				s.logger.Info("replication slot in use by another process; waiting for it (standby)", slog.String("reason", pgErr.Message))
 			}
-			standbyLogged = true
-		} else {
-			standbyLogged = false
+			logged = "standby"
+		case operator:
+			wait = 5 * time.Second
+			if logged != err.Error() {
+				s.logger.Error("replication stream cannot start; waiting for the slot", slog.Any("error", err), slog.Duration("retry_every", wait))
+			}
+			logged = err.Error()
+		default:
+			logged = ""
 			s.logger.Warn("replication stream interrupted; starting it again", slog.Any("error", err), slog.Duration("retry_in", wait))
 			backoff = min(backoff*2, 5*time.Second)
 		}

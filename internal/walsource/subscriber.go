@@ -32,6 +32,7 @@ type Counters struct {
 	Failed       atomic.Int64 // retryable failures: the row and those after it are published again
 	Dead         atomic.Int64 // rows made dead letters (permanent_failed)
 	Unavailable  atomic.Int64 // failures while NATS was unreachable (not counted as attempts)
+	Held         atomic.Int64 // rows refused for now by their stream (the guard), not counted as attempts
 	Swept        atomic.Int64 // pending rows published by the sweep
 	Restarts     atomic.Int64 // replication streams started again after an interruption
 }
@@ -78,7 +79,6 @@ type Subscriber struct {
 	emitted     atomic.Int64  // messages awaiting their outcome
 	state       atomic.Pointer[streamState]
 
-	fatal        chan error
 	closing      chan struct{}
 	drainExpired chan struct{}
 	stopReader   chan struct{}
@@ -140,7 +140,6 @@ func NewSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, logg
 		marks:        newQueue[markItem](),
 		settled:      newQueue[*entry](),
 		sweeps:       make(chan sweepRequest),
-		fatal:        make(chan error, 1),
 		closing:      make(chan struct{}),
 		drainExpired: make(chan struct{}),
 		stopReader:   make(chan struct{}),
@@ -225,12 +224,6 @@ func (s *Subscriber) Close() error {
 	return nil
 }
 
-// Fatal receives the error that stops the source for good: the slot or the
-// publication is gone (dropped, invalidated, or a failover to a server
-// without them), or the server refuses the replication connection. The
-// relay then stops (exit 1) with that error.
-func (s *Subscriber) Fatal() <-chan error { return s.fatal }
-
 // Ready is the readiness check of the stream: nil while it streams, or
 // while another relay holds the slot (this one is a standby); otherwise
 // why not.
@@ -250,13 +243,6 @@ func (s *Subscriber) isClosing() bool {
 		return true
 	default:
 		return false
-	}
-}
-
-func (s *Subscriber) fail(err error) {
-	select {
-	case s.fatal <- err:
-	default:
 	}
 }
 
@@ -291,20 +277,19 @@ func (s *Subscriber) Confirmed() pglogrepl.LSN { return pglogrepl.LSN(s.confirme
 // so the prefix names the slot.
 func (s *Subscriber) watermarkPrefix() string { return "outbox-bridge/" + s.cfg.Slot }
 
-// isFatal reports errors that starting the stream again cannot cure.
-func isFatal(err error) bool {
+// needsOperator reports the errors of a replication session that only an
+// operator can fix: the slot or the publication does not exist (undefined
+// object, 42704), the slot was invalidated (object not in prerequisite
+// state, 55000), no privilege or bad authorization (42501, 28xxx), no
+// such database (3D000).
+func needsOperator(err error) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return false
 	}
-	switch {
-	case pgErr.Code == "55006": // object_in_use: the slot is active elsewhere; wait
-		return false
-	case pgErr.Code == "55000", // object_not_in_prerequisite_state: slot invalidated
-		strings.HasPrefix(pgErr.Code, "42"), // undefined object (slot, publication), no privilege
-		strings.HasPrefix(pgErr.Code, "28"), // invalid authorization
-		pgErr.Code == "3D000":               // no such database
+	switch pgErr.Code {
+	case "42704", "55000", "42501", "3D000":
 		return true
 	}
-	return false
+	return strings.HasPrefix(pgErr.Code, "28")
 }
