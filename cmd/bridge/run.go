@@ -18,9 +18,15 @@ func newRunCommand() *cobra.Command {
 relayed after the PubAck. SIGTERM or SIGINT drains (publishes in progress finish,
 marks are flushed) and exits 0; a second signal exits 1 at once.
 
-While the database or NATS cannot be reached (or the table is not migrated yet) it
-waits, trying again every 250ms to 5s and logging each attempt: /healthz answers 200
-and /readyz 503 naming what it waits for. It exits only for bad configuration (2).
+With source: postgres-wal it reads the table's inserts from PostgreSQL's write-ahead
+log (the replication slot wal.slot, created by bridge migrate) and publishes them in
+commit order, instead of claiming rows.
+
+While the database or NATS cannot be reached (or the table is not migrated yet, or
+the replication slot is missing) it waits, trying again every 250ms to 5s and
+logging each attempt: /healthz answers 200 and /readyz 503 naming what it waits for.
+It exits only for bad configuration (2), such as wal_level not logical with
+source: postgres-wal.
 
 With no configuration it runs the embedded default: SQLite outbox
 <data-dir>/outbox.db (migrated at start), an in-process NATS server with JetStream

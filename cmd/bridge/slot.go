@@ -20,6 +20,9 @@ replication slot (wal.slot), which bridge migrate creates. PostgreSQL keeps the
 WAL a slot has not confirmed, without bound unless max_slot_wal_keep_size is set:
 a slot whose relay is gone for good can fill the disk. bridge status shows how much
 WAL the slot keeps.`,
+		// A Run of its own, so that an argument that is not a subcommand is
+		// refused (exit 2) rather than answered with the help.
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	drop := &cobra.Command{
 		Use:   "drop",

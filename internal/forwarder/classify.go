@@ -8,6 +8,7 @@ import (
 
 	"github.com/outbox-bridge/bridge/internal/broker"
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/sink"
 )
 
 // JetStream API error codes that retrying cannot fix (nats-server
@@ -38,7 +39,9 @@ var permanentCodes = map[jetstream.ErrorCode]bool{
 // and a row that closes every connection it is sent on must use up its
 // attempts and become a dead letter rather than close connections forever. A message the relay
 // held past its publish deadline and did not send
-// (outbox.ErrPublishDeadline) is Unavailable too.
+// (outbox.ErrPublishDeadline) is Unavailable too, and so is one not sent
+// because an earlier message of its turn chain was not
+// (sink.ErrTurnBroken, postgres-wal).
 //
 // Permanent: the payload is over the server's max_payload
 // (nats.ErrMaxPayload, checked by the client), an invalid subject or
@@ -59,7 +62,7 @@ var permanentCodes = map[jetstream.ErrorCode]bool{
 // not leader (10009), stream offline (10118), stream full with
 // discard-new (10077).
 func Classify(err error) outbox.FailureClass {
-	if errors.Is(err, outbox.ErrPublishDeadline) {
+	if errors.Is(err, outbox.ErrPublishDeadline) || errors.Is(err, sink.ErrTurnBroken) {
 		return outbox.Unavailable // never sent: not the row's fault
 	}
 	if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrBadHeaderMsg) ||

@@ -220,12 +220,16 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 //
 // When ctx carries a Turn (WithTurn), the message is handed to the client
 // only after the previous turn's message was, and its own turn passes as
-// soon as it was handed over (or the publish gave up before).
+// soon as it was handed over (or the publish gave up before). When an
+// earlier message of the chain was not handed over, it returns
+// ErrTurnBroken without sending.
 func (p *Publisher) PublishMsg(ctx context.Context, subject string, msg *message.Message) (*jetstream.PubAck, error) {
 	turn := turnFrom(ctx)
 	if turn != nil {
-		defer turn.Pass()
-		turn.wait(ctx)
+		defer turn.Pass(false) // returned before the hand-over: later turns are refused
+		if !turn.wait(ctx) {
+			return nil, ErrTurnBroken
+		}
 	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
@@ -236,7 +240,7 @@ func (p *Publisher) PublishMsg(ctx context.Context, subject string, msg *message
 	began := time.Now()
 	future, err := p.publishAsync(subject, msg)
 	if turn != nil {
-		turn.Pass() // handed to the client: the next one may follow
+		turn.Pass(err == nil) // handed to the client (or not): the next one may follow (or is refused)
 	}
 	if err != nil {
 		return nil, err

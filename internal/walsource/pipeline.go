@@ -331,7 +331,7 @@ func (p *pipeline) emit(out chan<- *message.Message) {
 		select {
 		case out <- msg:
 		case <-s.closing:
-			e.turn.Pass()
+			e.turn.Pass(false)
 			e.attempts--
 			e.msg, e.turn = nil, nil
 			p.closing = true
@@ -462,6 +462,10 @@ func (p *pipeline) resume() {
 	}
 	p.halted, p.waitConnected = false, false
 	p.next = p.head
+	// A new chain of turns: the old one is broken where the failure was
+	// (a message not handed over refuses every later one), and what is
+	// left of it cannot send any more.
+	p.lastTurn = nil
 	p.reconcile()
 }
 
@@ -565,6 +569,11 @@ func (p *pipeline) reset() {
 	}
 	p.adopt = adopt
 	p.win, p.head, p.next = nil, 0, 0
+	if p.watermark != nil {
+		// The watermark may not come: a slot created again starts after it.
+		close(p.watermark.ids)
+		p.watermark = nil
+	}
 	for _, e := range keep {
 		p.push(e)
 	}

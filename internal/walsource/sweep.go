@@ -114,7 +114,8 @@ func (s *Subscriber) sweep(ctx context.Context) error {
 }
 
 // watermark writes a watermark into the log and returns the ids the
-// pipeline holds when it arrives; false when the subscriber closes first.
+// pipeline holds when it arrives; false when the subscriber closes or the
+// stream restarts first.
 func (s *Subscriber) watermark(ctx context.Context) (map[int64]bool, bool) {
 	b := make([]byte, 12)
 	_, _ = rand.Read(b)
@@ -129,8 +130,8 @@ func (s *Subscriber) watermark(ctx context.Context) (map[int64]bool, bool) {
 		return nil, false
 	}
 	select {
-	case ids := <-req.ids:
-		return ids, true
+	case ids, ok := <-req.ids:
+		return ids, ok // closed: the stream restarted; the next round tries again
 	case <-s.closing:
 		return nil, false
 	}

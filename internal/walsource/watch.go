@@ -25,9 +25,14 @@ const sweepInterval = 20 * time.Millisecond
 // messages are acked or nacked, or pass the ack deadline, or a drain gives
 // up on them. Like the table source's watch: one goroutine per batch,
 // waiting on the oldest message (PubAcks come back mostly in order) and
-// sweeping the others every sweepInterval. Every outcome passes the
-// message's turn, so a message that never reached the NATS client does not
-// hold up the ones after it.
+// sweeping the others every sweepInterval.
+//
+// A nack passes the message's turn as not sent (a no-op when the publisher
+// passed it already), so a message that never reached the NATS client
+// does not hold up the ones after it: they are refused, not sent out of
+// order. A message past its ack deadline may still be on its way to the
+// publisher (a starved handler goroutine): its turn is left to whoever
+// learns its fate (the publisher, or its ack or nack later).
 func (s *Subscriber) watch(batch []watched) {
 	tick := time.NewTicker(sweepInterval)
 	defer tick.Stop()
@@ -42,12 +47,14 @@ func (s *Subscriber) watch(batch []watched) {
 			case <-s.drainExpired:
 				for i := next; i < len(batch); i++ {
 					if !batch[i].done && !s.report(&batch[i]) {
+						batch[i].turn.Pass(false)
 						s.send(&batch[i], outcome{released: true})
 					}
 				}
 				return
 			case now := <-tick.C:
 				if now.Sub(w.emitted) >= s.cfg.AckDeadline {
+					go passWhenSettled(w.msg, w.turn)
 					s.send(w, outcome{expired: true})
 				}
 				for i := next + 1; i < len(batch); i++ {
@@ -65,8 +72,10 @@ func (s *Subscriber) watch(batch []watched) {
 func (s *Subscriber) report(w *watched) bool {
 	select {
 	case <-w.msg.Acked():
+		w.turn.Pass(true)
 		s.send(w, outcome{acked: true})
 	case <-w.msg.Nacked():
+		w.turn.Pass(false)
 		s.send(w, outcome{})
 	default:
 		return false
@@ -76,7 +85,17 @@ func (s *Subscriber) report(w *watched) bool {
 
 func (s *Subscriber) send(w *watched, o outcome) {
 	w.done = true
-	w.turn.Pass()
 	o.e, o.msg = w.e, w.msg
 	s.outcomes <- o
+}
+
+// passWhenSettled passes turn once msg is acked or nacked: every message
+// the router took is, eventually.
+func passWhenSettled(msg *message.Message, turn *sink.Turn) {
+	select {
+	case <-msg.Acked():
+		turn.Pass(true)
+	case <-msg.Nacked():
+		turn.Pass(false)
+	}
 }
