@@ -29,6 +29,7 @@ func PostgresLogicalURL(t testing.TB) string {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("%s is not set; .ci/run must provide PostgreSQL with wal_level = logical", PostgresLogicalURLEnv)
 		}
+		skipNotice()
 		t.Skipf("%s is not set: postgres-wal tests need PostgreSQL 14+ with wal_level = logical; "+
 			`start a throwaway server with: eval "$(.ci/postgres-logical start)"`, PostgresLogicalURLEnv)
 	}

@@ -27,6 +27,11 @@ var skipNotice = sync.OnceFunc(func() {
 	if os.Getenv(MySQLURLEnv) == "" {
 		missing, vars = append(missing, "MySQL/MariaDB"), append(vars, MySQLURLEnv+"='mysql://root@127.0.0.1:3306/test'")
 	}
+	start := ""
+	if os.Getenv(PostgresLogicalURLEnv) == "" {
+		missing = append(missing, "postgres-wal (PostgreSQL with wal_level = logical)")
+		start = `eval "$(.ci/postgres-logical start)" && `
+	}
 	if len(missing) == 0 || !firstInRun() {
 		return
 	}
@@ -35,8 +40,8 @@ var skipNotice = sync.OnceFunc(func() {
 		defer tty.Close()
 		w = tty
 	}
-	fmt.Fprintf(w, "go test: the %s tests are skipped; to run them: %s go test ./... (README, Run the tests)\n",
-		strings.Join(missing, " and "), strings.Join(vars, " "))
+	fmt.Fprintf(w, "go test: the %s tests are skipped; to run them: %s%s go test ./... (README, Run the tests)\n",
+		strings.Join(missing, " and "), start, strings.Join(vars, " "))
 })
 
 // firstInRun reports whether no other test binary of this `go test` run has
