@@ -79,6 +79,10 @@ func reconciler(r *dedup.Reconciler) outbox.Reconciler { return r }
 // connection is not connected.
 func claimGate(nc *nats.Conn) outbox.ClaimGate { return nc.IsConnected }
 
+// payloadLimit is the max_payload of the NATS server the relay is
+// connected to, from its INFO.
+func payloadLimit(nc *nats.Conn) outbox.PayloadLimit { return nc.MaxPayload }
+
 // provideRegistry registers the relay's metrics and the Go runtime and
 // process collectors.
 func provideRegistry(sub *outbox.Subscriber, store *outbox.Store, guard *dedup.Guard, rec *dedup.Reconciler, keeper *broker.Keeper, stall *outbox.StallWatch) (*prometheus.Registry, error) {

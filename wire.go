@@ -33,6 +33,7 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 		dedup.ProviderSet,
 		telemetry.ProviderSet,
 		claimGate,
+		payloadLimit,
 		reconciler,
 		provideRegistry,
 		tableLiveness,

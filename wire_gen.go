@@ -44,6 +44,7 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 		return nil, nil, err
 	}
 	outboxClaimGate := claimGate(conn)
+	outboxPayloadLimit := payloadLimit(conn)
 	tracer, cleanup3, err := telemetry.ProvideTracer(ctx, logger)
 	if err != nil {
 		cleanup2()
@@ -59,7 +60,7 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 	}
 	dedupReconciler := dedup.ProvideReconciler(jetStream, cfg, logger)
 	outboxReconciler := reconciler(dedupReconciler)
-	subscriber, err := outbox.ProvideSubscriber(store, cfg, logger, outboxClaimGate, tracer, outboxReconciler)
+	subscriber, err := outbox.ProvideSubscriber(store, cfg, logger, outboxClaimGate, outboxPayloadLimit, tracer, outboxReconciler)
 	if err != nil {
 		cleanup3()
 		cleanup2()

@@ -19,6 +19,7 @@ const (
 	NATSListenDefault           = "127.0.0.1:4222"
 	BatchSizeDefault            = 500
 	MaxInFlightDefault          = 2000
+	MaxInFlightBytesDefault     = 32 * MiB
 	PollIntervalDefault         = 250 * time.Millisecond
 	InflightTimeoutDefault      = 30 * time.Second
 	AckDeadlineDefault          = 20 * time.Second
@@ -220,6 +221,11 @@ type Relay struct {
 	// Defaults to 2000 messages.
 	MaxInFlight int `koanf:"max_in_flight"`
 
+	// MaxInFlightBytes bounds what the rows claimed and not yet settled hold in memory:
+	// their payloads and headers. A claim stops before the row that would pass it; with
+	// nothing in flight it takes one row whatever its size. Defaults to 32MiB.
+	MaxInFlightBytes ByteSize `koanf:"max_in_flight_bytes"`
+
 	// PollInterval is the idle wait between empty claims (a notification wakes earlier).
 	// Defaults to 250ms.
 	PollInterval time.Duration `koanf:"poll_interval"`
@@ -355,17 +361,18 @@ func Default() Config {
 		Database: Database{Table: TableDefault, ConnMaxLifetime: ConnMaxLifetimeDefault, ConnMaxIdleTime: ConnMaxIdleTimeDefault},
 		NATS:     NATS{URL: NATSURLDefault, Listen: NATSListenDefault},
 		Relay: Relay{
-			BatchSize:       BatchSizeDefault,
-			MaxInFlight:     MaxInFlightDefault,
-			PollInterval:    PollIntervalDefault,
-			InflightTimeout: InflightTimeoutDefault,
-			AckDeadline:     AckDeadlineDefault,
-			PublishTimeout:  PublishTimeoutDefault,
-			MaxAttempts:     MaxAttemptsDefault,
-			BackoffInitial:  BackoffInitialDefault,
-			BackoffMax:      BackoffMaxDefault,
-			Retention:       RetentionDefault,
-			Owner:           defaultOwner(),
+			BatchSize:        BatchSizeDefault,
+			MaxInFlight:      MaxInFlightDefault,
+			MaxInFlightBytes: MaxInFlightBytesDefault,
+			PollInterval:     PollIntervalDefault,
+			InflightTimeout:  InflightTimeoutDefault,
+			AckDeadline:      AckDeadlineDefault,
+			PublishTimeout:   PublishTimeoutDefault,
+			MaxAttempts:      MaxAttemptsDefault,
+			BackoffInitial:   BackoffInitialDefault,
+			BackoffMax:       BackoffMaxDefault,
+			Retention:        RetentionDefault,
+			Owner:            defaultOwner(),
 
 			StallAfter:          StallAfterDefault,
 			StallUnhealthyAfter: StallUnhealthyAfterDefault,

@@ -9,6 +9,7 @@ import (
 
 var (
 	durationType = reflect.TypeFor[time.Duration]()
+	byteSizeType = reflect.TypeFor[ByteSize]()
 	configType   = reflect.TypeFor[Config]()
 )
 

@@ -316,6 +316,22 @@ func scalarHook(from, to reflect.Type, data any) (any, error) {
 			}
 			return nil, &typeError{value: formatValue(data), allowed: allowedFor(to)}
 		}
+	case to == byteSizeType:
+		switch v := data.(type) {
+		case ByteSize:
+			return v, nil
+		case string:
+			b, err := ParseByteSize(v)
+			if err != nil {
+				return nil, &typeError{value: v, allowed: allowedFor(to)}
+			}
+			return b, nil
+		default:
+			if n, ok := wholeNumber(data); ok {
+				return ByteSize(n), nil
+			}
+			return nil, &typeError{value: formatValue(data), allowed: allowedFor(to)}
+		}
 	case to.Kind() == reflect.Int || to.Kind() == reflect.Int64:
 		if s, ok := data.(string); ok {
 			n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
@@ -386,6 +402,8 @@ func allowedFor(t reflect.Type) string {
 	switch {
 	case t == durationType:
 		return "must be a duration such as 30s"
+	case t == byteSizeType:
+		return "must be a size in bytes such as 33554432, 32MiB or 64MB"
 	case t.Kind() == reflect.Int || t.Kind() == reflect.Int64:
 		return "must be an integer"
 	case t.Kind() == reflect.Bool:

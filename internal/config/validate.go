@@ -334,6 +334,9 @@ func (c *Config) validateRelay() error {
 	if r.MaxInFlight < 1 || r.MaxInFlight > MaxInFlightMax {
 		return &Error{Key: "relay.max_in_flight", Value: strconv.Itoa(r.MaxInFlight), Allowed: "must be an integer from 1 to 1000000"}
 	}
+	if r.MaxInFlightBytes < 1 {
+		return &Error{Key: "relay.max_in_flight_bytes", Value: r.MaxInFlightBytes.String(), Allowed: "must be a size of at least 1 byte such as 32MiB"}
+	}
 	for _, d := range []struct {
 		key string
 		d   time.Duration

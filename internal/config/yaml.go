@@ -45,6 +45,13 @@ func toNode(v reflect.Value) *yaml.Node {
 	if v.Type() == durationType {
 		return scalar("!!str", fmtDuration(time.Duration(v.Int())))
 	}
+	if v.Type() == byteSizeType {
+		s := ByteSize(v.Int()).String()
+		if _, err := strconv.ParseInt(s, 10, 64); err == nil {
+			return scalar("!!int", s)
+		}
+		return scalar("!!str", s)
+	}
 	switch v.Kind() {
 	case reflect.Struct:
 		n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}

@@ -20,10 +20,10 @@ type dialect interface {
 	indexName(t tableName, suffix string) string
 	// sqlFor renders the statements for table t.
 	sqlFor(t tableName) statements
-	// claim leases up to limit claimable rows to owner (Store.Claim) and
-	// returns them in id order; cursor is the store's position among
-	// ordering keys, which the dialect may read and move.
-	claim(ctx context.Context, db *DB, s *statements, owner string, limit int, cursor *keyCursor) ([]Row, error)
+	// claim leases claimable rows as p says (Store.ClaimBatch) and returns
+	// them in id order; cursor is the store's position among ordering
+	// keys, which the dialect may read and move.
+	claim(ctx context.Context, db *DB, s *statements, p ClaimParams, cursor *keyCursor) ([]Row, error)
 	// requeue moves in_flight rows whose lease started more than olderThan
 	// ago (database clock) to failed and returns how many moved.
 	requeue(ctx context.Context, db *DB, s *statements, olderThan time.Duration) (int, error)

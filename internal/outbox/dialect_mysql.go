@@ -71,12 +71,13 @@ func (mysqlDialect) sqlFor(t tableName) statements {
 		// The claim transaction, run by claim one statement after another:
 		//  1. candidates(limit, limit, limit, limit): the claimable rows, a
 		//     non-locking read;
-		//  2. lock(ids…, limit): those still claimable, locked, SKIP LOCKED;
+		//  2. lock(max payload, ids…, limit): those still claimable,
+		//     locked, SKIP LOCKED, with what each would hold (mysqlRowSize);
 		//  3. update(owner, ids…): the lease;
-		//  4. read(ids…): the claimed rows.
+		//  4. read(max payload, ids…): the claimed rows.
 		claim: strings.Join([]string{
 			mysqlCandidates(t),
-			`SELECT id FROM ` + T + ` FORCE INDEX (PRIMARY)
+			`SELECT id, ` + mysqlRowSize + ` FROM ` + T + ` FORCE INDEX (PRIMARY)
 WHERE id IN (` + mysqlIDs + `) AND status IN ('pending', 'failed') AND available_at <= ` + mysqlNow + `
 ORDER BY id
 LIMIT ?
@@ -84,7 +85,8 @@ FOR UPDATE SKIP LOCKED`,
 			`UPDATE ` + T + ` FORCE INDEX (PRIMARY) SET status = 'in_flight', owner = ?, claimed_at = ` + mysqlNow + `,
 	first_claimed_at = COALESCE(first_claimed_at, ` + mysqlNow + `), attempts = attempts + 1
 WHERE id IN (` + mysqlIDs + `)`,
-			`SELECT id, idempotency_key, subject, payload, headers, ordering_key, attempts, created_at, claimed_at
+			`SELECT id, idempotency_key, subject, CASE WHEN LENGTH(payload) <= ? THEN payload END, headers, ordering_key,
+	attempts, created_at, claimed_at, LENGTH(payload)
 FROM ` + T + ` WHERE id IN (` + mysqlIDs + `) ORDER BY id`,
 		}, mysqlClaimSep),
 		// In-flight recovery, run by requeue one statement after another:
@@ -141,6 +143,11 @@ WHERE id IN (` + mysqlIDs + `) AND attempts = CASE id ` + mysqlArms + ` END` + f
 WHERE id IN (` + mysqlIDs + `) AND attempts = CASE id ` + mysqlArms + ` END` + fence,
 	}
 }
+
+// mysqlRowSize is what a row would hold in the relay's memory (see Row.size):
+// its payload when the claim reads it (not longer than the parameter) and
+// its headers, as the server counts their bytes.
+const mysqlRowSize = `CASE WHEN LENGTH(payload) <= ? THEN LENGTH(payload) ELSE 0 END + LENGTH(headers)`
 
 // mysqlCandidates selects the claimable rows, a non-locking read: pending
 // or failed and available, without ordering key or first of their key
@@ -351,11 +358,12 @@ func (c mysqlCandidateSet) nextCursor(from string, claimed []Row) sql.NullString
 // READ COMMITTED: every statement reads the newest committed data, and
 // InnoDB takes no gap locks, so the claim does not block producers' inserts.
 // SKIP LOCKED never waits, so two claims cannot deadlock.
-func (mysqlDialect) claim(ctx context.Context, db *DB, s *statements, owner string, limit int, cursor *keyCursor) (_ []Row, err error) {
+func (mysqlDialect) claim(ctx context.Context, db *DB, s *statements, p ClaimParams, cursor *keyCursor) (_ []Row, err error) {
 	q := strings.Split(s.claim, mysqlClaimSep)
 	if len(q) != 4 {
 		return nil, fmt.Errorf("mysql claim: want 4 statements, have %d", len(q))
 	}
+	maxBytes, maxPayload := p.sizeParams()
 	tx, err := db.SQL.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return nil, err
@@ -366,27 +374,28 @@ func (mysqlDialect) claim(ctx context.Context, db *DB, s *statements, owner stri
 		}
 	}()
 	from := cursor.get()
-	found, err := readMySQLCandidates(ctx, tx, q[0], from, limit)
+	found, err := readMySQLCandidates(ctx, tx, q[0], from, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("select candidates: %w", err)
 	}
 	candidates := found.ids
 	var out []Row
 	if len(candidates) > 0 {
-		locked, err := mysqlIDList(ctx, tx, mysqlExpand(q[1], len(candidates)), append(anys(candidates), limit)...)
+		args := append(append([]any{maxPayload}, anys(candidates)...), p.Limit)
+		locked, err := mysqlFitting(ctx, tx, mysqlExpand(q[1], len(candidates)), maxBytes, args...)
 		if err != nil {
 			return nil, fmt.Errorf("lock candidates: %w", err)
 		}
 		if len(locked) > 0 {
 			ids := anys(locked)
-			if _, err := tx.ExecContext(ctx, mysqlExpand(q[2], len(locked)), append([]any{owner}, ids...)...); err != nil {
+			if _, err := tx.ExecContext(ctx, mysqlExpand(q[2], len(locked)), append([]any{p.Owner}, ids...)...); err != nil {
 				return nil, fmt.Errorf("lease: %w", err)
 			}
-			rows, err := tx.QueryContext(ctx, mysqlExpand(q[3], len(locked)), ids...)
+			rows, err := tx.QueryContext(ctx, mysqlExpand(q[3], len(locked)), append([]any{maxPayload}, ids...)...)
 			if err != nil {
 				return nil, err
 			}
-			if out, err = scanClaimed(rows); err != nil {
+			if out, err = scanClaimed(rows, maxPayload); err != nil {
 				return nil, err
 			}
 		}
@@ -396,6 +405,31 @@ func (mysqlDialect) claim(ctx context.Context, db *DB, s *statements, owner stri
 	}
 	cursor.set(found.nextCursor(from, out))
 	return out, nil
+}
+
+// mysqlFitting runs the lock statement of the claim and returns the ids it
+// locked, in id order, as many as fit in maxBytes (the first one always):
+// the rows it locked beyond them are left to the next claim, their locks
+// released when the claim commits.
+func mysqlFitting(ctx context.Context, tx *sql.Tx, query string, maxBytes int64, args ...any) ([]int64, error) {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []int64
+	var total int64
+	for rows.Next() {
+		var id, size int64
+		if err := rows.Scan(&id, &size); err != nil {
+			return nil, err
+		}
+		if total += size; len(ids) > 0 && total > maxBytes {
+			break
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
 }
 
 // requeue runs the in-flight recovery statements (see sqlFor) in one READ

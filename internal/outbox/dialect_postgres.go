@@ -22,15 +22,24 @@ func (postgresDialect) indexName(t tableName, suffix string) string {
 	return t.name + "_" + suffix + "_idx"
 }
 
+// pgRowSize is what a candidate row of the claim would hold in the relay's
+// memory (see Row.size): its payload when the claim reads it (not longer
+// than $6) and its headers. Neither is read for it: octet_length of a
+// bytea stored out of line (TOAST) reads the length from the pointer, and
+// pg_column_size is the stored size of the jsonb.
+const pgRowSize = `CASE WHEN octet_length(o.payload) <= $6::bigint THEN octet_length(o.payload) ELSE 0 END + pg_column_size(o.headers)`
+
 // unsettled is the predicate of the ordering index: a row that holds back
 // the later rows of its ordering key.
 const unsettled = "e.status IN ('pending', 'in_flight', 'failed')"
 
 // sqlFor renders the statements.
 //
-// The claim (owner $1, limit $2, key cursor $3, key window $4) locks rows
-// from two places (SKIP LOCKED), then updates the first $2 of them in id
-// order:
+// The claim (owner $1, limit $2, key cursor $3, key window $4, max bytes
+// $5, max payload $6) locks rows from two places (SKIP LOCKED), then
+// updates the first $2 of them in id order, as many as fit in $5 bytes
+// (the first one always), and returns the payload of those whose payload
+// is at most $6 bytes (the others' only by its length):
 //   - rows without an ordering key: the unordered partial index, in id order;
 //   - the first unsettled row (the head) of each ordering key that is
 //     claimable: a skip scan of the ordering index, one index descent per
@@ -80,13 +89,13 @@ func (postgresDialect) sqlFor(t tableName) statements {
 		ORDER BY e.ordering_key, e.id LIMIT 1) n
 	WHERE h.n < $4
 ), free AS (
-	SELECT o.id FROM ` + T + ` o
+	SELECT o.id, ` + pgRowSize + ` AS row_bytes FROM ` + T + ` o
 	WHERE o.ordering_key IS NULL AND o.status IN ('pending', 'failed') AND o.available_at <= now()
 	ORDER BY o.id
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
 ), heads AS (
-	SELECT o.id FROM ` + T + ` o
+	SELECT o.id, ` + pgRowSize + ` AS row_bytes FROM ` + T + ` o
 	WHERE o.id = ANY(ARRAY(
 		SELECT h.id FROM (SELECT * FROM after_cursor UNION ALL SELECT * FROM up_to_cursor) h
 		WHERE h.status IN ('pending', 'failed') AND h.available_at <= now()
@@ -94,16 +103,22 @@ func (postgresDialect) sqlFor(t tableName) statements {
 	  AND o.status IN ('pending', 'failed') AND o.available_at <= now()
 	FOR UPDATE SKIP LOCKED
 ), c AS (
-	SELECT id FROM free UNION ALL SELECT id FROM heads
+	SELECT id, row_bytes FROM free UNION ALL SELECT id, row_bytes FROM heads
 	ORDER BY id
 	LIMIT $2
+), fit AS (
+	SELECT id FROM (
+		SELECT id, sum(row_bytes) OVER w AS total, row_number() OVER w AS n FROM c
+		WINDOW w AS (ORDER BY id ROWS UNBOUNDED PRECEDING)) f
+	WHERE n = 1 OR total <= $5::bigint
 ), claimed AS (
 	UPDATE ` + T + ` o SET status = 'in_flight', owner = $1, claimed_at = now(),
 		first_claimed_at = COALESCE(o.first_claimed_at, now()), attempts = o.attempts + 1
-	WHERE o.id = ANY(ARRAY(SELECT id FROM c))
-	RETURNING o.id, o.idempotency_key, o.subject, o.payload, o.headers::text, o.ordering_key, o.attempts, o.created_at, o.claimed_at
+	WHERE o.id = ANY(ARRAY(SELECT id FROM fit))
+	RETURNING o.id, o.idempotency_key, o.subject, CASE WHEN octet_length(o.payload) <= $6::bigint THEN o.payload END AS payload,
+		o.headers::text, o.ordering_key, o.attempts, o.created_at, o.claimed_at, octet_length(o.payload) AS payload_size
 )
-SELECT id, idempotency_key, subject, payload, headers, ordering_key, attempts, created_at, claimed_at,
+SELECT id, idempotency_key, subject, payload, headers, ordering_key, attempts, created_at, claimed_at, payload_size,
 	coalesce(max(ordering_key) FILTER (WHERE ordering_key <= $3) OVER (),
 		max(ordering_key) FILTER (WHERE ordering_key > $3) OVER ()),
 	coalesce(bool_or(ordering_key > $3) OVER (), false),
@@ -155,17 +170,18 @@ WHERE o.id = m.id AND o.attempts = m.attempt AND coalesce(o.status, '') = 'in_fl
 }
 
 // claim runs the claim from the store's key cursor and moves the cursor.
-func (postgresDialect) claim(ctx context.Context, db *DB, s *statements, owner string, limit int, cursor *keyCursor) ([]Row, error) {
-	from, window := cursor.get(), keyWindow(limit)
+func (postgresDialect) claim(ctx context.Context, db *DB, s *statements, p ClaimParams, cursor *keyCursor) ([]Row, error) {
+	from, window := cursor.get(), keyWindow(p.Limit)
+	maxBytes, maxPayload := p.sizeParams()
 	var next sql.NullString
 	var afterCursor, keysAfter bool
 	var out []Row
 	err := db.write(ctx, func(q querier) error {
-		rows, err := q.QueryContext(ctx, s.claim, owner, limit, from, window)
+		rows, err := q.QueryContext(ctx, s.claim, p.Owner, p.Limit, from, window, maxBytes, maxPayload)
 		if err != nil {
 			return err
 		}
-		out, err = scanClaimed(rows, &next, &afterCursor, &keysAfter)
+		out, err = scanClaimed(rows, maxPayload, &next, &afterCursor, &keysAfter)
 		return err
 	})
 	if err != nil {
@@ -174,6 +190,8 @@ func (postgresDialect) claim(ctx context.Context, db *DB, s *statements, owner s
 	switch {
 	case afterCursor:
 		cursor.set(next)
+	case p.cutByBytes(out):
+		// The heads left out for want of room come first next time.
 	case len(out) > 0 && !keysAfter:
 		// What jumpKeyCursor would find, without its query on the way of
 		// every claim of rows without keys: no key after the cursor, so

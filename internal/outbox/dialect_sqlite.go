@@ -37,11 +37,18 @@ func (sqliteDialect) indexName(t tableName, suffix string) string {
 	return t.schema + "." + t.name + "_" + suffix + "_idx"
 }
 
+// sqliteRowSize is what a candidate row of the claim would hold in the
+// relay's memory (see Row.size): its payload when the claim reads it (not
+// longer than ?6 bytes) and its headers. octet_length reads the length
+// from the record header, not the value (SQLite's OPFLAG_BYTELENARG).
+const sqliteRowSize = `CASE WHEN octet_length(o.payload) <= ?6 THEN octet_length(o.payload) ELSE 0 END + octet_length(o.headers)`
+
 // sqlFor renders the statements. The claim takes what the PostgreSQL claim
 // takes (see postgresDialect.sqlFor): rows without an ordering key in id
 // order, and the claimable first unsettled row of each ordering key, found
 // key by key from the cursor ?3 with one index seek per key, at most ?4
-// keys per lap (keyWindow). The key walk
+// keys per lap (keyWindow); as many as fit in ?5 bytes (the first one
+// always), with the payloads not longer than ?6 bytes. The key walk
 // must run as a co-routine, which stops once the claim has its ?2 rows:
 // hence NOT MATERIALIZED (without it SQLite 3.54 materializes every key
 // first) and scalar subqueries rather than a join with the walk.
@@ -64,17 +71,23 @@ func (sqliteDialect) sqlFor(t tableName) statements {
 UPDATE ` + T + ` SET status = 'in_flight', owner = ?1, claimed_at = ` + sqliteNow + `,
 	first_claimed_at = COALESCE(first_claimed_at, ` + sqliteNow + `), attempts = attempts + 1
 WHERE id IN (
-	SELECT id FROM (SELECT o.id FROM ` + T + ` o
-		WHERE o.ordering_key IS NULL AND o.status IN ('pending', 'failed') AND o.available_at <= ` + sqliteNow + `
-		ORDER BY o.id LIMIT ?2)
-	UNION ALL
-	SELECT id FROM (SELECT ` + head + ` AS id
-		FROM (SELECT k FROM after_cursor WHERE k IS NOT NULL UNION ALL SELECT k FROM up_to_cursor WHERE k IS NOT NULL) x
-		WHERE EXISTS (SELECT 1 FROM ` + T + ` o WHERE o.id = ` + head + `
-			AND o.status IN ('pending', 'failed') AND o.available_at <= ` + sqliteNow + `)
-		LIMIT ?2)
-	ORDER BY 1 LIMIT ?2)
-RETURNING id, idempotency_key, subject, payload, headers, ordering_key, attempts, created_at, claimed_at`,
+	SELECT id FROM (
+		SELECT id, sum(row_bytes) OVER w AS total, row_number() OVER w AS n FROM (
+			SELECT c.id, (SELECT ` + sqliteRowSize + ` FROM ` + T + ` o WHERE o.id = c.id) AS row_bytes FROM (
+				SELECT id FROM (SELECT o.id FROM ` + T + ` o
+					WHERE o.ordering_key IS NULL AND o.status IN ('pending', 'failed') AND o.available_at <= ` + sqliteNow + `
+					ORDER BY o.id LIMIT ?2)
+				UNION ALL
+				SELECT id FROM (SELECT ` + head + ` AS id
+					FROM (SELECT k FROM after_cursor WHERE k IS NOT NULL UNION ALL SELECT k FROM up_to_cursor WHERE k IS NOT NULL) x
+					WHERE EXISTS (SELECT 1 FROM ` + T + ` o WHERE o.id = ` + head + `
+						AND o.status IN ('pending', 'failed') AND o.available_at <= ` + sqliteNow + `)
+					LIMIT ?2)
+				ORDER BY 1 LIMIT ?2) c)
+		WINDOW w AS (ORDER BY id ROWS UNBOUNDED PRECEDING))
+	WHERE n = 1 OR total <= ?5)
+RETURNING id, idempotency_key, subject, CASE WHEN octet_length(payload) <= ?6 THEN payload END, headers, ordering_key,
+	attempts, created_at, claimed_at, octet_length(payload)`,
 		jump: `WITH RECURSIVE walk(k, n) AS (
 	SELECT (SELECT min(e.ordering_key) FROM ` + T + ` e WHERE e.ordering_key > ?1 AND ` + unsettled + `), 1
 	UNION ALL
@@ -114,22 +127,26 @@ WHERE id = ? AND attempts = ? AND status = 'in_flight' AND owner = ?`,
 // claim runs the claim from the store's key cursor and moves the cursor:
 // nextKeyCursor when it took a keyed row after the cursor, else
 // jumpKeyCursor.
-func (sqliteDialect) claim(ctx context.Context, db *DB, s *statements, owner string, limit int, cursor *keyCursor) ([]Row, error) {
-	from, window := cursor.get(), keyWindow(limit)
-	rows, err := db.SQL.QueryContext(ctx, s.claim, owner, limit, from, window)
+func (sqliteDialect) claim(ctx context.Context, db *DB, s *statements, p ClaimParams, cursor *keyCursor) ([]Row, error) {
+	from, window := cursor.get(), keyWindow(p.Limit)
+	maxBytes, maxPayload := p.sizeParams()
+	rows, err := db.SQL.QueryContext(ctx, s.claim, p.Owner, p.Limit, from, window, maxBytes, maxPayload)
 	if err != nil {
 		return nil, err
 	}
-	out, err := scanClaimed(rows)
+	out, err := scanClaimed(rows, maxPayload)
 	if err != nil {
 		return nil, err
 	}
 	next, afterCursor := nextKeyCursor(from, out)
-	if !afterCursor {
+	switch {
+	case afterCursor:
+		cursor.set(next)
+	case p.cutByBytes(out):
+		// The heads left out for want of room come first next time.
+	default:
 		jumpKeyCursor(ctx, db.SQL, s, cursor, from, window)
-		return out, nil
 	}
-	cursor.set(next)
 	return out, nil
 }
 

@@ -17,3 +17,9 @@ func SQLiteClaimSQL(table string) (string, bool) {
 	}
 	return sqliteDialect{}.sqlFor(t).claim, true
 }
+
+// MessageHeaderBytes exposes messageHeaderBytes to tests.
+func MessageHeaderBytes(h map[string][]string) int64 { return messageHeaderBytes(h) }
+
+// RelayHeaderMinBytes exposes relayHeaderMinBytes to tests.
+var RelayHeaderMinBytes = relayHeaderMinBytes

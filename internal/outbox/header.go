@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/textproto"
 	"strings"
 )
 
@@ -129,3 +130,33 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
+
+// messageHeaderBytes is the size of headers h in a NATS message as the NATS
+// client counts it against the server's max_payload (nats.go
+// Msg.headerSize): "NATS/1.0\r\n" and a last "\r\n", and for each value its
+// name, ": ", the value without leading and trailing white space, and
+// "\r\n". It is 0 without headers.
+func messageHeaderBytes(h map[string][]string) int64 {
+	if len(h) == 0 {
+		return 0
+	}
+	n := int64(len("NATS/1.0\r\n") + len("\r\n"))
+	for name, values := range h {
+		for _, v := range values {
+			n += int64(len(name) + len(": ") + len(textproto.TrimString(v)) + len("\r\n"))
+		}
+	}
+	return n
+}
+
+// relayHeaderMinBytes is the least that the headers of a row's message
+// count against max_payload: those the relay sets (RelayHeaders), each as
+// short as it can be. A payload longer than max_payload less this can
+// never be published.
+var relayHeaderMinBytes = messageHeaderBytes(map[string][]string{
+	HeaderMsgID:          {"x"},                    // dedup.MsgID is never empty
+	HeaderID:             {"1"},                    // one digit
+	HeaderIdempotencyKey: {""},                     // trimmed to nothing
+	HeaderCreatedAt:      {"2006-01-02T15:04:05Z"}, // RFC 3339 in UTC, no fraction
+	HeaderAttempt:        {"1"},
+})

@@ -66,8 +66,8 @@ func explain(t *testing.T, db *sql.DB, query string) string {
 }
 
 // claimSQL is the PostgreSQL claim statement of table, as the store runs
-// it, with owner "plan-test", the given limit and the key cursor at the
-// start.
+// it, with owner "plan-test", the given limit, the key cursor at the start
+// and the default byte bound and a max_payload of 1 MiB.
 func claimSQL(t *testing.T, table, limit string) string {
 	t.Helper()
 	sqlText, ok := outbox.PostgresClaimSQL(table)
@@ -75,7 +75,8 @@ func claimSQL(t *testing.T, table, limit string) string {
 	n, err := strconv.Atoi(limit)
 	require.NoError(t, err)
 	window := strconv.Itoa(4 * n) // keyWindow
-	return strings.NewReplacer("$1", "'plan-test'", "$2", limit, "$3", "''", "$4", window).Replace(sqlText)
+	return strings.NewReplacer("$1", "'plan-test'", "$2", limit, "$3", "''", "$4", window,
+		"$5", strconv.Itoa(outbox.MaxInFlightBytesDefault), "$6", strconv.Itoa(1<<20)).Replace(sqlText)
 }
 
 // TestClaimReadsOnlyTheHeadsOfOrderingKeys: with 10,000 rows queued behind
@@ -176,7 +177,7 @@ func TestSQLiteClaimWalksKeysLazily(t *testing.T) {
 	s := setup(t, "sqlite")
 	q, ok := outbox.SQLiteClaimSQL(s.Table())
 	require.True(t, ok)
-	rows, err := s.DB().SQL.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+q, "plan-test", 500, "", 2000)
+	rows, err := s.DB().SQL.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+q, "plan-test", 500, "", 2000, outbox.MaxInFlightBytesDefault, 1<<20)
 	require.NoError(t, err)
 	defer rows.Close()
 	var plan strings.Builder

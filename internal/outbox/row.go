@@ -26,7 +26,14 @@ type Row struct {
 	ID             int64
 	IdempotencyKey string
 	Subject        string
-	Payload        []byte
+	// Payload is the payload column, or nil when PayloadLeftOut.
+	Payload []byte
+	// PayloadSize is the payload's length in bytes, computed by the
+	// database: len(Payload), or the length of the payload left out.
+	PayloadSize int64
+	// PayloadLeftOut reports that the claim did not read the payload: it
+	// was longer than ClaimParams.MaxPayload.
+	PayloadLeftOut bool
 	// Headers is the raw JSON of the headers column, not yet validated.
 	Headers     []byte
 	OrderingKey sql.NullString
@@ -36,6 +43,10 @@ type Row struct {
 	CreatedAt time.Time
 	ClaimedAt time.Time
 }
+
+// size is what a claimed row takes in the relay's memory, as
+// relay.max_in_flight_bytes counts it: the payload read and the headers.
+func (r *Row) size() int64 { return int64(len(r.Payload)) + int64(len(r.Headers)) }
 
 // Done records a PubAck for a claimed row.
 type Done struct {

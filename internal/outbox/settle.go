@@ -11,7 +11,10 @@ const settleBatchMax = 1000
 
 // settlement is the outcome of one claimed row.
 type settlement struct {
-	row       Row
+	row Row // without its payload
+	// size is what the row took in memory when claimed (Row.size), given
+	// back to relay.max_in_flight_bytes once the settlement is written.
+	size      int64
 	done      bool
 	stream    string
 	seq       uint64
@@ -20,6 +23,14 @@ type settlement struct {
 	permanent bool
 	refund    bool
 	held      bool
+}
+
+// settled starts the settlement of row: the row without its payload, which
+// the settle loop does not need and should not keep.
+func settled(row Row) settlement {
+	size := row.size()
+	row.Payload = nil
+	return settlement{row: row, size: size}
 }
 
 // settleLoop writes settlements in batches: it blocks for the first, takes
@@ -42,7 +53,13 @@ func (s *Subscriber) settleLoop() {
 			}
 		}
 		s.flush(batch)
+		var size int64
+		for i := range batch {
+			size += batch[i].size
+			batch[i] = settlement{} // let go of the rows until the next batch
+		}
 		s.outstanding.Add(-int64(len(batch)))
+		s.outstandingBytes.Add(-size)
 		s.Wake()
 	}
 }

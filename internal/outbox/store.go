@@ -113,40 +113,102 @@ func isMissingColumn(err error) bool {
 	return pgCode(err) == "42703"
 }
 
-// Claim leases up to limit claimable rows to owner and returns them in id
-// order. A row is claimable when it is pending or failed, its available_at
-// has passed on the database clock, and no earlier row of its ordering key
-// is pending, in_flight or failed. Claimed rows become in_flight with
-// claimed_at = now() and attempts + 1. When more ordering keys have a
-// claimable row than limit, the store's claims take the keys in turn (a
-// cursor over keys), not always the first ones. One short transaction: one
-// statement on PostgreSQL and SQLite, a few on MySQL (see
-// mysqlDialect.claim).
+// ClaimParams are the parameters of a claim.
+type ClaimParams struct {
+	// Owner is the relay the rows are leased to. Required.
+	Owner string
+	// Limit is the most rows the claim takes. Required.
+	Limit int
+	// MaxBytes bounds what the claimed rows hold in memory: their payloads
+	// (those read) and headers, as the database counts them. The claim
+	// takes rows in id order and stops before the first row that would
+	// pass it; the first row is taken whatever its size, so that a row
+	// larger than the bound is relayed too. 0 means no bound.
+	MaxBytes int64
+	// MaxPayload is the longest payload the claim reads, in bytes: a row
+	// whose payload is longer is claimed with PayloadLeftOut set, its
+	// length computed by the database and its payload never read. 0 means
+	// no limit.
+	MaxPayload int64
+}
+
+// unbounded stands for "no limit" in the claims' byte parameters.
+const unbounded = int64(1) << 62
+
+// sizeParams are MaxBytes and MaxPayload as the claims' SQL takes them.
+func (p ClaimParams) sizeParams() (maxBytes, maxPayload int64) {
+	maxBytes, maxPayload = p.MaxBytes, p.MaxPayload
+	if maxBytes <= 0 {
+		maxBytes = unbounded
+	}
+	if maxPayload <= 0 {
+		maxPayload = unbounded
+	}
+	return maxBytes, maxPayload
+}
+
+// cutByBytes reports whether a claim of out may have stopped before rows
+// that would not fit p.MaxBytes, rather than for lack of claimable rows:
+// fewer rows than the limit, and one more as large as the largest would
+// not have fit. A claim cut short leaves the key cursor where it is (see
+// jumpKeyCursor): the keys whose heads it left out get their turn next.
+func (p ClaimParams) cutByBytes(out []Row) bool {
+	if p.MaxBytes <= 0 || len(out) >= p.Limit {
+		return false
+	}
+	var total, largest int64
+	for i := range out {
+		total += out[i].size()
+		largest = max(largest, out[i].size())
+	}
+	return total+largest > p.MaxBytes
+}
+
+// Claim leases up to limit claimable rows to owner: ClaimBatch without a
+// byte bound.
 func (s *Store) Claim(ctx context.Context, owner string, limit int) ([]Row, error) {
-	out, err := s.db.dialect.claim(ctx, s.db, &s.sql, owner, limit, &s.heads)
+	return s.ClaimBatch(ctx, ClaimParams{Owner: owner, Limit: limit})
+}
+
+// ClaimBatch leases up to p.Limit claimable rows to p.Owner, within
+// p.MaxBytes, and returns them in id order. A row is claimable when it is
+// pending or failed, its available_at has passed on the database clock,
+// and no earlier row of its ordering key is pending, in_flight or failed.
+// Claimed rows become in_flight with claimed_at = now() and attempts + 1.
+// When more ordering keys have a claimable row than the claim takes, the
+// store's claims take the keys in turn (a cursor over keys), not always
+// the first ones. One short transaction: one statement on PostgreSQL and
+// SQLite, a few on MySQL (see mysqlDialect.claim).
+func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) ([]Row, error) {
+	out, err := s.db.dialect.claim(ctx, s.db, &s.sql, p, &s.heads)
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox rows: %w", err)
 	}
 	return out, nil
 }
 
-// scanClaimed reads and closes the result of a claim: id, idempotency_key,
-// subject, payload, headers, ordering_key, attempts, created_at,
-// claimed_at, then one more column into each of extra (the same on every
-// row). It returns the rows in id order.
-func scanClaimed(rows *sql.Rows, extra ...any) ([]Row, error) {
+// scanClaimed reads and closes the result of a claim: id,
+// idempotency_key, subject, payload (NULL when left out), headers,
+// ordering_key, attempts, created_at, claimed_at, the payload's length,
+// then one more column into each of extra (the same on every row). A
+// payload longer than maxPayload was left out. It returns the rows in id
+// order.
+func scanClaimed(rows *sql.Rows, maxPayload int64, extra ...any) ([]Row, error) {
 	defer rows.Close()
 	var out []Row
 	for rows.Next() {
 		var r Row
 		var headers sql.NullString
 		dest := []any{&r.ID, &r.IdempotencyKey, &r.Subject, &r.Payload, &headers, &r.OrderingKey,
-			&r.Attempt, dbTime{&r.CreatedAt}, dbTime{&r.ClaimedAt}}
+			&r.Attempt, dbTime{&r.CreatedAt}, dbTime{&r.ClaimedAt}, &r.PayloadSize}
 		dest = append(dest, extra...)
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("claim outbox rows: scan: %w", err)
 		}
-		if r.Payload == nil {
+		switch {
+		case r.PayloadSize > maxPayload:
+			r.Payload, r.PayloadLeftOut = nil, true
+		case r.Payload == nil:
 			r.Payload = []byte{}
 		}
 		r.Headers = []byte(headers.String)

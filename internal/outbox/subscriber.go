@@ -21,16 +21,17 @@ import (
 
 // Defaults of SubscriberConfig.
 const (
-	BatchSizeDefault       = 500
-	MaxInFlightDefault     = 2000
-	PollIntervalDefault    = 250 * time.Millisecond
-	InflightTimeoutDefault = 30 * time.Second
-	AckDeadlineDefault     = 20 * time.Second
-	MaxAttemptsDefault     = 20
-	BackoffInitialDefault  = time.Second
-	BackoffMaxDefault      = 5 * time.Minute
-	DrainTimeoutDefault    = 20 * time.Second
-	HoldBackDefault        = 15 * time.Second
+	BatchSizeDefault        = 500
+	MaxInFlightDefault      = 2000
+	MaxInFlightBytesDefault = 32 << 20
+	PollIntervalDefault     = 250 * time.Millisecond
+	InflightTimeoutDefault  = 30 * time.Second
+	AckDeadlineDefault      = 20 * time.Second
+	MaxAttemptsDefault      = 20
+	BackoffInitialDefault   = time.Second
+	BackoffMaxDefault       = 5 * time.Minute
+	DrainTimeoutDefault     = 20 * time.Second
+	HoldBackDefault         = 15 * time.Second
 )
 
 // ErrClosed is returned by Subscribe after Close.
@@ -46,6 +47,19 @@ type SubscriberConfig struct {
 	// MaxInFlight bounds the messages emitted and not yet settled. Defaults
 	// to 2000.
 	MaxInFlight int
+	// MaxInFlightBytes bounds, in bytes, what the rows claimed and not yet
+	// settled hold in memory: their payloads and headers. A claim stops
+	// before the row that would pass it, and takes none while the bound is
+	// reached; a claim with nothing outstanding takes at least one row, so
+	// that a row larger than the bound is relayed too. Defaults to 32 MiB.
+	MaxInFlightBytes int64
+	// MaxPayload, when set, returns the NATS server's max_payload in bytes
+	// (nats.Conn.MaxPayload), or 0 when unknown. A row whose payload cannot
+	// fit it with the relay's headers is claimed without its payload, which
+	// the relay never reads, and becomes a dead letter (permanent_failed)
+	// from its length alone. Defaults to nil: payloads are always read, and
+	// the NATS client refuses those over the limit.
+	MaxPayload func() int64
 	// PollInterval is the wait after a claim that found fewer rows than it
 	// asked for. A settled row or Wake ends the wait early. Defaults to 250ms.
 	PollInterval time.Duration
@@ -94,6 +108,7 @@ type SubscriberConfig struct {
 func (c *SubscriberConfig) setDefaults() {
 	setDefault(&c.BatchSize, BatchSizeDefault)
 	setDefault(&c.MaxInFlight, MaxInFlightDefault)
+	setDefault(&c.MaxInFlightBytes, MaxInFlightBytesDefault)
 	setDefault(&c.PollInterval, PollIntervalDefault)
 	setDefault(&c.InflightTimeout, InflightTimeoutDefault)
 	setDefault(&c.AckDeadline, AckDeadlineDefault)
@@ -122,6 +137,8 @@ func (c *SubscriberConfig) validate() error {
 		return fmt.Errorf("invalid config: BatchSize: %d: must be at least 1", c.BatchSize)
 	case c.MaxInFlight < 1:
 		return fmt.Errorf("invalid config: MaxInFlight: %d: must be at least 1", c.MaxInFlight)
+	case c.MaxInFlightBytes < 1:
+		return fmt.Errorf("invalid config: MaxInFlightBytes: %d: must be at least 1", c.MaxInFlightBytes)
 	case c.AckDeadline >= c.InflightTimeout:
 		return fmt.Errorf("invalid config: AckDeadline: %s: must be shorter than InflightTimeout (%s)", c.AckDeadline, c.InflightTimeout)
 	case c.BackoffInitial > c.BackoffMax:
@@ -147,7 +164,8 @@ type Counters struct {
 // Subscribe call per Subscriber; the topic is informational (the table).
 //
 // It claims rows in ticks (in-flight recovery, then a claim of up to
-// BatchSize rows while fewer than MaxInFlight messages are unsettled),
+// BatchSize rows while fewer than MaxInFlight messages are unsettled and
+// they hold less than MaxInFlightBytes),
 // emits one message per row, and settles each row when its message is
 // acked (done) or nacked or past AckDeadline (failed or permanent_failed).
 // Settlements are written in batches.
@@ -159,10 +177,13 @@ type Subscriber struct {
 	// Counters are the subscriber's running totals.
 	Counters Counters
 
-	outstanding atomic.Int64
-	lastClaim   atomic.Int64 // unix nanoseconds of the last claim that took rows (or of NewSubscriber)
-	wake        chan struct{}
-	settleCh    chan settlement
+	// outstanding counts the rows claimed and not yet settled (their marks
+	// written), outstandingBytes what they take in memory (Row.size).
+	outstanding      atomic.Int64
+	outstandingBytes atomic.Int64
+	lastClaim        atomic.Int64 // unix nanoseconds of the last claim that took rows (or of NewSubscriber)
+	wake             chan struct{}
+	settleCh         chan settlement
 
 	closing      chan struct{}
 	drainExpired chan struct{}
@@ -307,7 +328,8 @@ func (s *Subscriber) claimLoop(out chan<- *message.Message) {
 // may be waiting.
 func (s *Subscriber) tick(ctx context.Context, out chan<- *message.Message) (full bool, err error) {
 	room := s.cfg.MaxInFlight - int(s.outstanding.Load())
-	if room <= 0 {
+	byteRoom := s.cfg.MaxInFlightBytes - s.outstandingBytes.Load()
+	if room <= 0 || byteRoom <= 0 {
 		return false, nil // a settlement wakes the loop
 	}
 	if s.cfg.CanClaim != nil && !s.cfg.CanClaim() {
@@ -326,11 +348,16 @@ func (s *Subscriber) tick(ctx context.Context, out chan<- *message.Message) (ful
 	}
 	limit := min(s.cfg.BatchSize, room)
 	start := time.Now()
-	rows, err := s.store.Claim(ctx, s.cfg.Owner, limit)
+	rows, err := s.store.ClaimBatch(ctx, ClaimParams{Owner: s.cfg.Owner, Limit: limit, MaxBytes: byteRoom, MaxPayload: s.payloadLimit()})
 	if err != nil {
 		return false, err
 	}
-	s.logger.Debug("claimed", slog.Int("rows", len(rows)), slog.Int("limit", limit), slog.Duration("took", time.Since(start)))
+	var size int64
+	for i := range rows {
+		size += rows[i].size()
+	}
+	s.outstandingBytes.Add(size)
+	s.logger.Debug("claimed", slog.Int("rows", len(rows)), slog.Int("limit", limit), slog.Int64("bytes", size), slog.Duration("took", time.Since(start)))
 	s.Counters.Claimed.Add(int64(len(rows)))
 	if len(rows) > 0 {
 		s.lastClaim.Store(time.Now().UnixNano())
@@ -356,6 +383,20 @@ func (s *Subscriber) tick(ctx context.Context, out chan<- *message.Message) (ful
 	return len(rows) == limit, nil
 }
 
+// payloadLimit is the longest payload the claim reads: the server's
+// max_payload less the smallest headers a row's message has, so that a
+// row left out could never be published; 0 when the limit is unknown.
+func (s *Subscriber) payloadLimit() int64 {
+	if s.cfg.MaxPayload == nil {
+		return 0
+	}
+	limit := s.cfg.MaxPayload()
+	if limit <= 0 {
+		return 0
+	}
+	return max(limit-relayHeaderMinBytes, 1)
+}
+
 // emit hands one row to the router and returns its message, or settles
 // the row at once when it can never be published (and returns nil). It
 // returns false when closing interrupted it; the row was then not emitted.
@@ -364,13 +405,19 @@ func (s *Subscriber) emit(row Row, claimed claimWindow, out chan<- *message.Mess
 	if err == nil {
 		err = CheckSubject(row.Subject)
 	}
+	if err == nil && row.PayloadLeftOut {
+		err = fmt.Errorf("payload of %d bytes is over the NATS server's max_payload of %d bytes, with the message's headers; "+
+			"dead-lettered from its length, the payload was not read", row.PayloadSize, s.cfg.MaxPayload())
+	}
 	var msg *message.Message
 	if err == nil {
 		msg, err = NewMessage(row, headers, s.cfg.Namespace)
 	}
 	if err != nil {
 		s.outstanding.Add(1)
-		s.settleCh <- settlement{row: row, err: err.Error(), permanent: true}
+		st := settled(row)
+		st.err, st.permanent = err.Error(), true
+		s.settleCh <- st
 		return nil, true
 	}
 	// The message may not be sent after the moment watch gives up on its
@@ -399,6 +446,14 @@ type watched struct {
 	settled bool
 }
 
+// settle records that w's outcome was handed to the settle loop, and lets
+// go of its payload: the rest of its batch may be awaited much longer.
+func (w *watched) settle(st settlement, settleCh chan<- settlement) {
+	w.settled = true
+	w.msg, w.row.Payload = nil, nil
+	settleCh <- st
+}
+
 // sweepInterval is how often watch looks past the oldest message of its
 // batch, and checks that message's ack deadline.
 const sweepInterval = 20 * time.Millisecond
@@ -425,15 +480,17 @@ func (s *Subscriber) watch(batch []watched) {
 			case <-s.drainExpired:
 				for i := next; i < len(batch); i++ {
 					if !batch[i].settled && !s.settle(&batch[i]) {
-						batch[i].settled = true
-						s.settleCh <- settlement{row: batch[i].row, err: "released at shutdown before the publish outcome was known", refund: true}
+						st := settled(batch[i].row)
+						st.err, st.refund = "released at shutdown before the publish outcome was known", true
+						batch[i].settle(st, s.settleCh)
 					}
 				}
 				return
 			case now := <-tick.C:
 				if now.Sub(w.emitted) >= s.cfg.AckDeadline {
-					w.settled = true
-					s.settleCh <- settlement{row: w.row, err: fmt.Sprintf("no ack or nack within ack deadline %s; publish outcome unknown", s.cfg.AckDeadline)}
+					st := settled(w.row)
+					st.err = fmt.Sprintf("no ack or nack within ack deadline %s; publish outcome unknown", s.cfg.AckDeadline)
+					w.settle(st, s.settleCh)
 				}
 				for i := next + 1; i < len(batch); i++ {
 					if !batch[i].settled {
@@ -448,7 +505,7 @@ func (s *Subscriber) watch(batch []watched) {
 // settle settles w if its message was acked or nacked, and reports
 // whether it was.
 func (s *Subscriber) settle(w *watched) bool {
-	st := settlement{row: w.row}
+	st := settled(w.row)
 	select {
 	case <-w.msg.Acked():
 		st.done = true
@@ -460,8 +517,7 @@ func (s *Subscriber) settle(w *watched) bool {
 	default:
 		return false
 	}
-	w.settled = true
-	s.settleCh <- st
+	w.settle(st, s.settleCh)
 	return true
 }
 
@@ -469,7 +525,9 @@ func (s *Subscriber) settle(w *watched) bool {
 func (s *Subscriber) release(rows []Row) {
 	for _, row := range rows {
 		s.outstanding.Add(1)
-		s.settleCh <- settlement{row: row, err: "released at shutdown before publishing", refund: true}
+		st := settled(row)
+		st.err, st.refund = "released at shutdown before publishing", true
+		s.settleCh <- st
 	}
 }
 
@@ -598,7 +656,9 @@ func (s *Subscriber) reconcile(ctx context.Context, rows []Row) []Row {
 			continue
 		}
 		s.outstanding.Add(1)
-		s.settleCh <- settlement{row: row, done: true, stream: stored.Stream, seq: stored.Seq}
+		st := settled(row)
+		st.done, st.stream, st.seq = true, stored.Stream, stored.Seq
+		s.settleCh <- st
 	}
 	return out
 }

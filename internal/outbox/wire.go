@@ -17,6 +17,10 @@ var ProviderSet = wire.NewSet(ProvideDB, ProvideStore, ProvideSubscriber, Provid
 // ClaimGate is asked before every claim; see SubscriberConfig.CanClaim.
 type ClaimGate func() bool
 
+// PayloadLimit returns the NATS server's max_payload; see
+// SubscriberConfig.MaxPayload.
+type PayloadLimit func() int64
+
 // ProvideDB opens the configured database. The embedded default (no
 // database.url) is migrated here; any other database must be migrated with
 // `bridge migrate`.
@@ -74,24 +78,26 @@ func ProvideStore(ctx context.Context, db *DB, cfg *config.Config, logger *slog.
 
 // ProvideSubscriber builds the subscriber from relay.* and dedup.namespace.
 // It drains for shutdown_timeout less 3 s, leaving the router time to stop.
-func ProvideSubscriber(store *Store, cfg *config.Config, logger *slog.Logger, gate ClaimGate, tracer trace.Tracer, reconciler Reconciler) (*Subscriber, error) {
+func ProvideSubscriber(store *Store, cfg *config.Config, logger *slog.Logger, gate ClaimGate, limit PayloadLimit, tracer trace.Tracer, reconciler Reconciler) (*Subscriber, error) {
 	r := cfg.Relay
 	return NewSubscriber(store, logger, SubscriberConfig{
-		Owner:           r.Owner,
-		BatchSize:       r.BatchSize,
-		MaxInFlight:     r.MaxInFlight,
-		PollInterval:    r.PollInterval,
-		InflightTimeout: r.InflightTimeout,
-		AckDeadline:     r.AckDeadline,
-		MaxAttempts:     r.MaxAttempts,
-		BackoffInitial:  r.BackoffInitial,
-		BackoffMax:      r.BackoffMax,
-		DeleteOnRelay:   r.DeleteOnRelay,
-		Namespace:       cfg.Dedup.Namespace,
-		DrainTimeout:    max(cfg.ShutdownTimeout-3*time.Second, cfg.ShutdownTimeout/2),
-		CanClaim:        gate,
-		Tracer:          tracer,
-		Reconciler:      reconciler,
+		Owner:            r.Owner,
+		BatchSize:        r.BatchSize,
+		MaxInFlight:      r.MaxInFlight,
+		MaxInFlightBytes: int64(r.MaxInFlightBytes),
+		MaxPayload:       limit,
+		PollInterval:     r.PollInterval,
+		InflightTimeout:  r.InflightTimeout,
+		AckDeadline:      r.AckDeadline,
+		MaxAttempts:      r.MaxAttempts,
+		BackoffInitial:   r.BackoffInitial,
+		BackoffMax:       r.BackoffMax,
+		DeleteOnRelay:    r.DeleteOnRelay,
+		Namespace:        cfg.Dedup.Namespace,
+		DrainTimeout:     max(cfg.ShutdownTimeout-3*time.Second, cfg.ShutdownTimeout/2),
+		CanClaim:         gate,
+		Tracer:           tracer,
+		Reconciler:       reconciler,
 	})
 }
 
