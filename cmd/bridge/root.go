@@ -195,7 +195,7 @@ func checkSQLiteOutbox(cfg *config.Config, missing func(path string) error) erro
 	// modernc.org/sqlite, like SQLite, keeps ":memory:" and a
 	// "mode=memory" URI in memory.
 	if strings.HasPrefix(path, ":memory:") || strings.Contains(path, "mode=memory") {
-		return usage("database.url %s is an in-memory SQLite database, which only the process that opens it sees: it cannot hold an outbox that a service writes and the relay reads; name a file, such as sqlite:./outbox.db", cfg.DatabaseURL())
+		return usage("database.url %s is an in-memory SQLite database, which only the process that opens it sees: it cannot hold an outbox that a service writes and the relay reads; name a file, such as sqlite:./outbox.db", cfg.RedactedDatabaseURL())
 	}
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		return missing(path)

@@ -57,7 +57,7 @@ func Connect(ctx context.Context, cfg ConnectConfig, logger *slog.Logger) (*nats
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			logger.Info("NATS reconnected", slog.String("server", nc.ConnectedUrlRedacted()))
+			logger.Info("NATS reconnected", slog.String("server", redactNATSURL(nc.ConnectedUrl())))
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			denied, log := cfg.Denials.Record(err)

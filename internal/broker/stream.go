@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-bridge/bridge/internal/secret"
 )
 
 // StreamSpec is a stream the relay creates when it is missing.
@@ -76,20 +76,6 @@ func uncovered(requested, stream []string) []string {
 	return out
 }
 
-// redactNATSURL hides passwords and tokens in nats:// URLs.
-func redactNATSURL(raw string) string {
-	parts := strings.Split(raw, ",")
-	for i, p := range parts {
-		u, err := url.Parse(strings.TrimSpace(p))
-		if err != nil || u.User == nil {
-			continue
-		}
-		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), "REDACTED")
-		} else {
-			u.User = url.User("REDACTED")
-		}
-		parts[i] = u.String()
-	}
-	return strings.Join(parts, ",")
-}
+// redactNATSURL hides passwords and tokens in nats:// URLs; see
+// secret.RedactNATSURLs.
+func redactNATSURL(raw string) string { return secret.RedactNATSURLs(raw) }

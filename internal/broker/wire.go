@@ -41,7 +41,7 @@ func ProvideConn(ctx context.Context, cfg *config.Config, logger *slog.Logger, d
 		if err != nil {
 			return nil, nil, err
 		}
-		logger.Info("connected to NATS", slog.String("server", nc.ConnectedUrlRedacted()))
+		logger.Info("connected to NATS", slog.String("server", redactNATSURL(nc.ConnectedUrl())))
 		return nc, nc.Close, nil
 	}
 	storeDir, err := filepath.Abs(cfg.JetStreamDir())

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
-	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/outbox-bridge/bridge/internal/secret"
 	"github.com/outbox-bridge/bridge/internal/sqlname"
 )
 
@@ -73,7 +73,7 @@ func (c *Config) validateTop() error {
 func (c *Config) validateDatabase() error {
 	if u := c.Database.URL; u != "" {
 		bad := func(allowed string) error {
-			return &Error{Key: "database.url", Value: redactURL(u, false), Allowed: allowed}
+			return &Error{Key: "database.url", Value: secret.RedactURL(u), Allowed: allowed}
 		}
 		i := slices.IndexFunc(databaseSchemes, func(p string) bool { return strings.HasPrefix(u, p) })
 		switch {
@@ -87,17 +87,20 @@ func (c *Config) validateDatabase() error {
 			// mysql://user:password@tcp(host:port)/db: the go-sql-driver DSN
 			// after the scheme, parsed by the driver when the database opens.
 		case databaseSchemes[i] != "sqlite:":
-			if _, err := url.Parse(u); err != nil {
-				// url.Error repeats the whole URL, password included.
-				var uerr *url.Error
-				if errors.As(err, &uerr) {
-					err = uerr.Err
-				}
+			// Checked on its text first: a parser's message about a URL
+			// whose password holds '#', '?' or '/' quotes part of it.
+			parsed, err := secret.CheckURL(u, secret.RedactURL)
+			if err != nil {
+				var uerr *secret.URLError
+				errors.As(err, &uerr)
 				hint := ""
 				if databaseSchemes[i] == "mysql://" {
-					hint = ", or a go-sql-driver DSN after mysql:// such as mysql://user:password@tcp(host:port)/database"
+					hint = "; or a go-sql-driver DSN after mysql:// such as mysql://user:password@tcp(host:port)/database"
 				}
-				return bad(fmt.Sprintf("must be a valid URL (%v); percent-encode special characters of the user and password%s", err, hint))
+				return bad("must be a valid URL: " + uerr.Reason + hint)
+			}
+			if name := secret.MySQLPasswordParam(parsed); name != "" {
+				return bad("must not hold the password as the parameter " + name + ": " + secret.MySQLPasswordParamWhy)
 			}
 		}
 	}
@@ -137,7 +140,7 @@ func (c *Config) validateNATS() error {
 	if !c.EmbeddedNATS() && !validNATSURLs(n.URL) {
 		return &Error{
 			Key:     "nats.url",
-			Value:   redactURL(n.URL, true),
+			Value:   secret.RedactNATSURLs(n.URL),
 			Allowed: "must be embedded or a comma-separated list of nats://, tls://, ws:// or wss:// URLs",
 		}
 	}
@@ -185,7 +188,7 @@ func validNATSURLs(s string) bool {
 		return false
 	}
 	for part := range strings.SplitSeq(s, ",") {
-		u, err := url.Parse(strings.TrimSpace(part))
+		u, err := secret.CheckURL(strings.TrimSpace(part), secret.RedactNATSURLs)
 		if err != nil || u.Host == "" || !containsFold(natsSchemes, u.Scheme) {
 			return false
 		}
@@ -491,22 +494,20 @@ func (c *Config) validateWAL() error {
 	}
 	if u := w.ReplicationURL; u != "" {
 		if !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
-			return &Error{Key: "wal.replication_url", Value: redactURL(u, false), Allowed: "must be a postgres:// or postgresql:// URL, or empty for database.url"}
+			return &Error{Key: "wal.replication_url", Value: secret.RedactURL(u), Allowed: "must be a postgres:// or postgresql:// URL, or empty for database.url"}
 		}
-		if _, err := url.Parse(u); err != nil {
-			var uerr *url.Error
-			if errors.As(err, &uerr) {
-				err = uerr.Err
-			}
-			return &Error{Key: "wal.replication_url", Value: redactURL(u, false),
-				Allowed: fmt.Sprintf("must be a valid URL (%v); percent-encode special characters of the user and password", err)}
+		// Checked on its text first, as database.url (see validateDatabase).
+		if _, err := secret.CheckURL(u, secret.RedactURL); err != nil {
+			var uerr *secret.URLError
+			errors.As(err, &uerr)
+			return &Error{Key: "wal.replication_url", Value: secret.RedactURL(u), Allowed: "must be a valid URL: " + uerr.Reason}
 		}
 	}
 	if c.Source != SourcePostgresWAL {
 		return nil
 	}
 	if u := c.DatabaseURL(); !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
-		return &Error{Key: "database.url", Value: redactURL(u, false),
+		return &Error{Key: "database.url", Value: secret.RedactURL(u),
 			Allowed: "must be a postgres:// or postgresql:// URL with source: postgres-wal (it reads PostgreSQL's write-ahead log)"}
 	}
 	return nil

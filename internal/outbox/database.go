@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -24,6 +23,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver (no cgo)
 
 	"github.com/outbox-bridge/bridge/internal/config"
+	"github.com/outbox-bridge/bridge/internal/secret"
 )
 
 // AcceptedSchemes lists the database URL forms Open accepts.
@@ -157,14 +157,27 @@ func OpenSession(ctx context.Context, rawURL string, s Session) (*DB, error) {
 //     its whole life.
 //   - sessions live at most s.MaxLifetime and idle at most s.MaxIdleTime.
 func openPostgres(ctx context.Context, rawURL string, s Session) (*DB, error) {
-	// Parsed first so that a bad parameter (sslmode=bogus, a bad port) is
-	// told apart from a server that cannot be reached.
+	const accepted = "accepted: postgres://user:password@host:port/database?sslmode=…, with libpq's parameters"
+	// The URL's text is checked before a parser sees it: the parser's
+	// message about a URL whose password holds '#', '?' or '/' quotes
+	// part of the password. Then parsed so that a bad parameter
+	// (sslmode=bogus, a bad port) is told apart from a server that cannot
+	// be reached; a parse error is reported from the redacted URL, which
+	// fails the same way without a password to quote.
+	if _, err := secret.CheckURL(rawURL, RedactURL); err != nil {
+		return nil, fmt.Errorf("%w: %q: %v; %s", ErrUnknownScheme, RedactURL(rawURL), err, accepted)
+	}
 	cfg, err := pgx.ParseConfig(rawURL)
 	if err != nil {
+		if _, rerr := pgx.ParseConfig(RedactURL(rawURL)); rerr != nil {
+			err = rerr
+		} else {
+			err = errors.New("the URL does not parse with its password, and does without it")
+		}
 		for inner := errors.Unwrap(err); inner != nil; inner = errors.Unwrap(inner) {
 			err = inner // the outermost error repeats the URL
 		}
-		return nil, fmt.Errorf("%w: %q: %v; accepted: postgres://user:password@host:port/database?sslmode=…, with libpq's parameters", ErrUnknownScheme, RedactURL(rawURL), err)
+		return nil, fmt.Errorf("%w: %q: %v; %s", ErrUnknownScheme, RedactURL(rawURL), err, accepted)
 	}
 	if !strings.Contains(rawURL, "default_query_exec_mode=") {
 		cfg.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
@@ -383,23 +396,30 @@ const mysqlAccepted = "mysql://user:password@host:port/database?param=value, or 
 func mysqlConfig(rawURL string) (*mysql.Config, error) {
 	var cfg *mysql.Config
 	if dsn := strings.TrimPrefix(rawURL, "mysql://"); isMySQLDSN(dsn) {
+		// The driver's messages name its parameters, not the user or
+		// password; the password of a DSN is taken as it is written, so the
+		// driver must have read it where its text is (secret.Userinfo).
 		var err error
 		if cfg, err = mysql.ParseDSN(dsn); err != nil {
 			return nil, fmt.Errorf("%w: %q: %w; accepted: %s", ErrUnknownScheme, RedactURL(rawURL), err, mysqlAccepted)
 		}
+		if user, password, _, _ := secret.Userinfo(rawURL); user != cfg.User || password != cfg.Passwd {
+			return nil, fmt.Errorf("%w: %q: the driver reads its user and password elsewhere than its text has them (an @ after the address?); accepted: %s", ErrUnknownScheme, RedactURL(rawURL), mysqlAccepted)
+		}
+		for name := range cfg.Params {
+			if strings.Contains(strings.ToLower(name), "password") {
+				return nil, fmt.Errorf("%w: %q: parameter %s: %s", ErrUnknownScheme, RedactURL(rawURL), name, secret.MySQLPasswordParamWhy)
+			}
+		}
 	} else {
-		u, err := url.Parse(rawURL)
+		// The URL's text is checked before a parser sees it (see
+		// openPostgres).
+		u, err := secret.CheckURL(rawURL, RedactURL)
 		if err != nil {
-			// url.Error repeats the whole URL, password included.
-			var uerr *url.Error
-			if errors.As(err, &uerr) {
-				err = uerr.Err
-			}
-			shown := rawURL
-			if at := strings.LastIndex(shown, "@"); at >= 0 {
-				shown = "mysql://REDACTED" + shown[at:]
-			}
-			return nil, fmt.Errorf("%w: %q: %v (percent-encode special characters of the user and password); accepted: %s", ErrUnknownScheme, shown, err, mysqlAccepted)
+			return nil, fmt.Errorf("%w: %q: %v; accepted: %s", ErrUnknownScheme, RedactURL(rawURL), err, mysqlAccepted)
+		}
+		if name := secret.MySQLPasswordParam(u); name != "" {
+			return nil, fmt.Errorf("%w: %q: parameter %s: %s", ErrUnknownScheme, RedactURL(rawURL), name, secret.MySQLPasswordParamWhy)
 		}
 		if u.Host == "" || u.Opaque != "" {
 			return nil, fmt.Errorf("%w: %q has no host; accepted: %s", ErrUnknownScheme, RedactURL(rawURL), mysqlAccepted)
@@ -427,6 +447,7 @@ func mysqlConfig(rawURL string) (*mysql.Config, error) {
 			dsn += sep + u.RawQuery
 		}
 		if cfg, err = mysql.ParseDSN(dsn); err != nil {
+			// The driver's messages name parameters, not the user or password.
 			return nil, fmt.Errorf("%w: %q: %w", ErrUnknownScheme, RedactURL(rawURL), err)
 		}
 	}
@@ -456,42 +477,10 @@ func isMySQLDSN(s string) bool {
 	return false
 }
 
-var dsnPassword = regexp.MustCompile(`(?i)(password=)[^&\s]*`)
-
 // RedactURL replaces the password of a database URL (userinfo, also in a
-// MySQL DSN after mysql://, and password= parameters) with "REDACTED".
-func RedactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if dsn, ok := strings.CutPrefix(raw, "mysql://"); ok && isMySQLDSN(dsn) {
-		err = errors.New("a DSN, not a URL") // net/url may misread its password
-	}
-	if err == nil && u.User != nil {
-		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), "REDACTED")
-			raw = u.String()
-		}
-	} else if err != nil {
-		// Not a URL net/url reads (a MySQL DSN after mysql://, a stray
-		// "%"): the userinfo ends at the last "@" before the query (and
-		// before a DSN's "tcp(" or "unix("), the password after its first
-		// ":".
-		if scheme, rest, ok := strings.Cut(raw, "://"); ok {
-			head, _, _ := strings.Cut(rest, "?")
-			at := strings.LastIndex(head, "@")
-			for _, proto := range []string{"@tcp(", "@unix("} {
-				if i := strings.LastIndex(rest, proto); i >= 0 {
-					at = i
-				}
-			}
-			if at >= 0 {
-				if user, _, has := strings.Cut(rest[:at], ":"); has {
-					raw = scheme + "://" + user + ":REDACTED" + rest[at:]
-				}
-			}
-		}
-	}
-	return dsnPassword.ReplaceAllString(raw, "${1}REDACTED")
-}
+// MySQL DSN after mysql://, and password= parameters) with "REDACTED"; see
+// secret.RedactURL.
+func RedactURL(raw string) string { return secret.RedactURL(raw) }
 
 // querier runs statements: the pool (*sql.DB) or a transaction (*sql.Tx).
 type querier interface {

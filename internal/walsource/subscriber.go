@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/secret"
 )
 
 // markFlushTimeout bounds the wait for the last marks at shutdown.
@@ -111,9 +112,23 @@ func NewSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, logg
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	// The URL's text is checked before a parser sees it, and a parse error
+	// is told from the redacted URL: a parser's message about a password
+	// holding '#', '?' or '/' quotes part of it (see package secret).
+	if _, err := secret.CheckURL(cfg.ReplicationURL, outbox.RedactURL); err != nil {
+		return nil, fmt.Errorf("%w: wal.replication_url %q: %v", outbox.ErrUnknownScheme, outbox.RedactURL(cfg.ReplicationURL), err)
+	}
 	repl, err := pgconn.ParseConfig(cfg.ReplicationURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: wal.replication_url %q: %v", outbox.ErrUnknownScheme, outbox.RedactURL(cfg.ReplicationURL), errors.Unwrap(err))
+		if _, rerr := pgconn.ParseConfig(outbox.RedactURL(cfg.ReplicationURL)); rerr != nil {
+			err = rerr
+		} else {
+			err = errors.New("the URL does not parse with its password, and does without it")
+		}
+		for inner := errors.Unwrap(err); inner != nil; inner = errors.Unwrap(inner) {
+			err = inner // the outermost error repeats the URL
+		}
+		return nil, fmt.Errorf("%w: wal.replication_url %q: %v", outbox.ErrUnknownScheme, outbox.RedactURL(cfg.ReplicationURL), err)
 	}
 	repl.RuntimeParams["replication"] = "database"
 	if err := Check(ctx, db, cfg.Names); err != nil {
