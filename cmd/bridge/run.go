@@ -7,6 +7,7 @@ import (
 
 	bridge "github.com/outbox-bridge/bridge"
 	"github.com/outbox-bridge/bridge/internal/config"
+	"github.com/outbox-bridge/bridge/internal/daemon"
 )
 
 func newRunCommand() *cobra.Command {
@@ -46,6 +47,7 @@ on --nats-listen storing in <data-dir>/jetstream, and stream EVENTS on events.>.
 				fmt.Fprintln(cmd.OutOrStdout(), "configuration is valid")
 				return nil
 			}
+			daemon.SetMemoryLimit(logger)
 			// bridge.Serve waits for a database or NATS that cannot be
 			// reached, and a SIGTERM or SIGINT meanwhile is a clean stop
 			// (exit 0); only bad configuration stops it (exit 2).
