@@ -28,15 +28,23 @@ type Config struct {
 	// idempotency key is detected and the key length limits. Defaults to
 	// Postgres (DialectDefault).
 	Dialect Dialect
+	// MaxPayload is the max_payload of the NATS server the relay publishes
+	// to, in bytes (nats.Conn.MaxPayload; nats-server's default is 1 MiB).
+	// When set, Write refuses an event whose payload cannot fit it with
+	// the headers of its message (its own and at least those the relay
+	// adds): the relay would make its row a dead letter. Defaults to 0:
+	// not checked.
+	MaxPayload int64
 }
 
 // Writer writes outbox rows in its caller's transactions. It holds no
 // connection and is safe for concurrent use; build one with New and share it.
 type Writer struct {
-	table   string
-	dialect Dialect
-	impl    dialect
-	insert  string
+	table      string
+	dialect    Dialect
+	impl       dialect
+	insert     string
+	maxPayload int64
 }
 
 // New returns a Writer for cfg. Zero fields take their defaults
@@ -59,7 +67,10 @@ func New(cfg Config) (*Writer, error) {
 	if !ok {
 		return nil, fmt.Errorf("invalid config: Dialect: %q is not one of %q, %q, %q", string(cfg.Dialect), Postgres, MySQL, SQLite)
 	}
-	return &Writer{table: cfg.Table, dialect: cfg.Dialect, impl: impl, insert: impl.insertSQL(cfg.Table)}, nil
+	if cfg.MaxPayload < 0 {
+		return nil, fmt.Errorf("invalid config: MaxPayload: %d: must be 0 (not checked) or the server's max_payload in bytes", cfg.MaxPayload)
+	}
+	return &Writer{table: cfg.Table, dialect: cfg.Dialect, impl: impl, insert: impl.insertSQL(cfg.Table), maxPayload: cfg.MaxPayload}, nil
 }
 
 // Table is the outbox table the Writer inserts into.

@@ -38,9 +38,11 @@ type dialect interface {
 	limits() limits
 }
 
-// limits bound an event's text columns, in bytes; 0 is no bound.
+// limits bound an event's text columns, and its message (maxPayload), in
+// bytes; 0 is no bound.
 type limits struct {
 	key, orderingKey, subject int
+	maxPayload                int64
 }
 
 // runner is a transaction of either driver: *sql.Tx or pgx.Tx behind an

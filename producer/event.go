@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/textproto"
 	"strings"
 	"unicode/utf8"
 )
@@ -72,7 +73,7 @@ type InvalidEventError struct {
 	// Index is the event's position among Write's events, from 0.
 	Index int
 	// Field is the Event field at fault: "Subject", "Headers",
-	// "IdempotencyKey" or "OrderingKey".
+	// "IdempotencyKey", "OrderingKey" or "Payload".
 	Field string
 	// Reason names the value and what would be accepted.
 	Reason string
@@ -125,7 +126,52 @@ func check(e *Event, lim limits) (field, reason string) {
 			return "Headers", reason
 		}
 	}
+	if lim.maxPayload > 0 {
+		headers := minHeaderBytes(e)
+		if int64(len(e.Payload))+headers > lim.maxPayload {
+			return "Payload", fmt.Sprintf("%d bytes, with the headers of its message (at least %d bytes), are over the NATS server's max_payload of %d bytes (Config.MaxPayload); the relay would make the row a dead letter",
+				len(e.Payload), headers, lim.maxPayload)
+		}
+	}
 	return "", ""
+}
+
+// The relay's Nats-Msg-Id is the idempotency key itself when it is 1 to
+// msgIDPlainMax bytes of visible ASCII and does not begin with
+// msgIDHashPrefix, else msgIDHashPrefix and the key's SHA-256 in hex
+// (msgIDHashedLen bytes), prefixed by the relay's dedup.namespace and '/'.
+const (
+	msgIDPlainMax   = 128
+	msgIDHashPrefix = "sha256:"
+	msgIDHashedLen  = len(msgIDHashPrefix) + 64
+)
+
+// minHeaderBytes is the least that the headers of e's message count
+// against max_payload, as the NATS client counts them (nats.go
+// Msg.headerSize: "NATS/1.0\r\n", a line "Name: value\r\n" per value,
+// trimmed, and "\r\n"): e's headers, and those the relay adds as short
+// as they can be: Nats-Msg-Id without a namespace, Outbox-Id of one
+// digit, Outbox-Idempotency-Key, Outbox-Created-At of 20 bytes and
+// Outbox-Attempt of one. An event without a key gets a UUIDv7 (36 bytes).
+func minHeaderBytes(e *Event) int64 {
+	key := e.IdempotencyKey
+	if key == "" {
+		key = "00000000-0000-7000-8000-000000000000"
+	}
+	msgID := msgIDHashedLen
+	if len(key) <= msgIDPlainMax && !strings.HasPrefix(key, msgIDHashPrefix) && !strings.ContainsFunc(key, func(r rune) bool { return r < 0x21 || r > 0x7e }) {
+		msgID = len(key)
+	}
+	line := func(name string, valueLen int) int64 { return int64(len(name) + len(": ") + valueLen + len("\r\n")) }
+	n := int64(len("NATS/1.0\r\n") + len("\r\n"))
+	n += line(headerMsgID, msgID) + line("Outbox-Id", 1) + line("Outbox-Idempotency-Key", len(textproto.TrimString(key))) +
+		line("Outbox-Created-At", len("2006-01-02T15:04:05Z")) + line("Outbox-Attempt", 1)
+	for name, values := range e.Headers {
+		for _, v := range values {
+			n += line(name, len(textproto.TrimString(v)))
+		}
+	}
+	return n
 }
 
 func checkSubject(s string, max int) string {

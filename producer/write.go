@@ -48,6 +48,7 @@ func (w *Writer) WritePgx(ctx context.Context, tx pgx.Tx, events ...Event) ([]Re
 
 func (w *Writer) write(ctx context.Context, tx runner, events []Event) ([]Result, error) {
 	lim := w.impl.limits()
+	lim.maxPayload = w.maxPayload
 	for i := range events {
 		if field, reason := check(&events[i], lim); reason != "" {
 			return nil, &InvalidEventError{Index: i, Field: field, Reason: reason}

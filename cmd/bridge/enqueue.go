@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	bridge "github.com/outbox-bridge/bridge"
+	"github.com/outbox-bridge/bridge/internal/broker"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
@@ -27,7 +28,12 @@ func newEnqueueCommand() *cobra.Command {
 their rows in their own business transaction instead (see README).
 
 The idempotency key defaults to a new UUIDv7. A key already in the table is not
-inserted again: the command says "already enqueued" and exits 0.`,
+inserted again: the command says "already enqueued" and exits 0.
+
+With the embedded NATS server (nats.url embedded) a payload that cannot fit its
+max_payload (1 MiB) with the message's headers is refused (exit 2). With an
+external server the limit is not known here; the relay makes such a row a dead
+letter, from the payload's length.`,
 		Example: `  bridge enqueue --subject events.demo --data hello
   bridge enqueue --subject events.order.created --key order-42 --ordering-key order-42 \
       --header Content-Type=application/json --data '{"id":42}'`,
@@ -83,8 +89,13 @@ inserted again: the command says "already enqueued" and exits 0.`,
 				return classify(err)
 			}
 			defer cleanup()
+			var maxPayload int64
+			if cfg.EmbeddedNATS() {
+				maxPayload = broker.EmbeddedMaxPayload
+			}
 			id, err := store.Enqueue(ctx, outbox.Entry{
 				IdempotencyKey: key, Subject: subject, Payload: payload, Headers: hdr, OrderingKey: orderingKey,
+				MaxPayload: maxPayload,
 			})
 			if errors.Is(err, outbox.ErrAlreadyEnqueued) {
 				fmt.Fprintf(cmd.OutOrStdout(), "already enqueued: key %q is in %s\n", key, store.Table())

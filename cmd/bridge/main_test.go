@@ -670,6 +670,22 @@ func TestEnqueueSameKeyTwice(t *testing.T) {
 	require.Equal(t, int64(1), total, "status %+v", doc)
 }
 
+// TestEnqueueRefusesPayloadOverEmbeddedMaxPayload: with the embedded NATS
+// server, whose max_payload (1 MiB) is known, a payload that cannot fit it
+// with its message's headers is refused; the relay would make the row a
+// dead letter.
+func TestEnqueueRefusesPayloadOverEmbeddedMaxPayload(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big")
+	require.NoError(t, os.WriteFile(big, bytes.Repeat([]byte("x"), 1<<20), 0o600))
+	r := runBridge(t, dir, nil, "enqueue", "--subject", "events.demo", "--data-file", big)
+	require.Equal(t, 2, r.code, "enqueue of 1 MiB\n%s", r)
+	require.Contains(t, r.stderr, "over the NATS server's max_payload of 1048576 bytes")
+	r = runBridge(t, dir, nil, "enqueue", "--subject", "events.demo", "--data", "small")
+	require.Equal(t, 0, r.code, "enqueue of a small payload\n%s", r)
+}
+
 func TestConfigRedacts(t *testing.T) {
 	t.Parallel()
 	r := runBridge(t, t.TempDir(), []string{

@@ -13,6 +13,10 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
+// EmbeddedMaxPayload is the max_payload of the embedded server: nats-server's
+// default, 1 MiB.
+const EmbeddedMaxPayload = server.MAX_PAYLOAD_SIZE
+
 // ErrAddrInUse is returned (wrapped) by StartEmbedded when its client
 // address is taken, usually by another NATS server.
 var ErrAddrInUse = errors.New("address already in use")
@@ -79,6 +83,7 @@ func StartEmbedded(listen, storeDir string, logger *slog.Logger) (_ *Embedded, e
 		Port:       port,
 		JetStream:  true,
 		StoreDir:   storeDir,
+		MaxPayload: EmbeddedMaxPayload,
 		NoSigs:     true,
 		NoLog:      true,
 	})

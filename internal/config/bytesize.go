@@ -21,7 +21,7 @@ const (
 	GiB ByteSize = 1 << 30
 )
 
-// String is the size in the unit that writes it with the fewest digits,
+// String is the size in the unit that writes it in the fewest characters,
 // binary or decimal ("32MiB", "64MB"), or in bytes ("1000");
 // ParseByteSize reads it back.
 func (b ByteSize) String() string {
@@ -33,7 +33,7 @@ func (b ByteSize) String() string {
 		if b == 0 || int64(b)%u.size != 0 {
 			continue
 		}
-		if s := strconv.FormatInt(int64(b)/u.size, 10) + u.name; len(s) < len(out) {
+		if s := strconv.FormatInt(int64(b)/u.size, 10) + u.name; len(s) <= len(out) {
 			out = s
 		}
 	}

@@ -72,6 +72,7 @@ func TestDefaults(t *testing.T) {
 	r := cfg.Relay
 	require.Equal(t, 500, r.BatchSize)
 	require.Equal(t, 2000, r.MaxInFlight)
+	require.Equal(t, 32*MiB, r.MaxInFlightBytes)
 	require.Equal(t, 250*time.Millisecond, r.PollInterval)
 	require.Equal(t, 30*time.Second, r.InflightTimeout)
 	require.Equal(t, 20*time.Second, r.AckDeadline)
@@ -211,6 +212,8 @@ func TestWrongType(t *testing.T) {
 		{"relay:\n  batch_size: many\n", "relay.batch_size", "many"},
 		{"relay:\n  poll_interval: 250\n", "relay.poll_interval", "250"},
 		{"relay:\n  delete_on_relay: maybe\n", "relay.delete_on_relay", "maybe"},
+		{"relay:\n  max_in_flight_bytes: lots\n", "relay.max_in_flight_bytes", "lots"},
+		{"relay:\n  max_in_flight_bytes: -1MiB\n", "relay.max_in_flight_bytes", "-1MiB"},
 		{"relay: 5\n", "relay", "5"},
 		{"shutdown_timeout: soon\n", "shutdown_timeout", "soon"},
 	} {
@@ -218,6 +221,31 @@ func TestWrongType(t *testing.T) {
 		e := requireConfigError(t, err, tc.key)
 		require.Equal(t, tc.value, e.Value)
 	}
+}
+
+// TestByteSizes: relay.max_in_flight_bytes takes a number of bytes or a
+// size with a decimal or binary unit, from the file, the environment or a
+// default, and is written back in the shortest exact unit.
+func TestByteSizes(t *testing.T) {
+	t.Parallel()
+
+	for in, want := range map[string]ByteSize{
+		"1000": 1000, "64MiB": 64 << 20, "64 MiB": 64 << 20, "64MB": 64_000_000, "1.5MiB": 3 << 19, "2GiB": 2 << 30, "512kB": 512_000,
+	} {
+		cfg, err := load(t, "", []string{"BRIDGE_RELAY_MAX_IN_FLIGHT_BYTES=" + in})
+		require.NoError(t, err, in)
+		require.Equal(t, want, cfg.Relay.MaxInFlightBytes, in)
+		back, err := ParseByteSize(want.String())
+		require.NoError(t, err)
+		require.Equal(t, want, back, "%s written as %s", in, want)
+	}
+	cfg, err := load(t, "relay:\n  max_in_flight_bytes: 4096\n", nil)
+	require.NoError(t, err)
+	require.Equal(t, 4*KiB, cfg.Relay.MaxInFlightBytes)
+	require.Equal(t, "4KiB", cfg.Relay.MaxInFlightBytes.String())
+	require.Equal(t, "1001", ByteSize(1001).String())
+	require.Equal(t, "64MB", ByteSize(64_000_000).String())
+	require.Equal(t, "32MiB", MaxInFlightBytesDefault.String())
 }
 
 func TestNegativeDurationRefused(t *testing.T) {
@@ -277,6 +305,7 @@ func TestValidateRefuses(t *testing.T) {
 		{"BatchSizeZero", func(c *Config) { c.Relay.BatchSize = 0 }, "relay.batch_size"},
 		{"BatchSizeHuge", func(c *Config) { c.Relay.BatchSize = 100001 }, "relay.batch_size"},
 		{"MaxInFlight", func(c *Config) { c.Relay.MaxInFlight = 0 }, "relay.max_in_flight"},
+		{"MaxInFlightBytes", func(c *Config) { c.Relay.MaxInFlightBytes = 0 }, "relay.max_in_flight_bytes"},
 		{"MaxAttempts", func(c *Config) { c.Relay.MaxAttempts = 0 }, "relay.max_attempts"},
 		{"DatabaseScheme", func(c *Config) { c.Database.URL = "oracle://u:p@h/db" }, "database.url"},
 		{"NATSScheme", func(c *Config) { c.NATS.URL = "nats://a:4222,http://b:4222" }, "nats.url"},
@@ -377,7 +406,7 @@ func TestRedacted(t *testing.T) {
 
 	r := c.Redacted()
 	require.Equal(t, "postgres://u:REDACTED@h/db", r.Database.URL)
-	require.Equal(t, "nats://nu:REDACTED@a:4222,nats://REDACTED@b:4222", r.NATS.URL)
+	require.Equal(t, "nats://REDACTED@a:4222,nats://REDACTED@b:4222", r.NATS.URL, "a NATS userinfo is hidden whole: a token may hold a colon")
 	require.Equal(t, "REDACTED", r.NATS.Password)
 	require.Equal(t, "REDACTED", r.NATS.Token)
 	require.Equal(t, "/etc/nats/user.creds", r.NATS.CredsFile, "file paths are not secrets")
@@ -415,6 +444,7 @@ func TestYAMLRoundTrip(t *testing.T) {
 		{Name: "ORDERS", Subjects: []string{"orders.>", "refunds.*"}, Duplicates: 10 * time.Minute, Replicas: 3, Storage: "memory", MaxAge: 168 * time.Hour},
 	}
 	c.Relay.BatchSize = 100
+	c.Relay.MaxInFlightBytes = 64_000_000
 	c.Relay.PollInterval = 1500 * time.Millisecond
 	c.Relay.BackoffMax = 90 * time.Second
 	c.Relay.DeleteOnRelay = true

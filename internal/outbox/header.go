@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/textproto"
 	"strings"
+
+	"github.com/outbox-bridge/bridge/internal/dedup"
 )
 
 // Header names the relay sets on every message. A row's headers may not set
@@ -160,3 +162,21 @@ var relayHeaderMinBytes = messageHeaderBytes(map[string][]string{
 	HeaderCreatedAt:      {"2006-01-02T15:04:05Z"}, // RFC 3339 in UTC, no fraction
 	HeaderAttempt:        {"1"},
 })
+
+// MinMessageHeaderBytes is the least that the headers of the message of a
+// row with idempotency key key and headers h count against max_payload, as
+// the NATS client counts them (see messageHeaderBytes): h, Nats-Msg-Id
+// without a namespace, the key, and the other relay headers as short as
+// they can be.
+func MinMessageHeaderBytes(key string, h map[string][]string) int64 {
+	all := make(map[string][]string, len(h)+len(reservedHeaders))
+	for name, values := range h {
+		all[name] = values
+	}
+	all[HeaderMsgID] = []string{dedup.MsgID("", key)}
+	all[HeaderID] = []string{"1"}
+	all[HeaderIdempotencyKey] = []string{key}
+	all[HeaderCreatedAt] = []string{"2006-01-02T15:04:05Z"}
+	all[HeaderAttempt] = []string{"1"}
+	return messageHeaderBytes(all)
+}

@@ -381,6 +381,10 @@ type Entry struct {
 	// Headers is a JSON object of string or string-array values; empty means {}.
 	Headers     []byte
 	OrderingKey string // empty means none
+	// MaxPayload is the max_payload of the NATS server the row goes to,
+	// when known: an entry whose message cannot fit it is refused, since
+	// the relay would make it a dead letter. 0 means unknown.
+	MaxPayload int64
 }
 
 // ErrAlreadyEnqueued is returned by Enqueue when a row with the same
@@ -448,8 +452,13 @@ func (s *Store) Enqueue(ctx context.Context, e Entry) (int64, error) {
 	if len(headers) == 0 {
 		headers = []byte("{}")
 	}
-	if _, err := ParseHeaders(headers); err != nil {
+	parsed, err := ParseHeaders(headers)
+	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalidEntry, err)
+	}
+	if least := int64(len(e.Payload)) + MinMessageHeaderBytes(e.IdempotencyKey, parsed); e.MaxPayload > 0 && least > e.MaxPayload {
+		return 0, fmt.Errorf("%w: payload of %d bytes: with the headers of its message (at least %d bytes) it is over the NATS server's max_payload of %d bytes",
+			ErrInvalidEntry, len(e.Payload), least-int64(len(e.Payload)), e.MaxPayload)
 	}
 	if e.Payload == nil {
 		e.Payload = []byte{}
@@ -459,7 +468,6 @@ func (s *Store) Enqueue(ctx context.Context, e Entry) (int64, error) {
 		ordering = sql.NullString{String: e.OrderingKey, Valid: true}
 	}
 	var id int64
-	var err error
 	if ins, ok := s.db.dialect.(inserter); ok {
 		id, err = ins.insert(ctx, s.db, &s.sql, e.IdempotencyKey, e.Subject, e.Payload, string(headers), ordering)
 	} else {

@@ -176,3 +176,38 @@ func relayHeaders(h producer.Header) error {
 	_, err = outbox.ParseHeaders(raw)
 	return err
 }
+
+// TestWriteRefusesPayloadOverMaxPayload: with Config.MaxPayload set, an
+// event whose payload cannot fit it with the headers of its message is
+// refused (the relay would make the row a dead letter); without it, the
+// payload is not checked.
+func TestWriteRefusesPayloadOverMaxPayload(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "sqlite")
+	ctx := context.Background()
+	const maxPayload = 4096
+	w, err := producer.New(producer.Config{Table: b.w.Table(), Dialect: producer.SQLite, MaxPayload: maxPayload})
+	require.NoError(t, err)
+	// The headers of the message of key "k": Nats-Msg-Id, Outbox-Id,
+	// Outbox-Idempotency-Key, Outbox-Created-At, Outbox-Attempt, at their
+	// shortest, as the NATS client counts them.
+	headers := len("NATS/1.0\r\n\r\n") + len("Nats-Msg-Id: k\r\n") + len("Outbox-Id: 1\r\n") +
+		len("Outbox-Idempotency-Key: k\r\n") + len("Outbox-Created-At: 2026-12-01T10:00:00Z\r\n") + len("Outbox-Attempt: 1\r\n")
+	write := func(w *producer.Writer, key string, size int) error {
+		tx, err := b.prod.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback() }()
+		_, err = w.Write(ctx, tx, producer.Event{Subject: "events.a", IdempotencyKey: key, Payload: make([]byte, size)})
+		return err
+	}
+	require.NoError(t, write(w, "k", maxPayload-headers), "a payload that fits with the least headers")
+	err = write(w, "k", maxPayload-headers+1)
+	var invalid *producer.InvalidEventError
+	require.ErrorAs(t, err, &invalid)
+	require.Equal(t, "Payload", invalid.Field)
+	require.Contains(t, invalid.Reason, "over the NATS server's max_payload of 4096 bytes")
+	require.NoError(t, write(b.w, "k", 1<<20), "without MaxPayload, not checked")
+
+	_, err = producer.New(producer.Config{MaxPayload: -1})
+	require.ErrorContains(t, err, "invalid config: MaxPayload")
+}
