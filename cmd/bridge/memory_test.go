@@ -123,6 +123,7 @@ func measureRelayMemory(t *testing.T, c memoryCase) float64 {
 		return n == c.rows
 	}, "the %d rows never all became %s\nstderr:\n%s", c.rows, settled, run.stderr)
 	peak := float64(vmHWM(t, run.cmd.Process.Pid)) / 1024
+	require.Contains(t, run.stderr.String(), `"msg":"Go memory limit`, "bridge run logs the Go runtime's memory limit")
 	t.Logf("peak RSS of bridge run, %s, %d rows of %d bytes, default settings: %.1f MiB (bound %d MiB)",
 		c.kind, c.rows, c.payloadBytes, peak, c.limitMiB)
 
