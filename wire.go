@@ -53,6 +53,7 @@ func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Log
 		outbox.ProvideDB,
 		broker.ProviderSet,
 		sink.ProviderSet,
+		payloadLimit,
 		wmsource.ProviderSet,
 		dedup.ProviderSet,
 		provideWatermillRegistry,

@@ -138,14 +138,16 @@ func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Log
 	if err != nil {
 		return nil, nil, err
 	}
-	subscriber, err := wmsource.ProvideSubscriber(ctx, db, cfg, logger)
+	denials := broker.NewDenials()
+	conn, cleanup2, err := broker.ProvideConn(ctx, cfg, logger, denials)
 	if err != nil {
 		cleanup()
 		return nil, nil, err
 	}
-	denials := broker.NewDenials()
-	conn, cleanup2, err := broker.ProvideConn(ctx, cfg, logger, denials)
+	outboxPayloadLimit := payloadLimit(conn)
+	subscriber, err := wmsource.ProvideSubscriber(ctx, db, cfg, outboxPayloadLimit, logger)
 	if err != nil {
+		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
