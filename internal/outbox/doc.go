@@ -11,8 +11,8 @@
 // Main types:
 //   - DB: an open outbox database (PostgreSQL, MySQL/MariaDB or SQLite) and
 //     its dialect; a reader finds a database's SQL in dialect_<name>.go.
-//   - Store: the table's operations: Claim, MarkDone, MarkFailed,
-//     RequeueInflightOlderThan, Stats, Enqueue.
+//   - Store: the table's operations: Claim (ClaimBatch), MarkDone,
+//     MarkFailed, RequeueInflightOlderThan, Stats, Enqueue.
 //   - Subscriber: a Watermill message.Subscriber over a Store.
 //
 // Guarantees:
@@ -26,6 +26,12 @@
 //   - A row with an ordering key is not claimed while an earlier row (smaller
 //     id) of the same key is pending, in_flight or failed, so per key at most
 //     one row is in flight and rows are published in id order.
+//   - What the relay holds is bounded in bytes as well as in rows: a claim
+//     takes rows while their payloads and headers fit the room left under
+//     SubscriberConfig.MaxInFlightBytes (one row whatever its size when
+//     none is outstanding), and never reads a payload longer than the NATS
+//     server's max_payload allows: the row comes with its length, computed
+//     by the database, and becomes a dead letter.
 //   - Times (leases, backoff) come from the database clock (UTC: now() on
 //     PostgreSQL, UTC_TIMESTAMP(6) on MySQL, strftime on SQLite).
 //
