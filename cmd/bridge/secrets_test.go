@@ -167,6 +167,11 @@ func secretCases() []secretCase {
 			u.User, u.RawQuery = url.User(u.User.Username()), q.Encode()
 			return append(sqliteFreeNATS(t), "BRIDGE_DATABASE_URL="+u.String(), "BRIDGE_DATABASE_TABLE="+table), works
 		}},
+		{"postgres, password percent-encoded, source watermill-forwarder", func(t *testing.T, pw string) ([]string, outcome) {
+			u, table := postgresWithPassword(t, pw)
+			return append(sqliteFreeNATS(t), "BRIDGE_DATABASE_URL="+u.String(), "BRIDGE_DATABASE_TABLE="+table,
+				"BRIDGE_SOURCE=watermill-forwarder"), anything
+		}},
 		{"postgres, unreachable", func(t *testing.T, pw string) ([]string, outcome) {
 			u, table := postgresWithPassword(t, pw)
 			u.Host = "127.0.0.1:" + strconv.Itoa(freePort(t))
