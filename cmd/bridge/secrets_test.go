@@ -386,18 +386,19 @@ func runEveryCommand(t *testing.T, dir string, env []string, want outcome) []com
 		}
 	}
 	for _, daemon := range []struct {
-		args  []string
-		ready string
+		args         []string
+		ready, retry string // what it says once it runs, or when it waits and tries again
 	}{
-		{[]string{"tail", "--subject", "events.>"}, "tailing events.>"},
-		{[]string{"run"}, `"msg":"relay running"`},
+		{[]string{"tail", "--subject", "events.>"}, "tailing events.>", "\x00"},
+		{[]string{"run"}, `"msg":"relay running"`, `"msg":"relay cannot start yet; trying again"`},
 	} {
 		p := start(t, dir, env, append(daemon.args, debug...)...)
 		what := strings.Join(daemon.args, " ")
-		poll(t, 60*time.Second, func() bool { return p.exited() || strings.Contains(p.stderr.String(), daemon.ready) },
-			"bridge %s neither exited nor said %q\nstderr:\n%s", what, daemon.ready, p.stderr)
-		running := !p.exited()
-		if running {
+		said := func(s string) bool { return strings.Contains(p.stderr.String(), s) }
+		poll(t, 60*time.Second, func() bool { return p.exited() || said(daemon.ready) || said(daemon.retry) },
+			"bridge %s neither exited nor said %q or %q\nstderr:\n%s", what, daemon.ready, daemon.retry, p.stderr)
+		running := !p.exited() && said(daemon.ready)
+		if !p.exited() {
 			require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 		}
 		code := p.wait(t, 60*time.Second)

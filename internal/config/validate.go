@@ -137,11 +137,11 @@ func mysqlDSN(u string) bool {
 
 func (c *Config) validateNATS() error {
 	n := &c.NATS
-	if !c.EmbeddedNATS() && !validNATSURLs(n.URL) {
+	if ok, why := validNATSURLs(n.URL); !c.EmbeddedNATS() && !ok {
 		return &Error{
 			Key:     "nats.url",
 			Value:   secret.RedactNATSURLs(n.URL),
-			Allowed: "must be embedded or a comma-separated list of nats://, tls://, ws:// or wss:// URLs",
+			Allowed: "must be embedded or a comma-separated list of nats://, tls://, ws:// or wss:// URLs" + why,
 		}
 	}
 	if !validHostPort(n.Listen, true) {
@@ -183,17 +183,29 @@ func (c *Config) validateNATS() error {
 	return nil
 }
 
-func validNATSURLs(s string) bool {
+// validNATSURLs reports whether s is a list of NATS URLs; when not, why
+// may say more, about the redacted URLs (see secret.CheckURL): ": …".
+func validNATSURLs(s string) (ok bool, why string) {
 	if strings.TrimSpace(s) == "" {
-		return false
+		return false, ""
 	}
 	for part := range strings.SplitSeq(s, ",") {
 		u, err := secret.CheckURL(strings.TrimSpace(part), secret.RedactNATSURLs)
-		if err != nil || u.Host == "" || !containsFold(natsSchemes, u.Scheme) {
-			return false
+		var uerr *secret.URLError
+		switch {
+		case errors.As(err, &uerr) && strings.Contains(s, ","):
+			// The part may be a piece of a password cut at its comma,
+			// with no userinfo left to redact: its parse error would
+			// quote it.
+			return false, "; URLs are split at commas: percent-encode a comma in a password or token as %2C, and the characters URLs reserve"
+		case errors.As(err, &uerr):
+			return false, ": " + uerr.Reason
+		}
+		if u.Host == "" || !containsFold(natsSchemes, u.Scheme) {
+			return false, ""
 		}
 	}
-	return true
+	return true, ""
 }
 
 func containsFold(list []string, s string) bool {
