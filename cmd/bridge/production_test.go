@@ -412,6 +412,7 @@ func TestMetricsAndReadiness(t *testing.T) {
 	requireMetric(m, "bridge_rows_relayed_total", 0)
 	requireMetric(m, "bridge_rows_deduplicated_total", 0)
 	requireMetric(m, "bridge_inflight_rows", 0)
+	requireMetric(m, "bridge_inflight_bytes", 0)
 	goroutines, ok := metric(m, "go_goroutines")
 	require.True(t, ok, "/metrics has no go_goroutines\n%s", m)
 	require.Positive(t, goroutines)
@@ -433,6 +434,7 @@ func TestMetricsAndReadiness(t *testing.T) {
 	m = metrics()
 	requireMetric(m, "bridge_rows_deduplicated_total", 1)
 	requireMetric(m, "bridge_inflight_rows", 0)
+	requireMetric(m, "bridge_inflight_bytes", 0) // every settled row gave its bytes back
 	require.Contains(t, m, "watermill_handler_execution_time_seconds_count{", "Watermill's router metrics")
 	waitStreamMessages(t, js, "EVENTS", rows) // four new messages and the one published before
 

@@ -15,7 +15,8 @@ import (
 // attempt, because NATS was down or the relay shut down; held: held back
 // without counting the attempt, because the row's stream is unsafe),
 // bridge_rows_requeued_total, bridge_marks_fenced_total,
-// bridge_rows_claimed_total and the gauge bridge_inflight_rows.
+// bridge_rows_claimed_total and the gauges bridge_inflight_rows and
+// bridge_inflight_bytes.
 func (s *Subscriber) Collectors() []prometheus.Collector {
 	counter := func(name, help string, v func() int64, labels prometheus.Labels) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels},
@@ -36,6 +37,8 @@ func (s *Subscriber) Collectors() []prometheus.Collector {
 		counter("bridge_rows_claimed_total", "Rows claimed.", c.Claimed.Load, nil),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bridge_inflight_rows", Help: "Rows claimed by this relay and not yet settled."},
 			func() float64 { return float64(s.outstanding.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bridge_inflight_bytes", Help: "Bytes (payloads and headers) of the rows claimed by this relay and not yet settled; bounded by relay.max_in_flight_bytes."},
+			func() float64 { return float64(s.outstandingBytes.Load()) }),
 	}
 }
 
