@@ -19,6 +19,7 @@ import (
 
 	bridge "github.com/outbox-bridge/bridge"
 	"github.com/outbox-bridge/bridge/internal/config"
+	"github.com/outbox-bridge/bridge/internal/secret"
 )
 
 func newTailCommand() *cobra.Command {
@@ -64,7 +65,8 @@ creates its streams when it starts).`,
 			defer cleanup()
 			nc := js.Conn()
 			fmt.Fprintf(cmd.ErrOrStderr(), "connected to %s (server %s, nats-server %s)\n",
-				nc.ConnectedUrlRedacted(), nc.ConnectedServerName(), nc.ConnectedServerVersion())
+				// Not ConnectedUrlRedacted: it leaves a token in the URL.
+				secret.RedactNATSURLs(nc.ConnectedUrl()), nc.ConnectedServerName(), nc.ConnectedServerVersion())
 			streamName, err := streamFor(ctx, js, subject, wait, cmd.ErrOrStderr())
 			if err != nil {
 				if ctx.Err() != nil {
