@@ -73,17 +73,16 @@ UPDATE ` + T + ` SET status = 'in_flight', owner = ?1, claimed_at = ` + sqliteNo
 WHERE id IN (
 	SELECT id FROM (
 		SELECT id, sum(row_bytes) OVER w AS total, row_number() OVER w AS n FROM (
-			SELECT c.id, (SELECT ` + sqliteRowSize + ` FROM ` + T + ` o WHERE o.id = c.id) AS row_bytes FROM (
-				SELECT id FROM (SELECT o.id FROM ` + T + ` o
-					WHERE o.ordering_key IS NULL AND o.status IN ('pending', 'failed') AND o.available_at <= ` + sqliteNow + `
-					ORDER BY o.id LIMIT ?2)
-				UNION ALL
-				SELECT id FROM (SELECT ` + head + ` AS id
-					FROM (SELECT k FROM after_cursor WHERE k IS NOT NULL UNION ALL SELECT k FROM up_to_cursor WHERE k IS NOT NULL) x
-					WHERE EXISTS (SELECT 1 FROM ` + T + ` o WHERE o.id = ` + head + `
-						AND o.status IN ('pending', 'failed') AND o.available_at <= ` + sqliteNow + `)
-					LIMIT ?2)
-				ORDER BY 1 LIMIT ?2) c)
+			SELECT id, row_bytes FROM (SELECT o.id, ` + sqliteRowSize + ` AS row_bytes FROM ` + T + ` o
+				WHERE o.ordering_key IS NULL AND o.status IN ('pending', 'failed') AND o.available_at <= ` + sqliteNow + `
+				ORDER BY o.id LIMIT ?2)
+			UNION ALL
+			SELECT id, row_bytes FROM (SELECT o.id, ` + sqliteRowSize + ` AS row_bytes
+				FROM (SELECT k FROM after_cursor WHERE k IS NOT NULL UNION ALL SELECT k FROM up_to_cursor WHERE k IS NOT NULL) x
+				JOIN ` + T + ` o ON o.id = ` + head + `
+				WHERE o.status IN ('pending', 'failed') AND o.available_at <= ` + sqliteNow + `
+				LIMIT ?2)
+			ORDER BY 1 LIMIT ?2)
 		WINDOW w AS (ORDER BY id ROWS UNBOUNDED PRECEDING))
 	WHERE n = 1 OR total <= ?5)
 RETURNING id, idempotency_key, subject, CASE WHEN octet_length(payload) <= ?6 THEN payload END, headers, ordering_key,
