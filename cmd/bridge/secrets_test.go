@@ -179,6 +179,17 @@ func secretCases() []secretCase {
 			return append(sqliteFreeNATS(t), "BRIDGE_DATABASE_URL="+u.String(), "BRIDGE_DATABASE_TABLE="+table,
 				"BRIDGE_SOURCE=watermill-forwarder"), anything
 		}},
+		{"wal.replication_url, password as written", func(t *testing.T, pw string) ([]string, outcome) {
+			u, table := postgresWithPassword(t, pw)
+			raw := strings.Replace(u.String(), u.User.String(), u.User.Username()+":"+pw, 1)
+			return append(sqliteFreeNATS(t), "BRIDGE_DATABASE_URL="+u.String(), "BRIDGE_DATABASE_TABLE="+table,
+				"BRIDGE_WAL_REPLICATION_URL="+raw), refused
+		}},
+		{"wal.replication_url, password percent-encoded, source postgres-wal", func(t *testing.T, pw string) ([]string, outcome) {
+			u, table := postgresWithPassword(t, pw)
+			return append(sqliteFreeNATS(t), "BRIDGE_DATABASE_URL="+u.String(), "BRIDGE_DATABASE_TABLE="+table,
+				"BRIDGE_WAL_REPLICATION_URL="+u.String(), "BRIDGE_SOURCE=postgres-wal"), anything
+		}},
 		{"postgres, unreachable", func(t *testing.T, pw string) ([]string, outcome) {
 			u, table := postgresWithPassword(t, pw)
 			u.Host = "127.0.0.1:" + strconv.Itoa(freePort(t))
