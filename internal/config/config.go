@@ -222,8 +222,9 @@ type Relay struct {
 	MaxInFlight int `koanf:"max_in_flight"`
 
 	// MaxInFlightBytes bounds what the rows claimed and not yet settled hold in memory:
-	// their payloads and headers. A claim stops before the row that would pass it; with
-	// nothing in flight it takes one row whatever its size. Defaults to 32MiB.
+	// their payloads and headers. A claim stops before the row that would pass it, but
+	// takes at least one row while the bound is not reached, so one row (at most the NATS
+	// server's max_payload) may pass it. Defaults to 32MiB.
 	MaxInFlightBytes ByteSize `koanf:"max_in_flight_bytes"`
 
 	// PollInterval is the idle wait between empty claims (a notification wakes earlier).

@@ -28,8 +28,8 @@
 //     one row is in flight and rows are published in id order.
 //   - What the relay holds is bounded in bytes as well as in rows: a claim
 //     takes rows while their payloads and headers fit the room left under
-//     SubscriberConfig.MaxInFlightBytes (one row whatever its size when
-//     none is outstanding), and never reads a payload longer than the NATS
+//     SubscriberConfig.MaxInFlightBytes (at least one row while the bound
+//     is not reached, so one row may pass it), and never reads a payload longer than the NATS
 //     server's max_payload allows: the row comes with its length, computed
 //     by the database, and becomes a dead letter.
 //   - Times (leases, backoff) come from the database clock (UTC: now() on

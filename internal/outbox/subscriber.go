@@ -50,8 +50,9 @@ type SubscriberConfig struct {
 	// MaxInFlightBytes bounds, in bytes, what the rows claimed and not yet
 	// settled hold in memory: their payloads and headers. A claim stops
 	// before the row that would pass it, and takes none while the bound is
-	// reached; a claim with nothing outstanding takes at least one row, so
-	// that a row larger than the bound is relayed too. Defaults to 32 MiB.
+	// reached; below it, a claim takes at least one row, so that a row
+	// larger than the bound is relayed too: what is held may pass the
+	// bound by one row. Defaults to 32 MiB.
 	MaxInFlightBytes int64
 	// MaxPayload, when set, returns the NATS server's max_payload in bytes
 	// (nats.Conn.MaxPayload), or 0 when unknown. A row whose payload cannot
