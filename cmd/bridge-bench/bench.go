@@ -68,16 +68,30 @@ func bench(ctx context.Context, s settings) (*results, error) {
 		}
 	}
 	if slices.Contains(phases, "bridge") {
-		if res.BridgeRowsPerS, res.PeakRSSMiB, err = e.bridge(ctx); err != nil {
+		b, err := e.bridge(ctx)
+		if err != nil {
 			return nil, fmt.Errorf("bridge: %w", err)
+		}
+		res.BridgeRowsPerS, res.PeakRSSMiB = b.rate, b.rssMiB
+		res.RelayCPUUsPerRow, res.NATSCPUUsPerRow = usPerRow(b.cpu.relayTotal, s.Rows), usPerRow(b.cpu.natsTotal, s.Rows)
+		if b.cpu.db != nil {
+			v := usPerRow(b.cpu.dbTotal, s.Rows)
+			res.DatabaseCPUUsPerRow = &v
 		}
 	}
 	if slices.Contains(phases, "latency") {
-		var l latencies
-		if l, err = e.latency(ctx); err != nil {
+		l, err := e.latency(ctx, "latency", s.Rate)
+		if err != nil {
 			return nil, fmt.Errorf("latency: %w", err)
 		}
 		res.LatencyP50Ms, res.LatencyP90Ms, res.LatencyP99Ms, res.LatencyMaxMs = l.quantile(0.50), l.quantile(0.90), l.quantile(0.99), l.quantile(1)
+	}
+	if slices.Contains(phases, "latency-high") {
+		l, err := e.latency(ctx, "lathigh", s.HighRate)
+		if err != nil {
+			return nil, fmt.Errorf("latency-high: %w", err)
+		}
+		res.LatencyHighP50Ms, res.LatencyHighP90Ms, res.LatencyHighP99Ms, res.LatencyHighMaxMs = l.quantile(0.50), l.quantile(0.90), l.quantile(0.99), l.quantile(1)
 	}
 	if slices.Contains(phases, "baseline") {
 		if e.db.Dialect() != "postgres" {
@@ -281,7 +295,7 @@ func (e *env) fillMySQL(ctx context.Context, store *outbox.Store, prefix string,
 }
 
 // waitDone polls until n rows of store are done, printing progress.
-func waitDone(ctx context.Context, store *outbox.Store, n int, what string, child *child) error {
+func waitDone(ctx context.Context, store *outbox.Store, n int, what string, relays []*child) error {
 	last := time.Now()
 	for {
 		st, err := store.Stats(ctx, 0)
@@ -292,7 +306,7 @@ func waitDone(ctx context.Context, store *outbox.Store, n int, what string, chil
 		if done >= int64(n) {
 			return nil
 		}
-		if err := child.err(); err != nil {
+		if err := firstErr(relays); err != nil {
 			return err
 		}
 		if time.Since(last) > 2*time.Second {
@@ -315,7 +329,7 @@ func waitDone(ctx context.Context, store *outbox.Store, n int, what string, chil
 // them at their PubAck), printing progress. The query walks the primary key
 // from its start, where the index entries of deleted rows are skipped
 // cheaply once a scan has marked them dead.
-func waitEmpty(ctx context.Context, store *outbox.Store, n int, child *child) error {
+func waitEmpty(ctx context.Context, store *outbox.Store, n int, relays []*child) error {
 	q := "SELECT count(*) FROM (SELECT 1 FROM " + store.Table() + " ORDER BY id LIMIT 1) AS t"
 	last := time.Now()
 	for {
@@ -326,7 +340,7 @@ func waitEmpty(ctx context.Context, store *outbox.Store, n int, child *child) er
 		if left == 0 {
 			return nil
 		}
-		if err := child.err(); err != nil {
+		if err := firstErr(relays); err != nil {
 			return err
 		}
 		if time.Since(last) > 2*time.Second {

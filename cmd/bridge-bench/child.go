@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -40,6 +41,7 @@ func runChild(args []string) int {
 	cpuprofile := fs.String("cpuprofile", "", "")
 	deleteOnRelay := fs.Bool("delete-on-relay", false, "")
 	source := fs.String("source", config.SourceTable, "")
+	hold := fs.Bool("hold", false, "")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -79,6 +81,11 @@ func runChild(args []string) int {
 		report.Error = err.Error()
 	} else {
 		fmt.Println("ready")
+		if *hold {
+			// The parent writes a line once every relay of the phase is
+			// ready, so that they start claiming together.
+			_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+		}
 		if err := relay.Run(ctx); err != nil {
 			report.Error = err.Error()
 		}
@@ -111,12 +118,53 @@ func peakRSSKiB() int64 {
 // child is a relay running in a child process.
 type child struct {
 	cmd    *exec.Cmd
+	stdin  io.WriteCloser
 	mu     sync.Mutex
 	lines  []string
 	exited chan struct{}
 }
 
+// startRelays starts k relays on table, each in a child process, waits
+// until every one is ready and then lets them all claim at once; when
+// meter is not nil, it starts measuring right before. On error the relays
+// already started are stopped.
+func (e *env) startRelays(table string, k int, meter *cpuMeter) ([]*child, error) {
+	var cs []*child
+	for i := range k {
+		profile := ""
+		if i == 0 {
+			profile = e.s.CPUProfile // the first relay's: one profile file
+		}
+		c, err := e.startChild(table, profile)
+		if err != nil {
+			stopAll(cs)
+			return nil, fmt.Errorf("relay %d of %d: %w", i+1, k, err)
+		}
+		cs = append(cs, c)
+	}
+	if meter != nil {
+		pids := make([]int, len(cs))
+		for i, c := range cs {
+			pids[i] = c.pid()
+		}
+		meter.start(pids)
+	}
+	for _, c := range cs {
+		_, _ = io.WriteString(c.stdin, "go\n")
+	}
+	return cs, nil
+}
+
+// startRelay starts one relay on table; see startRelays.
 func (e *env) startRelay(table string) (*child, error) {
+	cs, err := e.startRelays(table, 1, nil)
+	if err != nil {
+		return nil, err
+	}
+	return cs[0], nil
+}
+
+func (e *env) startChild(table, profile string) (*child, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -124,10 +172,13 @@ func (e *env) startRelay(table string) (*child, error) {
 	c := &child{exited: make(chan struct{})}
 	c.cmd = exec.Command(self, childCommand, "--database-url", e.dbURL, "--table", table, "--nats-url", e.natsURL,
 		"--batch-size", strconv.Itoa(e.s.BatchSize), "--max-in-flight", strconv.Itoa(e.s.MaxInFlight),
-		"--cpuprofile", e.s.CPUProfile, "--delete-on-relay="+strconv.FormatBool(e.s.DeleteOnRelay), "--source", e.s.Source)
+		"--cpuprofile", profile, "--delete-on-relay="+strconv.FormatBool(e.s.DeleteOnRelay), "--source", e.s.Source, "--hold")
 	c.cmd.Stderr = os.Stderr
 	out, err := c.cmd.StdoutPipe()
 	if err != nil {
+		return nil, err
+	}
+	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
 		return nil, err
 	}
 	if err := c.cmd.Start(); err != nil {
@@ -156,6 +207,32 @@ func (e *env) startRelay(table string) (*child, error) {
 		_ = c.cmd.Process.Kill()
 		return nil, fmt.Errorf("relay not ready after 30s")
 	}
+}
+
+// pid is the relay's process id.
+func (c *child) pid() int { return c.cmd.Process.Pid }
+
+// stopAll stops relays and returns the largest peak RSS among them, in KiB,
+// and the first error.
+func stopAll(cs []*child) (peakKiB int64, err error) {
+	for _, c := range cs {
+		r, e := c.stop()
+		peakKiB = max(peakKiB, r.PeakRSSKiB)
+		if err == nil {
+			err = e
+		}
+	}
+	return peakKiB, err
+}
+
+// firstErr reports the first relay of cs that exited early.
+func firstErr(cs []*child) error {
+	for _, c := range cs {
+		if err := c.err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // err reports a relay that exited early.

@@ -35,6 +35,7 @@ type settings struct {
 	PayloadBytes  int           `json:"payload_bytes"`
 	BaselineRows  int           `json:"baseline_rows"`
 	Rate          int           `json:"latency_rate_rows_per_s"`
+	HighRate      int           `json:"latency_high_rate_rows_per_s"`
 	Duration      time.Duration `json:"-"`
 	DurationText  string        `json:"latency_duration"`
 	BatchSize     int           `json:"batch_size"`
@@ -43,21 +44,34 @@ type settings struct {
 	DeleteOnRelay bool          `json:"delete_on_relay"`
 	OrderingKeys  int           `json:"ordering_keys"`
 	Source        string        `json:"source"`
+	Relays        int           `json:"relays"`
 	CPUProfile    string        `json:"-"`
 }
 
 // results is what the JSON output holds; keys are fixed by the issue.
 type results struct {
-	LimitMsgsPerS       float64  `json:"limit_msgs_per_s"`
-	BridgeRowsPerS      float64  `json:"bridge_rows_per_s"`
-	BaselineRowsPerS    float64  `json:"baseline_rows_per_s"`
-	RatioBridgeLimit    float64  `json:"ratio_bridge_limit"`
-	RatioBridgeBaseline float64  `json:"ratio_bridge_baseline"`
-	LatencyP50Ms        float64  `json:"latency_p50_ms"`
-	LatencyP90Ms        float64  `json:"latency_p90_ms"`
-	LatencyP99Ms        float64  `json:"latency_p99_ms"`
-	LatencyMaxMs        float64  `json:"latency_max_ms"`
-	PeakRSSMiB          float64  `json:"peak_rss_mib"`
+	LimitMsgsPerS       float64 `json:"limit_msgs_per_s"`
+	BridgeRowsPerS      float64 `json:"bridge_rows_per_s"`
+	BaselineRowsPerS    float64 `json:"baseline_rows_per_s"`
+	RatioBridgeLimit    float64 `json:"ratio_bridge_limit"`
+	RatioBridgeBaseline float64 `json:"ratio_bridge_baseline"`
+	LatencyP50Ms        float64 `json:"latency_p50_ms"`
+	LatencyP90Ms        float64 `json:"latency_p90_ms"`
+	LatencyP99Ms        float64 `json:"latency_p99_ms"`
+	LatencyMaxMs        float64 `json:"latency_max_ms"`
+	LatencyHighP50Ms    float64 `json:"latency_high_p50_ms,omitempty"`
+	LatencyHighP90Ms    float64 `json:"latency_high_p90_ms,omitempty"`
+	LatencyHighP99Ms    float64 `json:"latency_high_p99_ms,omitempty"`
+	LatencyHighMaxMs    float64 `json:"latency_high_max_ms,omitempty"`
+	PeakRSSMiB          float64 `json:"peak_rss_mib"`
+	// CPU time (user+system) per relayed row over the bridge phase: of the
+	// relay processes; of the database server's processes when it runs on
+	// this machine (absent otherwise; SQLite runs inside the relay); of
+	// NATS: this process when the nats-server runs in it (it also polls
+	// the table once a second), else the local processes named nats-server.
+	RelayCPUUsPerRow    float64  `json:"relay_cpu_us_per_row"`
+	DatabaseCPUUsPerRow *float64 `json:"database_cpu_us_per_row,omitempty"`
+	NATSCPUUsPerRow     float64  `json:"nats_cpu_us_per_row"`
 	Settings            settings `json:"settings"`
 	Versions            versions `json:"versions"`
 	Date                string   `json:"date"`
@@ -87,10 +101,12 @@ func run(args []string) int {
 	fs.IntVar(&s.PayloadBytes, "size", 256, "payload bytes per message")
 	fs.IntVar(&s.BaselineRows, "baseline-n", 20000, "rows for the baseline phase (it is slow; the rate is per second either way)")
 	fs.IntVar(&s.Rate, "rate", 1000, "rows per second committed during the latency phase")
-	fs.DurationVar(&s.Duration, "duration", 10*time.Second, "length of the latency phase")
+	fs.IntVar(&s.HighRate, "high-rate", 10000, "rows per second committed during the latency-high phase (several producers)")
+	fs.DurationVar(&s.Duration, "duration", 10*time.Second, "length of each latency phase")
+	fs.IntVar(&s.Relays, "relays", 1, "relays draining the bridge phase's table together, each a child process (scale-out)")
 	fs.IntVar(&s.BatchSize, "batch-size", 500, "relay.batch_size of the relay")
 	fs.IntVar(&s.MaxInFlight, "max-in-flight", 2000, "relay.max_in_flight of the relay")
-	fs.StringVar(&s.Phases, "phases", "limit,bridge,latency,baseline", "comma-separated phases to run")
+	fs.StringVar(&s.Phases, "phases", "limit,bridge,latency,baseline", "comma-separated phases to run: limit, bridge, latency, latency-high, baseline")
 	fs.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	fs.BoolVar(&s.DeleteOnRelay, "delete-on-relay", false, "run the relay with relay.delete_on_relay: rows are deleted at their PubAck instead of marked done")
 	fs.IntVar(&s.OrderingKeys, "ordering-keys", 0, "spread the rows of the bridge phase over this many ordering keys (row i gets key o-<i mod K>; 0: no ordering key)")
@@ -106,6 +122,14 @@ func run(args []string) int {
 	}
 	if s.Source != "table" && s.Source != "postgres-wal" {
 		fmt.Fprintf(os.Stderr, "bridge-bench: --source %q: must be table or postgres-wal\n", s.Source)
+		return 2
+	}
+	if s.Relays < 1 {
+		fmt.Fprintf(os.Stderr, "bridge-bench: --relays %d: must be 1 or more\n", s.Relays)
+		return 2
+	}
+	if s.Rate < 1 || s.HighRate < 1 {
+		fmt.Fprintf(os.Stderr, "bridge-bench: --rate %d, --high-rate %d: must be 1 or more\n", s.Rate, s.HighRate)
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -150,6 +174,9 @@ func printTable(w io.Writer, r *results) {
 	if s.OrderingKeys > 0 {
 		mode += fmt.Sprintf(", %d ordering keys", s.OrderingKeys)
 	}
+	if s.Relays > 1 {
+		mode += fmt.Sprintf(", %d relays", s.Relays)
+	}
 	fmt.Fprintf(w, "settings: %d rows of %d B, batch_size %d, max_in_flight %d%s, latency %d rows/s for %s, baseline %d rows\n\n",
 		s.Rows, s.PayloadBytes, s.BatchSize, s.MaxInFlight, mode, s.Rate, s.DurationText, s.BaselineRows)
 	fmt.Fprintf(w, "%-10s %s\n", "phase", "result")
@@ -170,8 +197,12 @@ func printTable(w io.Writer, r *results) {
 		fmt.Fprintf(w, "%-10s %10.0f rows/s  watermill-sql + forwarder + sync JetStream publish\n", "baseline", r.BaselineRowsPerS)
 	}
 	if r.LatencyMaxMs > 0 {
-		fmt.Fprintf(w, "%-10s p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms (commit to PubAck)\n", "latency",
-			r.LatencyP50Ms, r.LatencyP90Ms, r.LatencyP99Ms, r.LatencyMaxMs)
+		fmt.Fprintf(w, "%-10s p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms (commit to PubAck, %d rows/s)\n", "latency",
+			r.LatencyP50Ms, r.LatencyP90Ms, r.LatencyP99Ms, r.LatencyMaxMs, s.Rate)
+	}
+	if r.LatencyHighMaxMs > 0 {
+		fmt.Fprintf(w, "%-10s p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms (commit to PubAck, %d rows/s)\n", "lat-high",
+			r.LatencyHighP50Ms, r.LatencyHighP90Ms, r.LatencyHighP99Ms, r.LatencyHighMaxMs, s.HighRate)
 	}
 	fmt.Fprintln(w)
 	if r.RatioBridgeLimit > 0 {
@@ -182,5 +213,12 @@ func printTable(w io.Writer, r *results) {
 	}
 	if r.PeakRSSMiB > 0 {
 		fmt.Fprintf(w, "peak RSS of the relay  %.1f MiB\n", r.PeakRSSMiB)
+	}
+	if r.BridgeRowsPerS > 0 {
+		db := "not measured (not local)"
+		if r.DatabaseCPUUsPerRow != nil {
+			db = fmt.Sprintf("%.1f µs", *r.DatabaseCPUUsPerRow)
+		}
+		fmt.Fprintf(w, "CPU per row (bridge phase): relay %.1f µs, database %s, NATS %.1f µs\n", r.RelayCPUUsPerRow, db, r.NATSCPUUsPerRow)
 	}
 }

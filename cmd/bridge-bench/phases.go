@@ -2,71 +2,82 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 )
 
-// bridge commits N rows, then lets a relay drain them. It returns rows per
-// second from the first claim to the last mark (database clock) and the
-// relay's peak RSS in MiB.
-func (e *env) bridge(ctx context.Context) (rate, rssMiB float64, err error) {
+// bridgeResult is what the bridge phase measures.
+type bridgeResult struct {
+	rate   float64 // rows per second, first claim to last mark
+	rssMiB float64 // the largest peak RSS among the relays
+	cpu    *cpuMeter
+}
+
+// bridge commits N rows, then lets --relays relays drain them, each in a
+// child process, started together. It returns rows per second from the
+// first claim to the last mark (database clock), the relays' largest peak
+// RSS, and the CPU time the relays, the database and NATS spent meanwhile.
+func (e *env) bridge(ctx context.Context) (bridgeResult, error) {
+	var res bridgeResult
 	name, prefix, err := e.stream(ctx, "bench")
 	if err != nil {
-		return 0, 0, err
+		return res, err
 	}
 	defer e.deleteStream(name)
 	store, err := e.table(ctx, "bridge")
 	if err != nil {
-		return 0, 0, err
+		return res, err
 	}
 	progress("bridge: committing %d rows to %s", e.s.Rows, store.Table())
 	if err := e.fill(ctx, store, prefix, e.s.Rows); err != nil {
-		return 0, 0, err
+		return res, err
 	}
-	progress("bridge: relaying")
-	c, err := e.startRelay(store.Table())
+	progress("bridge: relaying with %d relay(s)", e.s.Relays)
+	res.cpu = newCPUMeter(e.dbURL, e.s.NATSURL == "")
+	relays, err := e.startRelays(store.Table(), e.s.Relays, res.cpu)
 	if err != nil {
-		return 0, 0, err
+		return res, err
 	}
 	started := time.Now()
 	var d time.Duration
 	if e.s.DeleteOnRelay {
-		// Deleted rows leave no timestamps: time from the relay's start to
+		// Deleted rows leave no timestamps: time from the relays' start to
 		// the first poll that finds the table empty, on this clock.
-		err = waitEmpty(ctx, store, e.s.Rows, c)
+		err = waitEmpty(ctx, store, e.s.Rows, relays)
 		d = time.Since(started)
 	} else {
-		err = waitDone(ctx, store, e.s.Rows, "bridge", c)
+		err = waitDone(ctx, store, e.s.Rows, "bridge", relays)
 	}
-	if err != nil {
-		_, _ = c.stop()
-		return 0, 0, err
-	}
-	report, err := c.stop()
-	if err != nil {
-		return 0, 0, err
+	res.cpu.stop()
+	peakKiB, stopErr := stopAll(relays)
+	if err = errors.Join(err, stopErr); err != nil {
+		return res, err
 	}
 	if !e.s.DeleteOnRelay {
 		if d, err = span(ctx, store, e.s.Source == "postgres-wal"); err != nil {
-			return 0, 0, err
+			return res, err
 		}
 	}
 	info, err := e.js.Stream(ctx, name)
 	if err != nil {
-		return 0, 0, err
+		return res, err
 	}
 	if got := info.CachedInfo().State.Msgs; got != uint64(e.s.Rows) {
-		return 0, 0, fmt.Errorf("stream holds %d messages for %d rows", got, e.s.Rows)
+		return res, fmt.Errorf("stream holds %d messages for %d rows", got, e.s.Rows)
 	}
-	rate = float64(e.s.Rows) / d.Seconds()
-	rssMiB = float64(report.PeakRSSKiB) / 1024
-	progress("bridge: %.0f rows/s, peak RSS %.1f MiB", rate, rssMiB)
-	return rate, rssMiB, nil
+	res.rate = float64(e.s.Rows) / d.Seconds()
+	res.rssMiB = float64(peakKiB) / 1024
+	progress("bridge: %.0f rows/s, peak RSS %.1f MiB, CPU per row: relay %.1f µs, database %s, NATS %.1f µs",
+		res.rate, res.rssMiB, usPerRow(res.cpu.relayTotal, e.s.Rows), res.cpu.dbText(e.s.Rows), usPerRow(res.cpu.natsTotal, e.s.Rows))
+	return res, nil
 }
 
 type latencies []time.Duration
@@ -80,17 +91,19 @@ func (l latencies) quantile(q float64) float64 {
 	return float64(l[max(i, 0)]) / float64(time.Millisecond)
 }
 
-// latency runs a relay while a producer commits Rate rows/s, one row per
+// latency runs a relay while producers commit rate rows/s, one row per
 // transaction, for Duration; per row it measures the time from the
 // producer's commit to JetStream storing the message (the stream's
 // timestamp, taken when the server stores it and answers the PubAck).
-func (e *env) latency(ctx context.Context) (latencies, error) {
-	name, prefix, err := e.stream(ctx, "lat")
+// Above 500 rows/s the rows come from several producers, one connection
+// each, so that one connection's round trips do not cap the rate.
+func (e *env) latency(ctx context.Context, phase string, rate int) (latencies, error) {
+	name, prefix, err := e.stream(ctx, phase)
 	if err != nil {
 		return nil, err
 	}
 	defer e.deleteStream(name)
-	store, err := e.table(ctx, "latency")
+	store, err := e.table(ctx, phase)
 	if err != nil {
 		return nil, err
 	}
@@ -110,24 +123,43 @@ func (e *env) latency(ctx context.Context) (latencies, error) {
 	}
 	defer stmt.Close()
 
-	progress("latency: committing %d rows/s for %s", e.s.Rate, e.s.Duration)
-	total := int(float64(e.s.Rate) * e.s.Duration.Seconds())
-	committed := make(map[string]time.Time, total)
-	tick := time.NewTicker(time.Second / time.Duration(e.s.Rate))
-	defer tick.Stop()
-	for i := range total {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-tick.C:
-		}
-		key := "l-" + strconv.Itoa(i)
-		if _, err := stmt.ExecContext(ctx, key, prefix+".x", e.payload); err != nil {
-			return nil, err
-		}
-		committed[key] = time.Now()
+	total := int(float64(rate) * e.s.Duration.Seconds())
+	producers := max(1, min(rate/500, 32))
+	if e.db.Dialect() == "sqlite" {
+		producers = 1 // one writer at a time
 	}
-	if err := waitDone(ctx, store, total, "latency", c); err != nil {
+	progress("%s: committing %d rows/s for %s (%d producers)", phase, rate, e.s.Duration, producers)
+	committed := make([]time.Time, total)
+	interval := time.Second / time.Duration(rate)
+	begin := time.Now()
+	g, gctx := errgroup.WithContext(ctx)
+	for p := range producers {
+		g.Go(func() error {
+			// Producer p commits rows p, p+producers, …, row i at begin +
+			// i × interval (later when it falls behind).
+			for i := p; i < total; i += producers {
+				if wait := time.Until(begin.Add(time.Duration(i) * interval)); wait > 0 {
+					select {
+					case <-gctx.Done():
+						return gctx.Err()
+					case <-time.After(wait):
+					}
+				}
+				if _, err := stmt.ExecContext(gctx, "l-"+strconv.Itoa(i), prefix+".x", e.payload); err != nil {
+					return err
+				}
+				committed[i] = time.Now()
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	if achieved := float64(total) / time.Since(begin).Seconds(); achieved < 0.95*float64(rate) {
+		progress("%s: the producers committed only %.0f rows/s of %d", phase, achieved, rate)
+	}
+	if err := waitDone(ctx, store, total, phase, []*child{c}); err != nil {
 		return nil, err
 	}
 
@@ -150,17 +182,18 @@ func (e *env) latency(ctx context.Context) (latencies, error) {
 			if err != nil {
 				return nil, err
 			}
-			at, ok := committed[m.Headers().Get("Outbox-Idempotency-Key")]
-			if !ok {
+			key := m.Headers().Get("Outbox-Idempotency-Key")
+			i, err := strconv.Atoi(strings.TrimPrefix(key, "l-"))
+			if err != nil || i < 0 || i >= total {
 				return nil, fmt.Errorf("message %s was not committed by the producer", m.Headers().Get(jetstream.MsgIDHeader))
 			}
-			out = append(out, meta.Timestamp.Sub(at))
+			out = append(out, meta.Timestamp.Sub(committed[i]))
 		}
 		if err := batch.Error(); err != nil {
 			return nil, err
 		}
 	}
 	slices.Sort(out)
-	progress("latency: p50 %.2f ms, p99 %.2f ms", out.quantile(0.5), out.quantile(0.99))
+	progress("%s: p50 %.2f ms, p99 %.2f ms", phase, out.quantile(0.5), out.quantile(0.99))
 	return out, nil
 }
