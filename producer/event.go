@@ -188,6 +188,9 @@ func checkSubject(s string, max int) string {
 	if len(s) > subjectMax {
 		return fmt.Sprintf("%.40q… is %d bytes; the relay publishes subjects of at most %d bytes: a longer publish line makes the NATS server close the connection (max_control_line, 4096 bytes by default)", s, len(s), subjectMax)
 	}
+	if reason := reservedSubject(s); reason != "" {
+		return fmt.Sprintf("%.80q is reserved: %s; %s", s, reason, form)
+	}
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c <= ' ' || c == 0x7f {
 			return fmt.Sprintf("%q contains whitespace or a control byte; %s", s, form)
@@ -200,6 +203,25 @@ func checkSubject(s string, max int) string {
 		case "*", ">":
 			return fmt.Sprintf("%q contains the wildcard %q; an event names one concrete subject", s, token)
 		}
+	}
+	return ""
+}
+
+// reservedSubject says why the relay refuses to publish to s, or "" (the
+// relay's outbox.ReservedSubject, checked equal in a test): a subject whose
+// first token begins with "$" belongs to the NATS system — one row to
+// $JS.API.STREAM.DELETE.EVENTS would delete a stream — except
+// $KV.<bucket>.<key>, a put into a key-value bucket; _INBOX. subjects are
+// reply inboxes.
+func reservedSubject(s string) string {
+	first, _, _ := strings.Cut(s, ".")
+	switch {
+	case first == "$KV":
+		return ""
+	case strings.HasPrefix(first, "$"):
+		return "subjects that begin with $ belong to the NATS system (JetStream API, acks, advisories, system account, object store); only $KV.<bucket>.<key> is accepted"
+	case first == "_INBOX":
+		return "_INBOX. subjects are reply inboxes"
 	}
 	return ""
 }

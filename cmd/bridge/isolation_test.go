@@ -216,6 +216,13 @@ func TestSubjectTooLongForNATSIsADeadLetter(t *testing.T) {
 		good = append(good, e.insert(t, fmt.Sprintf("before-%d", i), "events.x"))
 	}
 	long := e.insert(t, "long", "events."+strings.Repeat("x", 5007-len("events.")))
+	// Subjects the NATS system reserves: publishing to them is a request to
+	// the JetStream API (delete or purge the stream) or someone's inbox.
+	reserved := []int64{
+		e.insert(t, "delete", "$JS.API.STREAM.DELETE.EVENTS"),
+		e.insert(t, "purge", "$JS.API.STREAM.PURGE.EVENTS"),
+		e.insert(t, "inbox", "_INBOX.somebody.1"),
+	}
 	for i := range 10 {
 		good = append(good, e.insert(t, fmt.Sprintf("after-%d", i), "events.x"))
 	}
@@ -225,6 +232,14 @@ func TestSubjectTooLongForNATSIsADeadLetter(t *testing.T) {
 	r := e.row(t, long)
 	require.Contains(t, r.LastError, "5007 bytes")
 	require.Contains(t, r.LastError, "max_control_line")
+	e.waitRows(t, p, 30*time.Second, "permanent_failed", reserved...)
+	require.Contains(t, e.row(t, reserved[0]).LastError, `"$JS.API.STREAM.DELETE.EVENTS" is reserved`)
+	require.Contains(t, e.row(t, reserved[2]).LastError, "reply inboxes")
+	for _, subject := range []string{"$JS.API.STREAM.DELETE.EVENTS", "$SYS.REQ.SERVER.PING", "_INBOX.x"} {
+		r := e.bridge(t, "enqueue", "--subject", subject)
+		require.Equal(t, 2, r.code, "%s", r)
+		require.Contains(t, r.stderr, "is reserved")
+	}
 
 	connz, err := n.Server.Connz(&server.ConnzOptions{State: server.ConnClosed})
 	require.NoError(t, err)

@@ -57,8 +57,12 @@ const SubjectMaxBytes = 4000
 
 // CheckSubject reports whether subject can be published to: non-empty, at
 // most SubjectMaxBytes, dot-separated tokens that are not empty, no
-// whitespace or control bytes, and no wildcards ("*" or ">" tokens).
+// whitespace or control bytes, no wildcards ("*" or ">" tokens), and not a
+// subject the NATS system reserves (see ReservedSubject).
 func CheckSubject(subject string) error {
+	if reason := ReservedSubject(subject); reason != "" {
+		return fmt.Errorf("subject %.80q is reserved: %s; an outbox row names an application subject such as events.order.created", subject, reason)
+	}
 	if subject == "" {
 		return fmt.Errorf("subject is empty")
 	}
@@ -79,4 +83,32 @@ func CheckSubject(subject string) error {
 		}
 	}
 	return nil
+}
+
+// ReservedSubject says why subject is one the relay must never publish to,
+// or "" when it is not. A publish is a request to whatever listens on its
+// subject, and the relay's NATS user is usually allowed the JetStream API:
+// one row to $JS.API.STREAM.DELETE.EVENTS would delete a stream.
+//
+//   - "$"-prefixed first tokens are the system's: the JetStream API
+//     ($JS.API.), acks and flow control ($JS.ACK., $JS.FC.), advisories
+//     ($JS.EVENT.), the system account ($SYS.), the object store ($O., whose
+//     chunks and metadata one row cannot write consistently), clustering,
+//     MQTT and service discovery ($NRG., $JSC., $MQTT., $SRV., …). The one
+//     exception is $KV.<bucket>.<key>: a put into a key-value bucket is an
+//     ordinary JetStream publish to the bucket's stream, deduplicated like any
+//     other, and a legitimate thing for an outbox to write.
+//   - _INBOX. is where replies go (the relay's own PubAcks among them): a row
+//     there would answer somebody else's request.
+func ReservedSubject(subject string) string {
+	first, _, _ := strings.Cut(subject, ".")
+	switch {
+	case first == "$KV":
+		return ""
+	case strings.HasPrefix(first, "$"):
+		return "subjects that begin with $ belong to the NATS system (JetStream API, acks, advisories, system account, object store); only $KV.<bucket>.<key> is accepted"
+	case first == "_INBOX":
+		return "_INBOX. subjects are reply inboxes"
+	}
+	return ""
 }

@@ -31,6 +31,8 @@ func TestWriteRefusesInvalidEvents(t *testing.T) {
 		{producer.Event{Subject: "events order"}, "Subject", `"events order" contains whitespace`},
 		{producer.Event{Subject: "events.\torder"}, "Subject", "whitespace or a control byte"},
 		{producer.Event{Subject: "events.\xff"}, "Subject", "not valid UTF-8"},
+		{producer.Event{Subject: "$JS.API.STREAM.DELETE.EVENTS"}, "Subject", `"$JS.API.STREAM.DELETE.EVENTS" is reserved: subjects that begin with $ belong to the NATS system`},
+		{producer.Event{Subject: "_INBOX.abc.1"}, "Subject", "reply inboxes"},
 		{producer.Event{Subject: "events.a", IdempotencyKey: "k\x00"}, "IdempotencyKey", "NUL byte"},
 		{producer.Event{Subject: "events.a", IdempotencyKey: "k\xff"}, "IdempotencyKey", "not valid UTF-8"},
 		{producer.Event{Subject: "events.a", IdempotencyKey: "nl\nkey"}, "IdempotencyKey", `"nl\nkey" contains the control character '\n'`},
@@ -92,6 +94,10 @@ func TestValidationMatchesRelay(t *testing.T) {
 		{subject: "ünïcode.subject"}, {subject: "events.$sys"}, {subject: ""}, {subject: "events.*"},
 		{subject: ">"}, {subject: "a..b"}, {subject: "a b"}, {subject: "a\x7f"}, {subject: "a\x00"},
 		{subject: "a.\xff", stricter: true},
+		// Subjects the NATS system reserves: a row to $JS.API.STREAM.DELETE.X
+		// would delete a stream.
+		{subject: "$JS.API.STREAM.DELETE.EVENTS"}, {subject: "$JS.ACK.EVENTS.c.1.2.3.4.5"}, {subject: "$SYS.REQ.SERVER.PING"},
+		{subject: "$O.bucket.M.x"}, {subject: "_INBOX.x.y"}, {subject: "$KV.bucket.key"}, {subject: "events.$JS.API.x"},
 		// A NATS server closes the connection of a publish line longer than
 		// its max_control_line (4096 bytes by default).
 		{subject: "events." + strings.Repeat("x", 4000-len("events."))},
