@@ -29,7 +29,10 @@ type Relay struct {
 	Subscriber *outbox.Subscriber
 	Guard      *dedup.Guard
 	Keeper     *broker.Keeper
+	Pinger     *broker.Pinger
 	Stall      *outbox.StallWatch
+	Table      *outbox.TableCollector
+	Reconciler *dedup.Reconciler
 	Health     *health.Server
 	Probes     *health.Probes
 	Store      *outbox.Store
@@ -56,6 +59,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		func(ctx context.Context) { r.Guard.Run(ctx, dedup.GuardIntervalDefault) },
 		func(ctx context.Context) { r.Keeper.Run(ctx, broker.KeeperIntervalDefault) },
 		r.Stall.Run,
+		r.Pinger.Run,
 	}
 	if r.Store.DB().Dialect() == "postgres" {
 		services = append(services, func(ctx context.Context) {
@@ -72,12 +76,38 @@ func (r *Relay) Run(ctx context.Context) error {
 	return daemon.Run(ctx, r.Conn, r.Logger, r.Forwarder.Run, services...)
 }
 
+// Inherit takes over what prev, the relay this process ran before this one
+// (its NATS connection was closed for good), observed: counters, the time
+// since its last claim and its stall, the table's last counts, the guard's
+// findings, the keeper's and the reconciler's counts. Metrics and health
+// then go on across the rebuild instead of starting from zero. Call it
+// before Run.
+func (r *Relay) Inherit(prev Daemon) {
+	p, ok := prev.(*Relay)
+	if !ok {
+		return
+	}
+	r.Subscriber.Inherit(p.Subscriber)
+	r.Stall.Inherit(p.Stall)
+	r.Table.Inherit(p.Table)
+	r.Guard.Inherit(p.Guard)
+	r.Keeper.Inherit(p.Keeper)
+	r.Reconciler.Inherit(p.Reconciler)
+}
+
 // reconciler is the dedup.Reconciler as the subscriber sees it.
 func reconciler(r *dedup.Reconciler) outbox.Reconciler { return r }
 
+// relayedStreams finds the stream of a subject in the outbox table, on a
+// relayed row of that subject, for the reconciler.
+func relayedStreams(store *outbox.Store) dedup.RelayedStreams { return store.RelayedStream }
+
 // claimGate is the network probe: nothing is claimed while the NATS
-// connection is not connected.
-func claimGate(nc *nats.Conn) outbox.ClaimGate { return nc.IsConnected }
+// connection is not connected, the server does not answer, or it refused
+// the relay's reply inbox (no PubAck could arrive).
+func claimGate(p *broker.Pinger, d *broker.Denials) outbox.ClaimGate {
+	return func() bool { return p.Responsive() && d.Inbox() == nil }
+}
 
 // payloadLimit is the max_payload of the NATS server the relay is
 // connected to, from its INFO.
@@ -85,8 +115,8 @@ func payloadLimit(nc *nats.Conn) outbox.PayloadLimit { return nc.MaxPayload }
 
 // provideRegistry registers the relay's metrics and the Go runtime and
 // process collectors.
-func provideRegistry(sub *outbox.Subscriber, store *outbox.Store, guard *dedup.Guard, rec *dedup.Reconciler, keeper *broker.Keeper, stall *outbox.StallWatch) (*prometheus.Registry, error) {
-	cs := append(sub.Collectors(), outbox.NewTableCollector(store, 15*time.Second), keeper.Collector(), stall.Collector())
+func provideRegistry(sub *outbox.Subscriber, table *outbox.TableCollector, guard *dedup.Guard, rec *dedup.Reconciler, keeper *broker.Keeper, stall *outbox.StallWatch) (*prometheus.Registry, error) {
+	cs := append(sub.Collectors(), table, keeper.Collector(), stall.Collector())
 	cs = append(cs, guard.Collectors()...)
 	return newRegistry(append(cs, rec.Collectors()...)...)
 }
@@ -109,14 +139,14 @@ func newRegistry(cs ...prometheus.Collector) (*prometheus.Registry, error) {
 // NATS connected, ensured streams present; the streams whose rows the
 // duplicate-window guard holds back are named without failing it) and
 // the source's liveness checks, with the relay's metrics.
-func provideHealth(reg *prometheus.Registry, db *outbox.DB, nc *nats.Conn, js jetstream.JetStream, streams broker.Streams, guard *dedup.Guard, alive liveness) *health.Probes {
+func provideHealth(reg *prometheus.Registry, db *outbox.DB, pinger *broker.Pinger, denials *broker.Denials, js jetstream.JetStream, streams broker.Streams, guard *dedup.Guard, alive liveness) *health.Probes {
 	checks := []health.Check{
 		{Name: "database", Check: db.CheckWritable},
-		{Name: "nats", Check: func(context.Context) error {
-			if !nc.IsConnected() {
-				return errors.New("not connected: " + nc.Status().String())
+		{Name: "nats", Check: func(ctx context.Context) error {
+			if err := pinger.Check(ctx); err != nil {
+				return err
 			}
-			return nil
+			return denials.Inbox()
 		}},
 		{Name: "streams", Check: func(ctx context.Context) error {
 			for _, s := range streams {
@@ -149,22 +179,25 @@ func watermillLiveness() liveness { return nil }
 // slot and this one waits as a standby. It has no liveness check (yet): a
 // relay that cannot stream fails readiness, and a held queue is a backoff,
 // shown by bridge_wal_slot_lag_seconds.
-func provideWALHealth(reg *prometheus.Registry, db *outbox.DB, nc *nats.Conn, js jetstream.JetStream, streams broker.Streams, guard *dedup.Guard, sub *walsource.Subscriber) *health.Probes {
-	p := provideHealth(reg, db, nc, js, streams, guard, nil)
+func provideWALHealth(reg *prometheus.Registry, db *outbox.DB, pinger *broker.Pinger, denials *broker.Denials, js jetstream.JetStream, streams broker.Streams, guard *dedup.Guard, sub *walsource.Subscriber) *health.Probes {
+	p := provideHealth(reg, db, pinger, denials, js, streams, guard, nil)
 	p.Ready = append(p.Ready, health.Check{Name: "replication", Check: sub.Ready})
 	return p
 }
 
-// guardDetail names the streams whose rows the guard holds back, as a
-// partial fault (health.Degraded): the other streams flow.
+// guardDetail names the streams whose rows the guard holds back, and the
+// streams it cannot check, as a partial fault (health.Degraded): the other
+// streams flow, and the unchecked ones too, unguarded.
 func guardDetail(guard *dedup.Guard) error {
-	unsafe := guard.Unsafe()
-	if len(unsafe) == 0 {
-		return nil
+	var parts []string
+	for _, u := range guard.Unsafe() {
+		parts = append(parts, "rows held back: "+u.Error())
 	}
-	parts := make([]string, len(unsafe))
-	for i, u := range unsafe {
-		parts[i] = "rows held back: " + u.Error()
+	for _, why := range guard.Unchecked() {
+		parts = append(parts, "cannot check (rows published unchecked): "+why)
+	}
+	if len(parts) == 0 {
+		return nil
 	}
 	return health.Degraded(errors.New(strings.Join(parts, "; ")))
 }
@@ -192,13 +225,23 @@ func NewDaemon(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs 
 		if err != nil {
 			return nil, nil, err
 		}
-		return relay, cleanup, nil
+		return watermillRelay{relay}, cleanup, nil
 	}
 	relay, cleanup, err := NewRelay(ctx, cfg, logger, hs)
 	if err != nil {
 		return nil, nil, err
 	}
 	return relay, cleanup, nil
+}
+
+// watermillRelay is the relay of source: watermill-forwarder as a Daemon
+// that inherits from an earlier one.
+type watermillRelay struct{ *wmsource.Relay }
+
+func (r watermillRelay) Inherit(prev Daemon) {
+	if p, ok := prev.(watermillRelay); ok {
+		r.Relay.Inherit(p.Relay)
+	}
 }
 
 // provideWatermillRegistry registers the watermill-forwarder relay's

@@ -3,13 +3,14 @@ package bridge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/outbox-bridge/bridge/internal/broker"
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/daemon"
-	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/walsource"
@@ -23,15 +24,30 @@ const (
 	startRetryMax     = 5 * time.Second
 )
 
+// Heals: a relay whose NATS connection was closed for good is built again
+// after healWait doubled per heal within healWindow (250 ms, 500 ms, 1 s,
+// … up to healWaitMax), so that a cause that closes every new connection
+// at once does not make a loop of connections; and healsUnhealthy heals
+// within healWindow fail /healthz until fewer remain in the window, so
+// that an orchestrator restarts a process that keeps failing.
+const (
+	healWait       = startRetryInitial
+	healWaitMax    = 30 * time.Second
+	healWindow     = 5 * time.Minute
+	healsUnhealthy = 5
+)
+
 // IsConfigError reports whether err is bad configuration, which no retry
-// fixes (exit status 2): a *config.Error, a database URL that cannot be
-// parsed, an outbox entry that is refused, a stream the relay ensures
-// that cannot deduplicate its republishes, or source: postgres-wal on a
-// server whose wal_level is not logical.
+// fixes (exit status 2): a *config.Error (among them a stream spec of the
+// configuration that cannot deduplicate the relay's republishes), a
+// database URL that cannot be parsed, an outbox entry that is refused, or
+// source: postgres-wal on a server whose wal_level is not logical. An
+// existing stream found unsafe is not one: its rows are held back (see
+// dedup.Guard), so that a stream edited by an operator does not make every
+// restart of the relay exit.
 func IsConfigError(err error) bool {
-	var unsafe *dedup.UnsafeStreamError
 	return config.IsError(err) || errors.Is(err, outbox.ErrUnknownScheme) || errors.Is(err, outbox.ErrInvalidEntry) ||
-		errors.As(err, &unsafe) || errors.Is(err, walsource.ErrWALLevel)
+		errors.Is(err, walsource.ErrWALLevel)
 }
 
 // Serve is `bridge run`: it binds http.listen, builds the relay of the
@@ -49,7 +65,10 @@ func IsConfigError(err error) bool {
 // NATS connection was closed for good (daemon.ErrConnectionClosed), Serve
 // builds it again with a new connection; /healthz answers 503 until that
 // relay runs, so that an orchestrator restarts a process that does not
-// heal.
+// heal, and also while it heals healsUnhealthy times within healWindow;
+// each rebuild waits longer the more heals the window holds. Counters, the
+// stall watch and the duplicate-window guard's findings carry over to the
+// new relay.
 func Serve(ctx context.Context, cfg *config.Config, logger *slog.Logger) error {
 	hs, err := health.Listen(cfg.HTTP.Listen, logger)
 	if err != nil {
@@ -73,8 +92,16 @@ func Serve(ctx context.Context, cfg *config.Config, logger *slog.Logger) error {
 // built, when set (by tests), is called with every relay serve builds.
 var built func(Daemon)
 
+// inheritor is a relay that takes over what an earlier relay of the
+// process observed (counters, stall, guard findings).
+type inheritor interface {
+	Inherit(prev Daemon)
+}
+
 func serve(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) error {
 	wait := startRetryInitial
+	var prev Daemon
+	var heals []time.Time
 	for attempt := 1; ; attempt++ {
 		d, cleanup, err := NewDaemon(ctx, cfg, logger, hs)
 		if err != nil {
@@ -91,24 +118,54 @@ func serve(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *hea
 			hs.Waiting(err)
 			logger.Warn("relay cannot start yet; trying again", slog.Int("attempt", attempt),
 				slog.Duration("retry_in", wait), slog.String("http", hs.Addr()), slog.Any("error", err))
-			select {
-			case <-ctx.Done():
+			if !sleep(ctx, wait) {
 				logger.Info("relay stopped before it started")
 				return nil
-			case <-time.After(wait):
 			}
 			wait = min(wait*2, startRetryMax)
 			continue
 		}
+		if h, ok := d.(inheritor); ok && prev != nil {
+			h.Inherit(prev)
+		}
+		prev = d
 		if built != nil {
 			built(d)
 		}
 		err = d.Run(ctx)
+		if ctx.Err() == nil && errors.Is(err, daemon.ErrConnectionClosed) {
+			// Before cleanup: the probes of the relay that stopped read
+			// its closed database and connection.
+			hs.Dead(err)
+		}
 		cleanup()
 		if ctx.Err() != nil || !errors.Is(err, daemon.ErrConnectionClosed) {
 			return err
 		}
-		hs.Dead(err)
+		now := time.Now()
+		heals = append(slices.DeleteFunc(heals, func(t time.Time) bool { return now.Sub(t) >= healWindow }), now)
+		if len(heals) >= healsUnhealthy {
+			hs.UnhealthyUntil(fmt.Errorf("the NATS connection was closed for good %d times within %s (last: %w); the relay keeps healing, but something closes its connections",
+				len(heals), healWindow, err), heals[len(heals)-healsUnhealthy].Add(healWindow))
+		}
+		pause := min(healWait<<min(len(heals)-1, 16), healWaitMax)
+		logger.Warn("building the relay again with a new NATS connection", slog.Int("heals_within_window", len(heals)),
+			slog.Duration("window", healWindow), slog.Duration("in", pause))
+		if !sleep(ctx, pause) {
+			return nil
+		}
 		attempt, wait = 0, startRetryInitial
+	}
+}
+
+// sleep waits d, or until ctx ends: then it returns false.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }

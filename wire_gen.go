@@ -43,7 +43,8 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 		cleanup()
 		return nil, nil, err
 	}
-	outboxClaimGate := claimGate(conn)
+	pinger := broker.ProvidePinger(conn, logger)
+	outboxClaimGate := claimGate(pinger, denials)
 	outboxPayloadLimit := payloadLimit(conn)
 	tracer, cleanup3, err := telemetry.ProvideTracer(ctx, logger)
 	if err != nil {
@@ -58,7 +59,9 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 		cleanup()
 		return nil, nil, err
 	}
-	dedupReconciler := dedup.ProvideReconciler(jetStream, cfg, logger)
+	routes := dedup.NewRoutes()
+	dedupRelayedStreams := relayedStreams(store)
+	dedupReconciler := dedup.ProvideReconciler(jetStream, routes, dedupRelayedStreams, cfg, logger)
 	outboxReconciler := reconciler(dedupReconciler)
 	subscriber, err := outbox.ProvideSubscriber(store, cfg, logger, outboxClaimGate, outboxPayloadLimit, tracer, outboxReconciler)
 	if err != nil {
@@ -68,7 +71,7 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 		return nil, nil, err
 	}
 	marshaler := forwarder.NewPublisherMarshaler()
-	publisher, err := sink.ProvidePublisher(jetStream, conn, cfg, marshaler, denials)
+	publisher, err := sink.ProvidePublisher(jetStream, conn, cfg, marshaler, denials, pinger)
 	if err != nil {
 		cleanup3()
 		cleanup2()
@@ -82,7 +85,7 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 		cleanup()
 		return nil, nil, err
 	}
-	guard, err := dedup.ProvideGuard(ctx, jetStream, streams, cfg, logger)
+	guard, err := dedup.ProvideGuard(ctx, jetStream, streams, routes, cfg, logger)
 	if err != nil {
 		cleanup3()
 		cleanup2()
@@ -90,8 +93,9 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 		return nil, nil, err
 	}
 	keeper := broker.ProvideKeeper(jetStream, streams, logger)
+	tableCollector := outbox.ProvideTableCollector(store)
 	stallWatch := outbox.ProvideStallWatch(store, subscriber, cfg, logger)
-	registry, err := provideRegistry(subscriber, store, guard, dedupReconciler, keeper, stallWatch)
+	registry, err := provideRegistry(subscriber, tableCollector, guard, dedupReconciler, keeper, stallWatch)
 	if err != nil {
 		cleanup3()
 		cleanup2()
@@ -106,13 +110,16 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 		return nil, nil, err
 	}
 	bridgeLiveness := tableLiveness(stallWatch)
-	probes := provideHealth(registry, db, conn, jetStream, streams, guard, bridgeLiveness)
+	probes := provideHealth(registry, db, pinger, denials, jetStream, streams, guard, bridgeLiveness)
 	relay := &Relay{
 		Forwarder:  forwarderForwarder,
 		Subscriber: subscriber,
 		Guard:      guard,
 		Keeper:     keeper,
+		Pinger:     pinger,
 		Stall:      stallWatch,
+		Table:      tableCollector,
+		Reconciler: dedupReconciler,
 		Health:     hs,
 		Probes:     probes,
 		Store:      store,
@@ -158,7 +165,8 @@ func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Log
 		return nil, nil, err
 	}
 	marshaler := wmsource.ProvideMarshaler(cfg)
-	publisher, err := sink.ProvidePublisher(jetStream, conn, cfg, marshaler, denials)
+	pinger := broker.ProvidePinger(conn, logger)
+	publisher, err := sink.ProvidePublisher(jetStream, conn, cfg, marshaler, denials, pinger)
 	if err != nil {
 		cleanup2()
 		cleanup()
@@ -170,7 +178,8 @@ func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Log
 		cleanup()
 		return nil, nil, err
 	}
-	guard, err := dedup.ProvideGuard(ctx, jetStream, streams, cfg, logger)
+	routes := dedup.NewRoutes()
+	guard, err := dedup.ProvideGuard(ctx, jetStream, streams, routes, cfg, logger)
 	if err != nil {
 		cleanup2()
 		cleanup()
@@ -190,7 +199,7 @@ func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Log
 		return nil, nil, err
 	}
 	bridgeLiveness := watermillLiveness()
-	probes := provideHealth(registry, db, conn, jetStream, streams, guard, bridgeLiveness)
+	probes := provideHealth(registry, db, pinger, denials, jetStream, streams, guard, bridgeLiveness)
 	relay := &wmsource.Relay{
 		Forwarder: wmsourceForwarder,
 		Guard:     guard,
@@ -236,7 +245,9 @@ func NewWALRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, h
 		cleanup()
 		return nil, nil, err
 	}
-	dedupReconciler := dedup.ProvideReconciler(jetStream, cfg, logger)
+	routes := dedup.NewRoutes()
+	dedupRelayedStreams := relayedStreams(store)
+	dedupReconciler := dedup.ProvideReconciler(jetStream, routes, dedupRelayedStreams, cfg, logger)
 	outboxReconciler := reconciler(dedupReconciler)
 	subscriber, err := walsource.ProvideSubscriber(ctx, db, store, conn, outboxReconciler, cfg, logger)
 	if err != nil {
@@ -245,7 +256,8 @@ func NewWALRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, h
 		return nil, nil, err
 	}
 	marshaler := forwarder.NewPublisherMarshaler()
-	publisher, err := sink.ProvidePublisher(jetStream, conn, cfg, marshaler, denials)
+	pinger := broker.ProvidePinger(conn, logger)
+	publisher, err := sink.ProvidePublisher(jetStream, conn, cfg, marshaler, denials, pinger)
 	if err != nil {
 		cleanup2()
 		cleanup()
@@ -257,7 +269,7 @@ func NewWALRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, h
 		cleanup()
 		return nil, nil, err
 	}
-	guard, err := dedup.ProvideGuard(ctx, jetStream, streams, cfg, logger)
+	guard, err := dedup.ProvideGuard(ctx, jetStream, streams, routes, cfg, logger)
 	if err != nil {
 		cleanup2()
 		cleanup()
@@ -284,7 +296,7 @@ func NewWALRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, h
 		cleanup()
 		return nil, nil, err
 	}
-	probes := provideWALHealth(registry, db, conn, jetStream, streams, guard, subscriber)
+	probes := provideWALHealth(registry, db, pinger, denials, jetStream, streams, guard, subscriber)
 	relay := &walsource.Relay{
 		Forwarder:  forwarderForwarder,
 		Subscriber: subscriber,

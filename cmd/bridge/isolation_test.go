@@ -12,8 +12,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -252,37 +254,145 @@ func TestSubjectTooLongForNATSIsADeadLetter(t *testing.T) {
 	require.Len(t, bridgetest.Messages(t, js, "EVENTS"), 20)
 }
 
+// insertBatch writes rows (key, subject) in one transaction, so that the
+// relay claims them together.
+func (e *isoEnv) insertBatch(t *testing.T, rows [][2]string) []int64 {
+	t.Helper()
+	tx, err := e.db.Begin()
+	require.NoError(t, err)
+	for _, r := range rows {
+		_, err := tx.Exec(`INSERT INTO `+e.tbl+` (idempotency_key, subject, payload) VALUES (`+e.ph(1)+`, `+e.ph(2)+`, `+e.ph(3)+`)`,
+			r[0], r[1], []byte("x"))
+		require.NoError(t, err)
+	}
+	require.NoError(t, tx.Commit())
+	ids := make([]int64, len(rows))
+	for i, r := range rows {
+		require.NoError(t, e.db.QueryRow(`SELECT id FROM `+e.tbl+` WHERE idempotency_key = `+e.ph(1), r[0]).Scan(&ids[i]))
+	}
+	return ids
+}
+
+// probeLog polls /healthz and /readyz until the test ends and keeps what
+// they answered.
+type probeLog struct {
+	mu      sync.Mutex
+	healthz []string // "<code> <body>"
+	readyz  []string
+}
+
+func watchProbes(t *testing.T, base string) *probeLog {
+	l := &probeLog{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			hc, hb := httpGet(base + "/healthz")
+			rc, rb := httpGet(base + "/readyz")
+			l.mu.Lock()
+			l.healthz = append(l.healthz, fmt.Sprint(hc, " ", hb))
+			l.readyz = append(l.readyz, fmt.Sprint(rc, " ", rb))
+			l.mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return l
+}
+
+// seen reports whether an answer of probe contains all of parts.
+func (l *probeLog) seen(probe string, parts ...string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	answers := l.healthz
+	if probe == "readyz" {
+		answers = l.readyz
+	}
+	return slices.ContainsFunc(answers, func(a string) bool {
+		return !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(a, p) })
+	})
+}
+
 // TestConnectionClosedForGoodHeals: a NATS server with a smaller
-// max_control_line closes the relay's connection when a row's subject does
-// not fit, and nats.go does not reconnect. The relay starts again with a
-// new connection, the other rows arrive, and the row that closes every
-// connection uses up its attempts and becomes a dead letter instead of
-// closing connections forever.
+// max_control_line closes the relay's connection when a row's publish line
+// does not fit, and nats.go does not reconnect. The relay starts again with
+// a new connection — /healthz 503 meanwhile, /readyz never reading the
+// stopped relay's closed database — and its counters go on. The row whose
+// line closed it (the longest subject sent) is a dead letter at once; the
+// rows in flight beside it are not charged an attempt. An ensured stream
+// made unsafe by an operator does not stop the rebuilt relay. Rebuilds wait
+// longer each time, and five within five minutes fail /healthz while the
+// relay runs.
 func TestConnectionClosedForGoodHeals(t *testing.T) {
 	t.Parallel()
 	srv := bridgetest.StartNATSWithOptions(t, func(o *server.Options) { o.MaxControlLine = 1024 })
 	natsURL := srv.ClientURL()
 	js := natsClient(t, natsURL)
 	bridgetest.CreateStream(t, js, "EVENTS", "events.>")
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "G", Subjects: []string{"g.>"}, Duplicates: 5 * time.Second})
+	require.NoError(t, err)
 	e := newIsoEnv(t, "sqlite", natsURL, "BRIDGE_RELAY_BACKOFF_INITIAL=100ms", "BRIDGE_RELAY_BACKOFF_MAX=300ms")
-	p, base := e.run(t)
+	p, base := e.run(t, "--ensure-stream", "EVENTS:events.>", "--ensure-stream", "G:g.>")
 	var good []int64
 	for i := range 5 {
 		good = append(good, e.insert(t, fmt.Sprintf("before-%d", i), "events.x"))
 	}
 	e.waitRows(t, p, 30*time.Second, "done", good...)
-	poison := e.insert(t, "poison", "events."+strings.Repeat("x", 2000))
-	poll(t, 30*time.Second, func() bool { return strings.Contains(p.stderr.String(), "closed for good") }, "the connection was never closed")
-	for i := range 10 {
-		good = append(good, e.insert(t, fmt.Sprintf("after-%d", i), "events.x"))
+	probes := watchProbes(t, base)
+
+	// Two rows whose lines do not fit, among good rows claimed with them.
+	batch := [][2]string{{"poison-long", "events." + strings.Repeat("x", 2000)}}
+	for i := range 20 {
+		batch = append(batch, [2]string{fmt.Sprintf("mid-%d", i), "events.x"})
 	}
+	batch = append(batch, [2]string{"poison-short", "events." + strings.Repeat("y", 1500)})
+	for i := range 10 {
+		batch = append(batch, [2]string{fmt.Sprintf("after-%d", i), "events.x"})
+	}
+	ids := e.insertBatch(t, batch)
+	poison := []int64{ids[0], ids[21]}
+	good = append(append(good, ids[1:21]...), ids[22:]...)
 	e.waitRows(t, p, 60*time.Second, "done", good...)
-	e.waitRows(t, p, 60*time.Second, "permanent_failed", poison)
+	e.waitRows(t, p, 30*time.Second, "permanent_failed", poison...)
+	for _, id := range poison {
+		r := e.row(t, id)
+		require.Equal(t, 1, r.Attempts, "the row whose line closed the connection is a dead letter at once")
+		require.Contains(t, r.LastError, "longer than the server's max_control_line")
+	}
+	for _, id := range good {
+		require.Equal(t, 1, e.row(t, id).Attempts, "row %d was charged for a connection another row's line closed", id)
+	}
+	require.Equal(t, 2, strings.Count(p.stderr.String(), "building the relay again"), "one heal per poison row\n%s", p.stderr)
+	require.Len(t, bridgetest.Messages(t, js, "EVENTS"), len(good))
+
+	require.True(t, probes.seen("healthz", "503", "closed for good"), "/healthz never failed during a heal")
+	require.False(t, probes.seen("readyz", "database is closed"), "/readyz read the stopped relay's database")
+	code, body := httpGet(base + "/readyz")
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	require.Contains(t, body, "rows held back: stream G", "the unsafe ensured stream is held back, not fatal")
+	_, m := httpGet(base + "/metrics")
+	v, _ := metric(m, "bridge_rows_relayed_total")
+	require.Equal(t, float64(len(good)), v, "counters go on across rebuilds\n%s", m)
+	v, _ = metric(m, "bridge_rows_dead_total")
+	require.Equal(t, 2.0, v)
+	code, _ = httpGet(base + "/healthz")
+	require.Equal(t, http.StatusOK, code, "two heals are not too many")
+
+	// Three more: five heals within five minutes.
+	e.insertBatch(t, [][2]string{{"p3", "events." + strings.Repeat("a", 1100)}, {"p4", "events." + strings.Repeat("b", 1200)},
+		{"p5", "events." + strings.Repeat("c", 1300)}})
+	poll(t, 60*time.Second, func() bool {
+		require.False(t, p.exited(), "bridge run exited (%d)\nstderr:\n%s", p.code, p.stderr)
+		return strings.Count(p.stderr.String(), "building the relay again") == 5
+	}, "the relay did not heal five times")
 	poll(t, 30*time.Second, func() bool {
-		code, _ := httpGet(base + "/healthz")
-		return code == http.StatusOK
-	}, "/healthz never answered 200 again")
-	require.Len(t, bridgetest.Messages(t, js, "EVENTS"), 15)
+		code, body := httpGet(base + "/readyz")
+		return code == http.StatusOK && strings.Contains(body, "dedup_guard")
+	}, "the relay never ran again")
+	code, body = httpGet(base + "/healthz")
+	require.Equal(t, http.StatusServiceUnavailable, code, "five heals in five minutes: %s", body)
+	require.Contains(t, body, "closed for good 5 times within 5m0s")
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	require.Equal(t, 0, p.wait(t, 30*time.Second), "%s", p.stderr)
 }
@@ -525,4 +635,54 @@ func TestStalledRelayFailsLiveness(t *testing.T) {
 			return code == http.StatusOK
 		}, "/healthz never recovered once rows flowed again")
 	})
+}
+
+// TestFrozenNATSServerIsNotReady: the NATS server stops answering but its
+// TCP connection stays open (SIGSTOP, a stuck VM, a black-holed network:
+// here a proxy that stops forwarding). /readyz says so within seconds, the
+// relay claims nothing meanwhile, and the rows published into the frozen
+// connection are given back without counting their attempt. Thawed, every
+// row arrives once.
+func TestFrozenNATSServerIsNotReady(t *testing.T) {
+	t.Parallel()
+	n := bridgetest.StartNATS(t)
+	_, js := n.JetStream(t)
+	bridgetest.CreateStream(t, js, "EVENTS", "events.>")
+	proxy := bridgetest.StartProxy(t, n.Server.Addr().String())
+	e := newIsoEnv(t, "sqlite", "nats://"+proxy.Addr(),
+		"BRIDGE_RELAY_PUBLISH_TIMEOUT=1s", "BRIDGE_RELAY_ACK_DEADLINE=2s", "BRIDGE_RELAY_INFLIGHT_TIMEOUT=3s",
+		"BRIDGE_DEDUP_GUARD=off")
+	p, base := e.run(t)
+	ids := []int64{e.insert(t, "before", "events.x")}
+	e.waitRows(t, p, 30*time.Second, "done", ids...)
+
+	proxy.Freeze()
+	for i := range 5 {
+		ids = append(ids, e.insert(t, fmt.Sprintf("frozen-%d", i), "events.x"))
+	}
+	poll(t, 30*time.Second, func() bool {
+		code, body := httpGet(base + "/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, `"nats":"connected, but the server does not answer`)
+	}, "/readyz never said that the server does not answer")
+	// Past the publish timeout and the ack deadline of whatever was sent.
+	poll(t, 30*time.Second, func() bool {
+		for _, id := range ids[1:] {
+			if e.row(t, id).Status == "in_flight" {
+				return false
+			}
+		}
+		return true
+	}, "rows stayed in flight behind the frozen server")
+	time.Sleep(3 * time.Second) // the relay would have claimed and published them again
+	for _, id := range ids[1:] {
+		r := e.row(t, id)
+		require.Zero(t, r.Attempts, "row %d burned an attempt while the server was frozen: %+v", id, r)
+	}
+
+	proxy.Thaw()
+	e.waitRows(t, p, 60*time.Second, "done", ids...)
+	code, body := httpGet(base + "/readyz")
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	require.Len(t, bridgetest.Messages(t, js, "EVENTS"), len(ids))
+	require.Contains(t, p.stderr.String(), "NATS server does not answer")
 }

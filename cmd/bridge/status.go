@@ -62,7 +62,7 @@ wal_status (lost: invalidated by max_slot_wal_keep_size).`,
 						Rows                   map[string]int64 `json:"rows"`
 						InFlight               int64            `json:"in_flight"`
 						OldestPendingSeconds   *float64         `json:"oldest_pending_seconds"`   // null: no pending row
-						OldestUnsettledSeconds *float64         `json:"oldest_unsettled_seconds"` // null: no pending or failed row
+						OldestUnsettledSeconds *float64         `json:"oldest_unsettled_seconds"` // null: no pending, in-flight or failed row
 						OldestFailed           *oldestFailed    `json:"oldest_failed"`            // null: no failed row
 						RecentErrors           []rowError       `json:"recent_errors"`
 						ReplicationSlot        *slotDoc         `json:"replication_slot,omitempty"` // source: postgres-wal
@@ -112,7 +112,7 @@ wal_status (lost: invalidated by max_slot_wal_keep_size).`,
 					fmt.Fprintln(out, "oldest failed: none")
 				}
 				if st.Rows[outbox.StatusPending]+st.Rows[outbox.StatusFailed] > 0 {
-					fmt.Fprintf(out, "lag (oldest pending or failed): %s\n", st.OldestUnsettled.Round(time.Millisecond))
+					fmt.Fprintf(out, "lag (oldest pending, in flight or failed): %s\n", st.OldestUnsettled.Round(time.Millisecond))
 				}
 				if len(st.RecentErrors) > 0 {
 					fmt.Fprintln(out, "\nrecent errors:")

@@ -53,3 +53,20 @@ func TestDenialsMatchBySubjectAndTime(t *testing.T) {
 	var none *Denials
 	require.NoError(t, none.Denied("perm.b.x", before))
 }
+
+// TestDeniedSubscription pins the server's `Permissions Violation for
+// Subscription to "<subject>"` (server/client.go processSubEx): the
+// relay's reply inbox refused is kept for the connection.
+func TestDeniedSubscription(t *testing.T) {
+	d := NewDenials()
+	require.NoError(t, d.Inbox())
+	denied, log := d.Record(fmt.Errorf("%w: %s", nats.ErrPermissionViolation, `Permissions Violation for Subscription to "_INBOX.abc.*"`))
+	require.True(t, denied)
+	require.True(t, log)
+	_, log = d.Record(fmt.Errorf("%w: %s", nats.ErrPermissionViolation, `Permissions Violation for Subscription to "_INBOX.abc.*"`))
+	require.False(t, log)
+	require.ErrorIs(t, d.Inbox(), ErrInboxDenied)
+	require.ErrorContains(t, d.Inbox(), "_INBOX.abc.*")
+	require.ErrorIs(t, d.Denied("events.x", time.Now()), ErrInboxDenied, "no PubAck can arrive")
+	require.NotErrorIs(t, d.Denied("events.x", time.Now()), ErrPublishDenied)
+}

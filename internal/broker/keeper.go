@@ -117,6 +117,10 @@ func cmpStorage(s string) string {
 	return s
 }
 
+// Inherit takes over prev's count (the keeper of an earlier relay of this
+// process).
+func (k *Keeper) Inherit(prev *Keeper) { k.Recreated.Add(prev.Recreated.Load()) }
+
 // Collector exposes bridge_streams_recreated_total.
 func (k *Keeper) Collector() prometheus.Collector {
 	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bridge_streams_recreated_total",

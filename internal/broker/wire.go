@@ -15,7 +15,7 @@ import (
 
 // ProviderSet builds the NATS side of the relay: the connection (starting
 // the embedded server when configured), JetStream and the ensured streams.
-var ProviderSet = wire.NewSet(ProvideConn, ProvideJetStream, ProvideStreams, NewDenials, ProvideKeeper)
+var ProviderSet = wire.NewSet(ProvideConn, ProvideJetStream, ProvideStreams, NewDenials, ProvideKeeper, ProvidePinger)
 
 // Streams are the streams ensured at start.
 type Streams []StreamSpec
@@ -122,4 +122,9 @@ func ProvideStreams(ctx context.Context, js jetstream.JetStream, cfg *config.Con
 // ProvideKeeper keeps the ensured streams: created again when lost.
 func ProvideKeeper(js jetstream.JetStream, streams Streams, logger *slog.Logger) *Keeper {
 	return NewKeeper(js, streams, logger)
+}
+
+// ProvidePinger watches that the NATS server answers on nc.
+func ProvidePinger(nc *nats.Conn, logger *slog.Logger) *Pinger {
+	return NewPinger(nc, logger.With(slog.String("component", "nats")))
 }

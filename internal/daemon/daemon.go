@@ -24,9 +24,9 @@ var ErrConnectionClosed = errors.New("NATS connection closed for good")
 
 // Run runs relay, and each of services beside it, until ctx ends or nc is
 // closed for good: then relay's context ends, it drains, and Run returns
-// an error wrapping ErrConnectionClosed. Services are stopped with the
-// relay; they log their own failures. Run returns relay's error, nil after
-// a clean stop.
+// an error wrapping ErrConnectionClosed (unless ctx ended too: a stop
+// asked for is a stop). Services are stopped with the relay; they log
+// their own failures. Run returns relay's error, nil after a clean stop.
 func Run(ctx context.Context, nc *nats.Conn, logger *slog.Logger, relay func(context.Context) error, services ...func(context.Context)) error {
 	relayCtx, stopRelay := context.WithCancel(ctx)
 	defer stopRelay()
@@ -57,7 +57,11 @@ func Run(ctx context.Context, nc *nats.Conn, logger *slog.Logger, relay func(con
 	wg.Wait()
 	select {
 	case lostErr := <-lost:
-		return errors.Join(lostErr, err)
+		if ctx.Err() == nil {
+			return errors.Join(lostErr, err)
+		}
+		// Stopping anyway: the relay drained, a closed connection
+		// changes nothing.
 	default:
 	}
 	if err == nil {

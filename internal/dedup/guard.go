@@ -2,8 +2,10 @@ package dedup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -19,7 +21,7 @@ type GuardMode string
 
 // The guard modes (configuration key dedup.guard).
 const (
-	GuardRefuse GuardMode = "refuse" // refuse to start (exit 2) for an ensured stream; hold back the rows of one found later
+	GuardRefuse GuardMode = "refuse" // hold back the rows of an unsafe stream
 	GuardWarn   GuardMode = "warn"   // log once per stream and problem, and count
 	GuardOff    GuardMode = "off"    // do not check
 )
@@ -56,25 +58,38 @@ func (e *UnsafeStreamError) Error() string {
 // with the message). JetStream's duplicate window counts from the first
 // store of an id and is not extended by duplicates (nats-server#7302).
 //
-// In refuse mode a stream found unsafe while the relay runs does not stop
-// the relay: Admit refuses the subjects it captures, their rows are held
-// back (see HoldBack), and every other stream keeps flowing. Each finding
-// is logged once per stream and problem, counted, and listed by Unsafe.
+// In refuse mode an unsafe stream never stops the relay, whether found at
+// start (an ensured stream an operator changed: the relay's own stream
+// specs are checked by the configuration) or later: Admit refuses the
+// subjects it captures, their rows are held back (see HoldBack), and every
+// other stream keeps flowing. Each finding is logged once per stream and
+// problem, counted, and listed by Unsafe; a stream that cannot be checked
+// is listed by Unchecked.
 type Guard struct {
 	js      jetstream.JetStream
 	mode    GuardMode
 	horizon time.Duration
 	logger  *slog.Logger
+	routes  *Routes
 
-	mu       sync.Mutex
-	seen     []string
-	logged   map[string]bool     // stream + problem logged (and counted) once
-	verdicts map[string]*verdict // stream name → last inspection
+	mu        sync.Mutex
+	seen      []string
+	ensured   []string
+	logged    map[string]bool     // stream + problem logged (and counted) once
+	verdicts  map[string]*verdict // stream name → last inspection
+	unchecked map[string]error    // stream name, or "" for lookups by subject → why it cannot be checked now
 
-	subjects sync.Map // subject → stream name; cleared at every periodic check
+	subjects sync.Map // subject → resolution; cleared at every periodic check
 
 	// Violations counts unsafe findings (each stream and problem once).
 	Violations atomic.Int64
+}
+
+// resolution is what Admit found for a subject: its stream, or none until
+// retry.
+type resolution struct {
+	name  string
+	retry time.Time // when name is "": look the subject up again after this
 }
 
 // verdict is the result of inspecting one stream.
@@ -83,16 +98,54 @@ type verdict struct {
 	at     time.Time
 }
 
-// NewGuard returns a guard for streams; more are added with Observe.
-// Errors: an unknown mode.
-func NewGuard(js jetstream.JetStream, mode GuardMode, horizon time.Duration, streams []string, logger *slog.Logger) (*Guard, error) {
+// NewGuard returns a guard for streams (those the relay ensures); more are
+// added with Observe and Published. routes, when not nil, is told the
+// stream of every PubAck and asked for the stream of a subject the
+// JetStream API cannot resolve. Errors: an unknown mode.
+func NewGuard(js jetstream.JetStream, mode GuardMode, horizon time.Duration, streams []string, routes *Routes, logger *slog.Logger) (*Guard, error) {
 	switch mode {
 	case GuardRefuse, GuardWarn, GuardOff:
 	default:
 		return nil, fmt.Errorf("invalid config: dedup.guard: %q: must be refuse, warn or off", mode)
 	}
-	return &Guard{js: js, mode: mode, horizon: horizon, logger: logger, seen: slices.Clone(streams),
-		logged: map[string]bool{}, verdicts: map[string]*verdict{}}, nil
+	return &Guard{js: js, mode: mode, horizon: horizon, logger: logger, routes: routes, seen: slices.Clone(streams),
+		ensured: slices.Clone(streams), logged: map[string]bool{}, verdicts: map[string]*verdict{}, unchecked: map[string]error{}}, nil
+}
+
+// Inherit takes over what prev (the guard of an earlier relay of this
+// process) found: the streams it watched, their verdicts (an unsafe stream
+// stays held back, logged once), the streams it could not check, the routes
+// PubAcks taught it and its count of findings.
+func (g *Guard) Inherit(prev *Guard) {
+	prev.mu.Lock()
+	seen, logged, unchecked := slices.Clone(prev.seen), maps.Clone(prev.logged), maps.Clone(prev.unchecked)
+	verdicts := maps.Clone(prev.verdicts)
+	prev.mu.Unlock()
+	g.mu.Lock()
+	for _, name := range seen {
+		if !slices.Contains(g.seen, name) {
+			g.seen = append(g.seen, name)
+		}
+	}
+	for key := range logged {
+		if g.logged[key] {
+			g.Violations.Add(-1) // found again at this relay's start: counted once
+		}
+		g.logged[key] = true
+	}
+	for name, v := range verdicts {
+		if _, ok := g.verdicts[name]; !ok {
+			g.verdicts[name] = v
+		}
+	}
+	for name, err := range unchecked {
+		if _, ok := g.unchecked[name]; !ok {
+			g.unchecked[name] = err
+		}
+	}
+	g.mu.Unlock()
+	g.Violations.Add(prev.Violations.Load())
+	g.routes.inherit(prev.routes)
 }
 
 // Observe adds a stream the relay published to (from a PubAck). Safe for
@@ -105,31 +158,41 @@ func (g *Guard) Observe(stream string) {
 	}
 }
 
+// Published is told the stream a PubAck named for a publish to subject. The
+// stream is observed, and a subject the JetStream API could not resolve to
+// a stream (an account subject mapping) is admitted by that stream's
+// verdict from now on. Safe for concurrent use.
+func (g *Guard) Published(subject, stream string) {
+	if stream == "" {
+		return
+	}
+	g.Observe(stream)
+	g.routes.Learn(subject, stream)
+	if v, ok := g.subjects.Load(subject); ok && v.(resolution).name == "" {
+		g.subjects.Store(subject, resolution{name: stream})
+	}
+}
+
 // Check inspects every known stream once: at start, the streams the relay
-// ensures. In refuse mode it returns the first *UnsafeStreamError (a
-// configuration error: the relay does not start); in warn mode it logs
-// each finding once and returns nil. A stream that cannot be read is
-// logged and skipped.
-func (g *Guard) Check(ctx context.Context) error {
+// ensures. An unsafe stream is logged once and, in refuse mode, its rows
+// are held back from then on; it does not stop the relay. A stream that
+// cannot be read is logged and listed by Unchecked.
+func (g *Guard) Check(ctx context.Context) {
 	if g.mode == GuardOff {
-		return nil
+		return
 	}
 	for _, name := range g.streams() {
 		unsafe, err := g.inspectStream(ctx, name)
 		if err != nil {
-			g.logger.Warn("dedup guard: cannot read stream", slog.String("stream", name), slog.Any("error", err))
+			if ctx.Err() == nil {
+				g.logger.Warn("dedup guard: cannot read stream", slog.String("stream", name), slog.Any("error", err))
+			}
 			continue
 		}
-		if unsafe == nil {
-			continue
+		if unsafe != nil {
+			g.report(unsafe)
 		}
-		if g.mode == GuardRefuse {
-			g.Violations.Add(1)
-			return unsafe
-		}
-		g.report(unsafe)
 	}
-	return nil
 }
 
 func (g *Guard) streams() []string {
@@ -138,21 +201,55 @@ func (g *Guard) streams() []string {
 	return slices.Clone(g.seen)
 }
 
-// inspectStream reads stream name and records its verdict.
+// inspectStream reads stream name and records its verdict. A stream that
+// no longer exists loses its verdict (its rows are no longer held back by
+// it: they go where their subject leads now) and, unless the relay ensures
+// it, is no longer watched.
 func (g *Guard) inspectStream(ctx context.Context, name string) (*UnsafeStreamError, error) {
 	s, err := g.js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		g.mu.Lock()
+		prev := g.verdicts[name]
+		delete(g.verdicts, name)
+		delete(g.unchecked, name)
+		if !slices.Contains(g.ensured, name) {
+			g.seen = slices.DeleteFunc(g.seen, func(s string) bool { return s == name })
+		}
+		g.mu.Unlock()
+		g.forget(name)
+		if prev != nil && prev.unsafe != nil {
+			g.logger.Info("dedup guard: stream no longer exists; its rows are no longer held back by it", slog.String("stream", name))
+		}
+		return nil, err
+	}
 	if err != nil {
+		if ctx.Err() == nil {
+			g.mu.Lock()
+			g.unchecked[name] = err
+			g.mu.Unlock()
+		}
 		return nil, err
 	}
 	unsafe := g.inspect(name, s.CachedInfo().Config)
 	g.mu.Lock()
 	prev := g.verdicts[name]
 	g.verdicts[name] = &verdict{unsafe: unsafe, at: time.Now()}
+	delete(g.unchecked, name)
 	g.mu.Unlock()
 	if unsafe == nil && prev != nil && prev.unsafe != nil && g.mode == GuardRefuse {
 		g.logger.Info("dedup guard: stream is safe now; its rows are relayed again", slog.String("stream", name))
 	}
 	return unsafe, nil
+}
+
+// forget drops the subjects resolved to stream name.
+func (g *Guard) forget(name string) {
+	g.subjects.Range(func(k, v any) bool {
+		if v.(resolution).name == name {
+			g.subjects.Delete(k)
+		}
+		return true
+	})
 }
 
 func (g *Guard) inspect(name string, cfg jetstream.StreamConfig) *UnsafeStreamError {
@@ -180,24 +277,47 @@ func (g *Guard) inspect(name string, cfg jetstream.StreamConfig) *UnsafeStreamEr
 // check, and for an unsafe stream again at most every HoldBack. In refuse
 // mode an unsafe stream returns its *UnsafeStreamError: nothing is
 // published to it, and the caller holds the row back without counting the
-// attempt. In warn mode an unsafe stream is logged once and admitted. A
-// subject that no stream captures, or a stream that cannot be read, is
-// admitted: the publish itself fails then.
+// attempt. In warn mode an unsafe stream is logged once and admitted.
+//
+// A subject whose stream the JetStream API cannot name is resolved by the
+// stream a PubAck named for it (see Published): an account subject mapping
+// hides the stream from the API but not from the publish. Until a PubAck
+// names one, it is admitted — the publish fails when no stream captures the
+// subject, and otherwise tells the guard the stream — and looked up again
+// after HoldBack. A stream that cannot be read is admitted too, and listed
+// by Unchecked.
 func (g *Guard) Admit(ctx context.Context, subject string) error {
 	if g.mode == GuardOff {
 		return nil
 	}
 	var name string
-	if v, ok := g.subjects.Load(subject); ok {
-		name = v.(string)
+	if v, ok := g.subjects.Load(subject); ok && (v.(resolution).name != "" || time.Now().Before(v.(resolution).retry)) {
+		name = v.(resolution).name
 	} else {
 		n, err := g.js.StreamNameBySubject(ctx, subject)
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			g.clearUnchecked("")
+			if routed, ok := g.routes.Stream(subject); ok {
+				n, err = routed, nil
+			}
+		case err != nil && ctx.Err() == nil:
+			g.mu.Lock()
+			g.unchecked[""] = fmt.Errorf("look up the stream of subject %.80s: %w", subject, err)
+			g.mu.Unlock()
+		case err == nil:
+			g.clearUnchecked("")
+		}
 		if err != nil {
+			g.subjects.Store(subject, resolution{retry: time.Now().Add(HoldBack)})
 			return nil
 		}
 		name = n
-		g.subjects.Store(subject, name)
+		g.subjects.Store(subject, resolution{name: name})
 		g.Observe(name)
+	}
+	if name == "" {
+		return nil
 	}
 	g.mu.Lock()
 	v := g.verdicts[name]
@@ -220,6 +340,35 @@ func (g *Guard) Admit(ctx context.Context, subject string) error {
 		return unsafe
 	}
 	return nil
+}
+
+func (g *Guard) clearUnchecked(name string) {
+	g.mu.Lock()
+	delete(g.unchecked, name)
+	g.mu.Unlock()
+}
+
+// Unchecked says, per stream, why the guard cannot check it now (the
+// stream cannot be read: the JetStream API does not answer, or the relay's
+// NATS user may not use it), in stream order; the key "" is a subject
+// whose stream could not be looked up. Such streams are not held back:
+// their rows are published unchecked. Empty when every stream was checked.
+func (g *Guard) Unchecked() []string {
+	if g.mode == GuardOff {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]string, 0, len(g.unchecked))
+	for name, err := range g.unchecked {
+		if name == "" {
+			out = append(out, err.Error())
+			continue
+		}
+		out = append(out, "stream "+name+": "+err.Error())
+	}
+	slices.Sort(out)
+	return out
 }
 
 // report logs and counts a finding, once per stream and problem.
@@ -263,7 +412,8 @@ func (g *Guard) Unsafe() []*UnsafeStreamError {
 
 // Run inspects the known streams every interval until ctx ends, so that a
 // stream changed by an operator is seen: made unsafe, its rows are held
-// back from then on; made safe, they flow again. It never stops the relay.
+// back from then on; made safe, they flow again; deleted, its verdict is
+// dropped. It never stops the relay.
 func (g *Guard) Run(ctx context.Context, interval time.Duration) {
 	if g.mode == GuardOff {
 		return
@@ -280,6 +430,7 @@ func (g *Guard) Run(ctx context.Context, interval time.Duration) {
 		for _, name := range g.streams() {
 			unsafe, err := g.inspectStream(ctx, name)
 			switch {
+			case errors.Is(err, jetstream.ErrStreamNotFound):
 			case err != nil && ctx.Err() == nil:
 				g.logger.Warn("dedup guard: cannot read stream", slog.String("stream", name), slog.Any("error", err))
 			case unsafe != nil:

@@ -15,8 +15,8 @@ func (g *Guard) Collectors() []prometheus.Collector {
 	}
 }
 
-// Collectors expose bridge_rows_reconciled_total and
-// bridge_reconcile_incomplete_total.
+// Collectors expose bridge_rows_reconciled_total,
+// bridge_reconcile_incomplete_total and bridge_reconcile_unresolved_total.
 func (r *Reconciler) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bridge_rows_reconciled_total",
@@ -25,5 +25,8 @@ func (r *Reconciler) Collectors() []prometheus.Collector {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bridge_reconcile_incomplete_total",
 			Help: "Reconcile scans stopped by dedup.reconcile_max_messages or dedup.reconcile_timeout."},
 			func() float64 { return float64(r.Incomplete.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bridge_reconcile_unresolved_total",
+			Help: "Rows in doubt whose stream could not be found (no stream captures the subject, or an account subject mapping hides it), published again without a scan."},
+			func() float64 { return float64(r.Unresolved.Load()) }),
 	}
 }

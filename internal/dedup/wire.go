@@ -12,33 +12,41 @@ import (
 )
 
 // ProviderSet builds the duplicate-window guard.
-var ProviderSet = wire.NewSet(ProvideGuard, ProvideReconciler)
+var ProviderSet = wire.NewSet(ProvideGuard, ProvideReconciler, NewRoutes)
 
-// ProvideGuard checks the ensured streams at start (dedup.guard); in refuse
-// mode an unsafe stream fails start-up with *UnsafeStreamError.
-func ProvideGuard(ctx context.Context, js jetstream.JetStream, streams broker.Streams, cfg *config.Config, logger *slog.Logger) (*Guard, error) {
+// ProvideGuard checks the ensured streams at start (dedup.guard); an unsafe
+// one is logged and, in refuse mode, its rows are held back: the relay
+// starts. A stream spec of the configuration that is unsafe itself is a
+// configuration error, refused before anything is created.
+func ProvideGuard(ctx context.Context, js jetstream.JetStream, streams broker.Streams, routes *Routes, cfg *config.Config, logger *slog.Logger) (*Guard, error) {
 	names := make([]string, 0, len(streams))
 	for _, s := range streams {
 		names = append(names, s.Name)
 	}
 	horizon := cfg.Relay.InflightTimeout + cfg.Relay.PublishTimeout
-	g, err := NewGuard(js, GuardMode(cfg.Dedup.Guard), horizon, names, logger.With(slog.String("component", "dedup")))
+	g, err := NewGuard(js, GuardMode(cfg.Dedup.Guard), horizon, names, routes, logger.With(slog.String("component", "dedup")))
 	if err != nil {
 		return nil, err
 	}
-	if err := g.Check(ctx); err != nil {
-		return nil, err
-	}
+	g.Check(ctx)
 	return g, nil
 }
 
+// RelayedStreams returns the stream recorded on a relayed row of a subject;
+// see ReconcilerConfig.Relayed.
+type RelayedStreams func(ctx context.Context, subject string) (string, error)
+
 // ProvideReconciler bounds stream scans by dedup.reconcile_max_messages and
-// dedup.reconcile_timeout.
-func ProvideReconciler(js jetstream.JetStream, cfg *config.Config, logger *slog.Logger) *Reconciler {
+// dedup.reconcile_timeout; the streams of subjects the JetStream API cannot
+// resolve come from routes and relayed.
+func ProvideReconciler(js jetstream.JetStream, routes *Routes, relayed RelayedStreams, cfg *config.Config, logger *slog.Logger) *Reconciler {
 	return NewReconciler(js, logger.With(slog.String("component", "dedup")), ReconcilerConfig{
 		Namespace:      cfg.Dedup.Namespace,
 		PublishTimeout: cfg.Relay.PublishTimeout,
+		Horizon:        cfg.Relay.InflightTimeout + cfg.Relay.PublishTimeout,
 		MaxMessages:    cfg.Dedup.ReconcileMaxMessages,
 		Timeout:        cfg.Dedup.ReconcileTimeout,
+		Routes:         routes,
+		Relayed:        relayed,
 	})
 }

@@ -31,21 +31,33 @@ var permanentCodes = map[jetstream.ErrorCode]bool{
 // Unavailable: the connection to NATS was not up (nats.ErrDisconnected,
 // ErrConnectionReconnecting, ErrConnectionDraining, ErrNoServers, and
 // ErrReconnectBufExceeded: a publish while reconnecting without a reconnect
-// buffer, see broker.ConnectConfig); the outcome is unknown, the row is retried as soon as the relay is
-// connected, and the attempt is not counted. A connection closed for good
-// (nats.ErrConnectionClosed) is Retryable instead: the server closes a
-// connection for what a publish sent (a publish line over its
-// max_control_line), the relay then starts again with a new connection,
-// and a row that closes every connection it is sent on must use up its
-// attempts and become a dead letter rather than close connections forever. A message the relay
-// held past its publish deadline and did not send
-// (outbox.ErrPublishDeadline) is Unavailable too, and so is one not sent
-// because an earlier message of its turn chain was not
-// (sink.ErrTurnBroken, postgres-wal).
+// buffer, see broker.ConnectConfig); the server answered nothing sent after
+// the publish (sink.ErrUnresponsive: a frozen server); or it refused the
+// relay's reply inbox (broker.ErrInboxDenied: no PubAck can arrive, and the
+// relay claims nothing while it lasts). The outcome is unknown, the row is
+// retried as soon as the relay can publish, and the attempt is not counted.
+//
+// A connection closed for good is the relay's to heal (it starts again
+// with a new connection); which rows it charges depends on why. When the
+// server closed it for a protocol line over its max_control_line, the rows
+// whose subject is the longest sent on the connection closed it
+// (sink.ErrLineTooLong: Permanent, below), and the others did not
+// (sink.ErrClosedByAnother: Unavailable). For any other reason
+// (nats.ErrConnectionClosed) the rows in flight are Retryable: a row that
+// closes every connection it is sent on uses up its attempts and becomes a
+// dead letter rather than close connections forever. A row never sent
+// (sink.ErrNotSent), held by the relay past its publish deadline and not
+// sent (outbox.ErrPublishDeadline), or not sent because an earlier message
+// of its turn chain was not (sink.ErrTurnBroken, postgres-wal), is
+// Unavailable.
 //
 // Permanent: the payload is over the server's max_payload
 // (nats.ErrMaxPayload, checked by the client), an invalid subject or
-// header (nats.ErrBadSubject, nats.ErrBadHeaderMsg), a subject the relay's
+// header (nats.ErrBadSubject, nats.ErrBadHeaderMsg), a publish line longer
+// than the server's max_control_line (sink.ErrLineTooLong: the server
+// closed the connection for it, and would close every new one; a server
+// configured below the 4,096-byte default the relay's subject bound
+// assumes), a subject the relay's
 // NATS user may not publish to (broker.ErrPublishDenied: permissions are
 // the account's configuration, which retrying does not change; after the
 // permission is granted, `bridge retry --subject` sends the dead letters
@@ -62,11 +74,14 @@ var permanentCodes = map[jetstream.ErrorCode]bool{
 // not leader (10009), stream offline (10118), stream full with
 // discard-new (10077).
 func Classify(err error) outbox.FailureClass {
-	if errors.Is(err, outbox.ErrPublishDeadline) || errors.Is(err, sink.ErrTurnBroken) {
+	if errors.Is(err, outbox.ErrPublishDeadline) || errors.Is(err, sink.ErrTurnBroken) || errors.Is(err, sink.ErrNotSent) {
 		return outbox.Unavailable // never sent: not the row's fault
 	}
+	if errors.Is(err, sink.ErrClosedByAnother) || errors.Is(err, sink.ErrUnresponsive) || errors.Is(err, broker.ErrInboxDenied) {
+		return outbox.Unavailable // the connection's fault, not the row's
+	}
 	if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrBadHeaderMsg) ||
-		errors.Is(err, broker.ErrPublishDenied) {
+		errors.Is(err, broker.ErrPublishDenied) || errors.Is(err, sink.ErrLineTooLong) {
 		return outbox.Permanent
 	}
 	var apiErr *jetstream.APIError

@@ -37,9 +37,11 @@ type Config struct {
 	// row is retried when the connection is back, without counting the
 	// attempt. Defaults to nil: failures are classified by Classify alone.
 	Connected func() bool
-	// StreamSeen, when set, is told the stream of every PubAck (the
-	// duplicate-window guard watches those streams). Defaults to nil.
-	StreamSeen func(stream string)
+	// StreamSeen, when set, is told the subject and the stream of every
+	// PubAck (the duplicate-window guard watches those streams, and learns
+	// the streams of subjects the JetStream API cannot resolve). Defaults to
+	// nil.
+	StreamSeen func(subject, stream string)
 	// Admit, when set, is asked before every publish; an error stops that
 	// publish, and the row is held back (outbox.Held: failed with the error
 	// as last_error, the attempt not counted, tried again later) — the
@@ -66,7 +68,7 @@ type Forwarder struct {
 	pub       *sink.Publisher
 	logger    *slog.Logger
 	connected func() bool
-	seen      func(stream string)
+	seen      func(subject, stream string)
 	admit     func(ctx context.Context, subject string) error
 	missing   func(ctx context.Context, subject string)
 	tracer    trace.Tracer
@@ -152,7 +154,7 @@ func (f *Forwarder) handle(msg *message.Message) error {
 		attribute.Bool("nats.duplicate", ack.Duplicate))
 	outbox.SetPublished(msg, ack.Stream, ack.Sequence, ack.Duplicate)
 	if f.seen != nil {
-		f.seen(ack.Stream)
+		f.seen(subject, ack.Stream)
 	}
 	return nil
 }

@@ -292,3 +292,90 @@ func TestDeleteOnRelay(t *testing.T) {
 		})
 	}
 }
+
+// inDoubtRow enqueues a row of key whose earlier publish is in the stream
+// (published now, before the row's mark) and makes it a dead letter first
+// claimed a minute ago that `bridge retry` puts back: its attempts are
+// reset to 0, its first_claimed_at is kept.
+func (b *bundle) inDoubtRow(t *testing.T, key string) (id int64, seq uint64) {
+	t.Helper()
+	ctx := context.Background()
+	m := nats.NewMsg("events.doubt")
+	m.Data = []byte("first")
+	m.Header.Set(jetstream.MsgIDHeader, dedup.MsgID("", key))
+	ack, err := b.js.PublishMsg(ctx, m)
+	require.NoError(t, err)
+	id, err = b.store.Enqueue(ctx, outbox.Entry{IdempotencyKey: key, Subject: "events.doubt", Payload: []byte("again")})
+	require.NoError(t, err)
+	var first any = time.Now().Add(-time.Minute).UTC()
+	q := "UPDATE " + b.store.Table() + " SET status = 'permanent_failed', attempts = 5, first_claimed_at = ? WHERE id = ?"
+	switch b.db.Dialect() {
+	case "postgres":
+		q = "UPDATE " + b.store.Table() + " SET status = 'permanent_failed', attempts = 5, first_claimed_at = $1 WHERE id = $2"
+	case "sqlite":
+		first = first.(time.Time).Format("2006-01-02T15:04:05.000Z")
+	case "mysql":
+		first = first.(time.Time).Format("2006-01-02 15:04:05.000000")
+	}
+	_, err = b.db.SQL.Exec(q, first, id)
+	require.NoError(t, err)
+	n, err := b.store.RetryDead(ctx, []int64{id})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	return id, ack.Sequence
+}
+
+// TestRetriedDeadLetterIsReconciled: a dead letter put back by `bridge
+// retry` has its attempts reset, but it was claimed before — a minute ago,
+// beyond the stream's 1 s duplicate window — and its earlier publish is in
+// the stream. The relay finds it there by its claim history instead of
+// publishing it again (which the stream would store twice).
+func TestRetriedDeadLetterIsReconciled(t *testing.T) {
+	for _, kind := range []string{"sqlite", "postgres", "mysql"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, kind)
+			ctx := context.Background()
+			_, err := b.js.UpdateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Duplicates: time.Second})
+			require.NoError(t, err)
+			id, seq := b.inDoubtRow(t, "order-9")
+			time.Sleep(1100 * time.Millisecond) // the stream forgets the id
+			rec := dedup.NewReconciler(b.js, testLogger(), dedup.ReconcilerConfig{PublishTimeout: 200 * time.Millisecond})
+			b.startRelay(t, "relay-1", func(c *outbox.SubscriberConfig) { c.Reconciler = rec })
+			b.waitDone(t, 1)
+			require.Len(t, bridgetest.Messages(t, b.js, "EVENTS"), 1, "the retried row was published again")
+			var got int64
+			require.NoError(t, b.db.SQL.QueryRow("SELECT stream_seq FROM "+b.store.Table()+" WHERE id = "+strconv.FormatInt(id, 10)).Scan(&got))
+			require.Equal(t, int64(seq), got)
+			require.Equal(t, int64(1), rec.Reconciled.Load())
+		})
+	}
+}
+
+// TestRowInDoubtIsHeldWhenItsStreamCannotBeRead: whether a row in doubt was
+// stored cannot be told (the JetStream API cannot be reached: here a
+// connection closed for good), so the row is held back — failed, its attempt
+// not counted, last_error saying why — rather than published again.
+func TestRowInDoubtIsHeldWhenItsStreamCannotBeRead(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "sqlite")
+	id, _ := b.inDoubtRow(t, "order-10")
+	nc, err := nats.Connect(b.nats.URL())
+	require.NoError(t, err)
+	closed, err := jetstream.New(nc)
+	require.NoError(t, err)
+	nc.Close()
+	rec := dedup.NewReconciler(closed, testLogger(), dedup.ReconcilerConfig{PublishTimeout: 200 * time.Millisecond})
+	b.startRelay(t, "relay-1", func(c *outbox.SubscriberConfig) { c.Reconciler = rec; c.HoldBack = time.Hour })
+	var status, lastErr string
+	var attempts int
+	require.Eventually(t, func() bool {
+		var msg sql.NullString
+		err := b.db.SQL.QueryRow("SELECT status, attempts, last_error FROM "+b.store.Table()+" WHERE id = ?", id).Scan(&status, &attempts, &msg)
+		lastErr = msg.String
+		return err == nil && status == "failed"
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Zero(t, attempts, "holding back does not count the attempt")
+	require.Contains(t, lastErr, "in doubt, not published again: cannot tell whether the row's earlier publish is stored")
+	require.Len(t, bridgetest.Messages(t, b.js, "EVENTS"), 1, "nothing published again")
+}

@@ -69,15 +69,24 @@ type state struct {
 //
 // /metrics always has the server's own gauges, bridge_ready (1 when
 // /readyz answers 200) and bridge_build_info; with them the Go runtime and
-// process while no relay runs, and the running relay's metrics otherwise.
+// process before a relay ran, and the running (or, between two relays, the
+// last) relay's metrics otherwise.
 type Server struct {
 	listener net.Listener
 	srv      *http.Server
 	draining atomic.Bool
 	state    atomic.Pointer[state]
 	own      *prometheus.Registry // bridge_ready, bridge_build_info
-	base     http.Handler         // /metrics while no relay runs: own, the Go runtime and process
+	base     http.Handler         // /metrics before a relay ran: own, the Go runtime and process
 	logger   *slog.Logger
+	// unhealthy fails /healthz until its time, whatever the state.
+	unhealthy atomic.Pointer[until]
+}
+
+// until is a reason that holds until a time.
+type until struct {
+	why error
+	at  time.Time
 }
 
 // Listen binds addr (host:port; port 0 picks a free one) and returns a
@@ -132,14 +141,28 @@ func (s *Server) Running(p *Probes) {
 
 // Waiting reports that no relay runs because of why (a dependency that
 // cannot be reached): /readyz answers 503 naming it, /healthz 200 — the
-// process is alive and retrying, and a restart would not help.
-func (s *Server) Waiting(why error) { s.state.Store(&state{waiting: why}) }
+// process is alive and retrying, and a restart would not help. /metrics
+// keeps serving the last relay's metrics, whose counters and gauges keep
+// their last values.
+func (s *Server) Waiting(why error) {
+	s.state.Store(&state{waiting: why, metrics: s.state.Load().metrics})
+}
 
 // Dead reports that no relay runs because of why, a state the process must
 // not sit in (its NATS connection was closed for good): /healthz and
 // /readyz answer 503 until Running, so that an orchestrator restarts the
-// process should it not heal.
-func (s *Server) Dead(why error) { s.state.Store(&state{waiting: why, dead: why}) }
+// process should it not heal. /metrics as with Waiting.
+func (s *Server) Dead(why error) {
+	s.state.Store(&state{waiting: why, dead: why, metrics: s.state.Load().metrics})
+}
+
+// UnhealthyUntil makes /healthz answer 503 naming why until the time at,
+// whatever the relay does meanwhile: a process that keeps failing and
+// healing (its NATS connection closed for good again and again) is not
+// healthy although each new relay runs.
+func (s *Server) UnhealthyUntil(why error, at time.Time) {
+	s.unhealthy.Store(&until{why: why, at: at})
+}
 
 // Serve serves until ctx ends, then shuts down within 2 s.
 func (s *Server) Serve(ctx context.Context) error {
@@ -163,7 +186,11 @@ func (s *Server) Serve(ctx context.Context) error {
 // fails; then 503 with a JSON object naming why.
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	st := s.state.Load()
-	if st.dead == nil && (st.probes == nil || len(st.probes.Alive) == 0) {
+	bad := s.unhealthy.Load()
+	if bad != nil && !time.Now().Before(bad.at) {
+		bad = nil
+	}
+	if st.dead == nil && bad == nil && (st.probes == nil || len(st.probes.Alive) == 0) {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("ok\n"))
 		return
@@ -171,6 +198,9 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	result, ok := map[string]string{}, true
 	if st.dead != nil {
 		result["relay"], ok = st.dead.Error(), false
+	}
+	if bad != nil {
+		result["heals"], ok = bad.why.Error(), false
 	}
 	if st.probes != nil && !s.run(r.Context(), st.probes.Alive, result) {
 		ok = false

@@ -86,7 +86,7 @@ FOR UPDATE SKIP LOCKED`,
 	first_claimed_at = COALESCE(first_claimed_at, ` + mysqlNow + `), attempts = attempts + 1
 WHERE id IN (` + mysqlIDs + `)`,
 			`SELECT id, idempotency_key, subject, CASE WHEN LENGTH(payload) <= ? THEN payload END, headers, ordering_key,
-	attempts, created_at, claimed_at, LENGTH(payload)
+	attempts, created_at, claimed_at, first_claimed_at, LENGTH(payload)
 FROM ` + T + ` WHERE id IN (` + mysqlIDs + `) ORDER BY id`,
 		}, mysqlClaimSep),
 		// In-flight recovery, run by requeue one statement after another:

@@ -116,9 +116,9 @@ func (postgresDialect) sqlFor(t tableName) statements {
 		first_claimed_at = COALESCE(o.first_claimed_at, now()), attempts = o.attempts + 1
 	WHERE o.id = ANY(ARRAY(SELECT id FROM fit))
 	RETURNING o.id, o.idempotency_key, o.subject, CASE WHEN octet_length(o.payload) <= $6::bigint THEN o.payload END AS payload,
-		o.headers::text, o.ordering_key, o.attempts, o.created_at, o.claimed_at, octet_length(o.payload) AS payload_size
+		o.headers::text, o.ordering_key, o.attempts, o.created_at, o.claimed_at, o.first_claimed_at, octet_length(o.payload) AS payload_size
 )
-SELECT id, idempotency_key, subject, payload, headers, ordering_key, attempts, created_at, claimed_at, payload_size,
+SELECT id, idempotency_key, subject, payload, headers, ordering_key, attempts, created_at, claimed_at, first_claimed_at, payload_size,
 	coalesce(max(ordering_key) FILTER (WHERE ordering_key <= $3) OVER (),
 		max(ordering_key) FILTER (WHERE ordering_key > $3) OVER ()),
 	coalesce(bool_or(ordering_key > $3) OVER (), false),

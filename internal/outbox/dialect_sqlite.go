@@ -86,7 +86,7 @@ WHERE id IN (
 		WINDOW w AS (ORDER BY id ROWS UNBOUNDED PRECEDING))
 	WHERE n = 1 OR total <= ?5)
 RETURNING id, idempotency_key, subject, CASE WHEN octet_length(payload) <= ?6 THEN payload END, headers, ordering_key,
-	attempts, created_at, claimed_at, octet_length(payload)`,
+	attempts, created_at, claimed_at, first_claimed_at, octet_length(payload)`,
 		jump: `WITH RECURSIVE walk(k, n) AS (
 	SELECT (SELECT min(e.ordering_key) FROM ` + T + ` e WHERE e.ordering_key > ?1 AND ` + unsettled + `), 1
 	UNION ALL

@@ -42,6 +42,11 @@ type Row struct {
 	Attempt   int
 	CreatedAt time.Time
 	ClaimedAt time.Time
+	// FirstClaimedAt is when the row was first claimed (database clock):
+	// equal to ClaimedAt at its first claim, earlier when it was claimed
+	// before — also before a `bridge retry`, which resets the attempts but
+	// not this.
+	FirstClaimedAt time.Time
 }
 
 // size is what a claimed row takes in the relay's memory, as

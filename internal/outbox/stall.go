@@ -101,6 +101,10 @@ func (w *StallWatch) clear() {
 	}
 }
 
+// Inherit takes over the stall prev (the watch of an earlier relay of this
+// process) found, so that a stall lasts across rebuilds of the relay.
+func (w *StallWatch) Inherit(prev *StallWatch) { w.since.Store(prev.since.Load()) }
+
 // Stalled returns how long the relay has been stalled; 0 when it is not.
 func (w *StallWatch) Stalled() time.Duration {
 	since := w.since.Load()

@@ -189,10 +189,10 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) ([]Row, error) {
 
 // scanClaimed reads and closes the result of a claim: id,
 // idempotency_key, subject, payload (NULL when left out), headers,
-// ordering_key, attempts, created_at, claimed_at, the payload's length,
-// then one more column into each of extra (the same on every row). A
-// payload longer than maxPayload was left out. It returns the rows in id
-// order.
+// ordering_key, attempts, created_at, claimed_at, first_claimed_at, the
+// payload's length, then one more column into each of extra (the same on
+// every row). A payload longer than maxPayload was left out. It returns the
+// rows in id order.
 func scanClaimed(rows *sql.Rows, maxPayload int64, extra ...any) ([]Row, error) {
 	defer rows.Close()
 	var out []Row
@@ -200,7 +200,7 @@ func scanClaimed(rows *sql.Rows, maxPayload int64, extra ...any) ([]Row, error) 
 		var r Row
 		var headers sql.NullString
 		dest := []any{&r.ID, &r.IdempotencyKey, &r.Subject, &r.Payload, &headers, &r.OrderingKey,
-			&r.Attempt, dbTime{&r.CreatedAt}, dbTime{&r.ClaimedAt}, &r.PayloadSize}
+			&r.Attempt, dbTime{&r.CreatedAt}, dbTime{&r.ClaimedAt}, dbTime{&r.FirstClaimedAt}, &r.PayloadSize}
 		dest = append(dest, extra...)
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("claim outbox rows: scan: %w", err)
@@ -281,9 +281,11 @@ type Stats struct {
 	// clock; zero when none is pending.
 	OldestPending time.Duration
 	// OldestUnsettled is the age of the oldest row not yet relayed nor a
-	// dead letter (pending or failed), on the database clock; zero when
-	// there is none. It is the relay's lag: a row that keeps failing ages
-	// here while the pending rows are relayed.
+	// dead letter (pending, in flight or failed), on the database clock;
+	// zero when there is none. It is the relay's lag: a row that keeps
+	// failing ages here while the pending rows are relayed, and so does a
+	// row that keeps being claimed and requeued (its lease lost, again and
+	// again), which is in flight most of the time.
 	OldestUnsettled time.Duration
 	// OldestFailed is the failed row with the smallest id, with its age and
 	// last error; nil when none is failed, and not read when Stats is asked
@@ -332,7 +334,7 @@ func (s *Store) Stats(ctx context.Context, recent int) (Stats, error) {
 		case StatusPending:
 			st.OldestPending = age
 			st.OldestUnsettled = max(st.OldestUnsettled, age)
-		case StatusFailed:
+		case StatusFailed, StatusInFlight:
 			st.OldestUnsettled = max(st.OldestUnsettled, age)
 		}
 	}
@@ -605,18 +607,23 @@ func (s *Store) StatusOf(ctx context.Context, id int64) (Status, bool, error) {
 	return Status(st), true, nil
 }
 
-// ClaimTimes returns first_claimed_at and claimed_at (database clock) of a
-// claimed row. It is one query per row, for the rare rows claimed more than
-// once (see Subscriber's in-doubt check); the claim itself does not read
-// first_claimed_at.
-func (s *Store) ClaimTimes(ctx context.Context, id int64) (first, current time.Time, err error) {
-	q := "SELECT first_claimed_at, claimed_at FROM " + s.table.String() + " WHERE id = ?"
+// RelayedStream returns the stream recorded on a relayed (done) row of
+// subject, "" when there is none: where the relay found rows of the subject
+// stored before, for a subject whose stream the JetStream API cannot
+// resolve (an account subject mapping). One query, for the rare rows in
+// doubt whose stream is not known otherwise.
+func (s *Store) RelayedStream(ctx context.Context, subject string) (string, error) {
+	q := "SELECT stream FROM " + s.table.String() + " WHERE subject = ? AND status = 'done' AND stream IS NOT NULL AND stream <> '' LIMIT 1"
 	if s.db.dialect.name() == "postgres" {
 		q = strings.Replace(q, "?", "$1", 1)
 	}
-	err = s.db.SQL.QueryRowContext(ctx, q, id).Scan(dbTime{&first}, dbTime{&current})
-	if err != nil {
-		return first, current, fmt.Errorf("read claim times of row %d: %w", id, err)
+	var stream string
+	err := s.db.SQL.QueryRowContext(ctx, q, subject).Scan(&stream)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
 	}
-	return first, current, nil
+	if err != nil {
+		return "", fmt.Errorf("read the stream of a relayed row of %.80s: %w", subject, err)
+	}
+	return stream, nil
 }

@@ -161,6 +161,17 @@ type Counters struct {
 	Claimed      atomic.Int64 // rows claimed
 }
 
+// add adds prev's totals to c.
+func (c *Counters) add(prev *Counters) {
+	for _, p := range []struct{ to, from *atomic.Int64 }{
+		{&c.Relayed, &prev.Relayed}, {&c.Deduplicated, &prev.Deduplicated}, {&c.Failed, &prev.Failed},
+		{&c.Dead, &prev.Dead}, {&c.Released, &prev.Released}, {&c.Held, &prev.Held},
+		{&c.Requeued, &prev.Requeued}, {&c.Fenced, &prev.Fenced}, {&c.Claimed, &prev.Claimed},
+	} {
+		p.to.Add(p.from.Load())
+	}
+}
+
 // Subscriber is a Watermill message.Subscriber over an outbox table. One
 // Subscribe call per Subscriber; the topic is informational (the table).
 //
@@ -226,6 +237,16 @@ func NewSubscriber(store *Store, logger *slog.Logger, cfg SubscriberConfig) (*Su
 
 // LastClaim is when a claim last took rows (or the subscriber was made).
 func (s *Subscriber) LastClaim() time.Time { return time.Unix(0, s.lastClaim.Load()) }
+
+// Inherit takes over what prev, the subscriber of an earlier relay of this
+// process, counted, and its last claim: the counters go on from its totals,
+// and the time without a claim goes on from its last claim (a relay built
+// again and again without claiming is still stalled). Call it before
+// Subscribe.
+func (s *Subscriber) Inherit(prev *Subscriber) {
+	s.Counters.add(&prev.Counters)
+	s.lastClaim.Store(prev.lastClaim.Load())
+}
 
 // Subscribe starts claiming and returns the channel of emitted messages. It
 // is closed after ctx ends or Close is called and every emitted message was
@@ -364,7 +385,7 @@ func (s *Subscriber) tick(ctx context.Context, out chan<- *message.Message) (ful
 		s.lastClaim.Store(time.Now().UnixNano())
 	}
 	claimed := claimWindow{start, time.Now()}
-	rows = s.reconcile(ctx, rows)
+	rows = s.reconcile(ctx, rows, start)
 	batch := make([]watched, 0, len(rows))
 	defer func() {
 		if len(batch) > 0 {
@@ -613,44 +634,72 @@ type Reconciler interface {
 }
 
 // reconcile settles the in-doubt rows found in their stream as relayed and
-// returns the rows still to publish. Only rows claimed before (attempt > 1)
-// are examined, so first attempts cost nothing. On any error the rows are
-// published as usual.
-func (s *Subscriber) reconcile(ctx context.Context, rows []Row) []Row {
+// returns the rows still to publish. Only rows claimed before (first claimed
+// before this claim: a retried dead letter too, whose attempts were reset)
+// are examined, so first claims cost nothing.
+//
+// It is bounded by the lease: its rows must be handed on by claimStart plus
+// InflightTimeout less AckDeadline, so that their outcome is known before
+// the lease ends (after it, another relay may publish them too). A row
+// whose outcome cannot be told — its stream cannot be read, or the bound
+// passed before it was checked — is held back (failed, the attempt not
+// counted, claimed again after HoldBack) rather than published again: it
+// may be stored already, beyond the duplicate window. A scan that reaches
+// dedup.reconcile_max_messages, dedup.reconcile_timeout or the bound
+// without finding a row publishes it (see dedup.Reconciler.Reconcile).
+func (s *Subscriber) reconcile(ctx context.Context, rows []Row, claimStart time.Time) []Row {
 	if s.cfg.Reconciler == nil {
 		return rows
 	}
+	ctx, cancel := context.WithDeadline(ctx, claimStart.Add(s.cfg.InflightTimeout-s.cfg.AckDeadline))
+	defer cancel()
 	var doubt []dedup.Candidate
+	held := map[int64]string{}
 	for _, row := range rows {
-		if row.Attempt <= 1 {
+		if !row.FirstClaimedAt.Before(row.ClaimedAt) {
 			continue
 		}
-		first, current, err := s.store.ClaimTimes(ctx, row.ID)
-		if err != nil {
-			s.logger.Warn("reconcile: read claim times", slog.Int64("row_id", row.ID), slog.Any("error", err))
-			continue
-		}
-		c := dedup.Candidate{ID: row.ID, IdempotencyKey: row.IdempotencyKey, Subject: row.Subject, FirstClaimedAt: first, ClaimedAt: current}
+		c := dedup.Candidate{ID: row.ID, IdempotencyKey: row.IdempotencyKey, Subject: row.Subject, FirstClaimedAt: row.FirstClaimedAt, ClaimedAt: row.ClaimedAt}
 		inDoubt, err := s.cfg.Reconciler.InDoubt(ctx, c)
 		if err != nil {
-			s.logger.Warn("reconcile: cannot tell whether the row is in doubt; publishing it", slog.Int64("row_id", row.ID), slog.Any("error", err))
+			held[row.ID] = err.Error()
 			continue
 		}
 		if inDoubt {
 			doubt = append(doubt, c)
 		}
 	}
-	if len(doubt) == 0 {
+	var found map[int64]dedup.Stored
+	if len(doubt) > 0 {
+		var err error
+		found, err = s.cfg.Reconciler.Reconcile(ctx, doubt)
+		if err != nil {
+			for _, c := range doubt {
+				held[c.ID] = err.Error()
+			}
+		} else {
+			s.logger.Info("reconciled rows in doubt against the stream", slog.Int("in_doubt", len(doubt)), slog.Int("found", len(found)))
+		}
+	}
+	if len(found) == 0 && len(held) == 0 {
 		return rows
 	}
-	found, err := s.cfg.Reconciler.Reconcile(ctx, doubt)
-	if err != nil {
-		s.logger.Warn("reconcile failed; publishing the rows in doubt", slog.Int("rows", len(doubt)), slog.Any("error", err))
-		return rows
+	if len(held) > 0 {
+		var first string
+		for _, why := range held {
+			first = why
+			break
+		}
+		s.logger.Warn("rows in doubt held back: whether their earlier publish is stored cannot be told now, and publishing them again may store them twice",
+			slog.Int("rows", len(held)), slog.String("error", first), slog.Duration("retry_in", s.cfg.HoldBack))
 	}
-	s.logger.Info("reconciled rows in doubt against the stream", slog.Int("in_doubt", len(doubt)), slog.Int("found", len(found)))
 	out := rows[:0:0]
 	for _, row := range rows {
+		if why, ok := held[row.ID]; ok {
+			s.outstanding.Add(1)
+			s.settleCh <- settlement{row: row, err: "in doubt, not published again: " + why, held: true}
+			continue
+		}
 		stored, ok := found[row.ID]
 		if !ok {
 			out = append(out, row)

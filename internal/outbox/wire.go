@@ -12,7 +12,7 @@ import (
 )
 
 // ProviderSet builds the outbox side of the relay from the configuration.
-var ProviderSet = wire.NewSet(ProvideDB, ProvideStore, ProvideSubscriber, ProvideStallWatch)
+var ProviderSet = wire.NewSet(ProvideDB, ProvideStore, ProvideSubscriber, ProvideStallWatch, ProvideTableCollector)
 
 // ClaimGate is asked before every claim; see SubscriberConfig.CanClaim.
 type ClaimGate func() bool
@@ -109,4 +109,9 @@ func ProvideStallWatch(store *Store, sub *Subscriber, cfg *config.Config, logger
 		unhealthy = -1
 	}
 	return NewStallWatch(store, sub, logger, StallConfig{After: cfg.Relay.StallAfter, UnhealthyAfter: unhealthy})
+}
+
+// ProvideTableCollector reads the table's counts and lag at most every 15 s.
+func ProvideTableCollector(store *Store) *TableCollector {
+	return NewTableCollector(store, 15*time.Second)
 }

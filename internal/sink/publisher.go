@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -18,6 +20,32 @@ const PublishTimeoutDefault = 5 * time.Second
 
 // ErrClosed is returned by Publish after Close.
 var ErrClosed = errors.New("jetstream publisher closed")
+
+// ErrNotSent is wrapped by the error of a publish that never reached the
+// connection: it was closed (for good) before the message was handed to
+// it. The message was not sent, so nothing of it can be stored.
+var ErrNotSent = errors.New("not sent: the NATS connection is closed")
+
+// ErrClosedByAnother is wrapped by the error of a publish waiting for its
+// PubAck when the server closed the connection because a protocol line was
+// longer than its max_control_line, and this message's subject is shorter
+// than the longest sent on the connection: another message's line closed
+// it, not this one's. The outcome of this message is unknown (it may be
+// stored); it is not its fault.
+var ErrClosedByAnother = errors.New("the NATS connection was closed for good by a longer publish line than this message's (max_control_line)")
+
+// ErrLineTooLong is wrapped by the error of a publish waiting for its
+// PubAck when the server closed the connection because a protocol line was
+// longer than its max_control_line, and this message's subject is the
+// longest sent on the connection: its own line was (at least as) long as
+// the one that closed it. The same line would close every connection.
+var ErrLineTooLong = errors.New("the NATS server closed the connection: this message's publish line is longer than the server's max_control_line")
+
+// ErrUnresponsive is wrapped by the error of a publish that got no PubAck
+// in time while the server answered no PING sent after it (see
+// Config.Answered): the server (or the way to it) is frozen, which says
+// nothing about the message.
+var ErrUnresponsive = errors.New("the NATS server does not answer: no PONG to a PING sent after the publish")
 
 // Marshaler turns a Watermill message into the NATS message to publish on
 // subject.
@@ -58,12 +86,27 @@ type Config struct {
 	// times out. Defaults to nil.
 	Denied func(subject string, since time.Time) error
 	// Conn, when set, is the connection js publishes on: when it is closed
-	// for good, the publishes waiting for a PubAck fail at once with
-	// nats.ErrConnectionClosed (the client fails them only on a
-	// disconnect, and a closed connection never delivers their PubAcks).
+	// for good, the publishes waiting for a PubAck fail at once (the client
+	// fails them only on a disconnect, and a closed connection never
+	// delivers their PubAcks). When the server closed it for a protocol
+	// line over its max_control_line, a message whose subject is shorter
+	// than the longest sent on the connection fails with
+	// ErrClosedByAnother (another line closed it), the others with
+	// ErrLineTooLong; otherwise with nats.ErrConnectionClosed.
 	// Defaults to nil.
 	Conn *nats.Conn
+	// Answered, when set, is asked about a publish that got no PubAck in
+	// time: whether the server answered a PING sent after the publish began
+	// (broker.Pinger.AnsweredSince), waiting at most answeredWait for a
+	// PONG. When it did not, the publish fails with ErrUnresponsive instead
+	// of the timeout. Defaults to nil.
+	Answered func(ctx context.Context, since time.Time) bool
 }
+
+// answeredWait bounds the wait of a timed-out publish for a PONG: a server
+// that answers at all answers a PING within milliseconds, and the caller's
+// ack deadline follows the publish timeout closely.
+const answeredWait = 250 * time.Millisecond
 
 // Publisher publishes Watermill messages to JetStream and waits for their
 // PubAcks. It is safe for concurrent use.
@@ -83,6 +126,10 @@ type Publisher struct {
 	// connClosed is closed when Config.Conn is closed for good; never
 	// without a Conn.
 	connClosed chan struct{}
+
+	// longest is the length of the longest subject handed to the client,
+	// on the publisher's one connection.
+	longest atomic.Int64
 }
 
 // send is one message on its way to the client, and the client's answer.
@@ -173,7 +220,16 @@ func (p *Publisher) write(s *send) {
 		s.err = fmt.Errorf("marshal message %s: %w", s.msg.UUID, err)
 		return
 	}
+	if n := int64(len(s.subject)); n > p.longest.Load() {
+		p.longest.Store(n) // only this goroutine writes it
+	}
 	if s.future, err = p.js.PublishMsgAsync(m, jetstream.WithRetryAttempts(0)); err != nil {
+		if p.cfg.Conn != nil && p.cfg.Conn.IsClosed() {
+			// nats.go says "error creating async reply handler: nats:
+			// connection closed" without wrapping nats.ErrConnectionClosed.
+			s.err = fmt.Errorf("publish to %s: %w (%v)", s.subject, ErrNotSent, err)
+			return
+		}
 		s.err = fmt.Errorf("publish to %s: %w", s.subject, err)
 	}
 }
@@ -256,21 +312,52 @@ func (p *Publisher) PublishMsg(ctx context.Context, subject string, msg *message
 		return ack, nil
 	case err := <-future.Err():
 		if errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
-			if denied := p.denied(subject, began); denied != nil {
-				return nil, fmt.Errorf("publish to %s: %w", subject, denied)
-			}
+			return nil, p.timedOut(subject, began, err)
 		}
 		return nil, fmt.Errorf("publish to %s: %w", subject, err)
 	case <-timer.C:
-		if denied := p.denied(subject, began); denied != nil {
-			return nil, fmt.Errorf("publish to %s: %w", subject, denied)
-		}
-		return nil, fmt.Errorf("publish to %s: no PubAck within %s: %w", subject, p.cfg.PublishTimeout, jetstream.ErrAsyncPublishTimeout)
+		return nil, p.timedOut(subject, began, fmt.Errorf("no PubAck within %s: %w", p.cfg.PublishTimeout, jetstream.ErrAsyncPublishTimeout))
 	case <-ctx.Done():
 		return nil, fmt.Errorf("publish to %s: %w", subject, ctx.Err())
 	case <-p.connClosed:
-		return nil, fmt.Errorf("publish to %s: %w (%v)", subject, nats.ErrConnectionClosed, p.cfg.Conn.LastError())
+		last := p.cfg.Conn.LastError()
+		if lineTooLong(last) {
+			if int64(len(subject)) < p.longest.Load() {
+				return nil, fmt.Errorf("publish to %s: %w (%v)", subject, ErrClosedByAnother, last)
+			}
+			return nil, fmt.Errorf("publish to %.80s: %w (subject of %d bytes; %v); shorten the subject or raise the server's max_control_line, then bridge retry",
+				subject, ErrLineTooLong, len(subject), last)
+		}
+		return nil, fmt.Errorf("publish to %s: %w (%v)", subject, nats.ErrConnectionClosed, last)
 	}
+}
+
+// timedOut is the error of a publish begun at began that got no PubAck in
+// time: the server's permission violation for subject, the server not
+// answering at all, or err.
+func (p *Publisher) timedOut(subject string, began time.Time, err error) error {
+	if denied := p.denied(subject, began); denied != nil {
+		return fmt.Errorf("publish to %s: %w", subject, denied)
+	}
+	if p.cfg.Answered != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), answeredWait)
+		answered := p.cfg.Answered(ctx, began)
+		cancel()
+		if !answered {
+			return fmt.Errorf("publish to %s: %w (%v)", subject, ErrUnresponsive, err)
+		}
+	}
+	return fmt.Errorf("publish to %s: %w", subject, err)
+}
+
+// lineTooLong reports whether err, a connection's last error, is the NATS
+// server's -ERR 'Maximum Control Line Exceeded' (nats-server
+// server/parser.go overMaxControlLineLimit), which nats.go keeps as the
+// text "nats: maximum control line exceeded" without a sentinel (nats.go
+// nats.go processErr). The one place that reads that text; shown by
+// cmd/bridge TestConnectionClosedForGoodHeals against a real server.
+func lineTooLong(err error) bool {
+	return err != nil && strings.Contains(strings.ToLower(err.Error()), "maximum control line exceeded")
 }
 
 func (p *Publisher) denied(subject string, since time.Time) error {

@@ -60,5 +60,5 @@ func ProvideSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, 
 // it.
 func ProvideForwarder(sub *Subscriber, store *outbox.Store, pub *sink.Publisher, nc *nats.Conn, guard *dedup.Guard, keeper *broker.Keeper, tracer trace.Tracer, reg *prometheus.Registry, cfg *config.Config, logger *slog.Logger) (*forwarder.Forwarder, error) {
 	return forwarder.New(sub, store.Table(), pub, logger, forwarder.Config{CloseTimeout: cfg.ShutdownTimeout, Connected: nc.IsConnected,
-		StreamSeen: guard.Observe, Admit: guard.Admit, StreamMissing: keeper.Missing, Tracer: tracer, Registerer: reg})
+		StreamSeen: guard.Published, Admit: guard.Admit, StreamMissing: keeper.Missing, Tracer: tracer, Registerer: reg})
 }

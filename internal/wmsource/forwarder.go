@@ -46,9 +46,10 @@ type Config struct {
 	// failure while it is down is logged as class "unavailable". Defaults
 	// to nil.
 	Connected func() bool
-	// StreamSeen, when set, is told the stream of every PubAck (the
-	// duplicate-window guard watches those streams). Defaults to nil.
-	StreamSeen func(stream string)
+	// StreamSeen, when set, is told the subject and the stream of every
+	// PubAck (the duplicate-window guard watches those streams). Defaults to
+	// nil.
+	StreamSeen func(subject, stream string)
 	// Admit, when set, is asked before every publish; an error stops that
 	// publish and the message is sent again later, as after a retryable
 	// failure: the queue waits (the duplicate-window guard refusing an
@@ -203,7 +204,7 @@ func (f *Forwarder) handle(msg *message.Message) error {
 		return nil
 	}
 	if f.cfg.StreamSeen != nil {
-		f.cfg.StreamSeen(ack.Stream)
+		f.cfg.StreamSeen(u.Subject, ack.Stream)
 	}
 	if ack.Duplicate {
 		f.Counters.Deduplicated.Add(1)

@@ -28,6 +28,25 @@ type Relay struct {
 	Logger    *slog.Logger
 }
 
+// Inherit takes over what prev, the relay this process ran before this one
+// (its NATS connection was closed for good), observed: the forwarder's
+// counters, the guard's findings and the keeper's count. Call it before
+// Run.
+func (r *Relay) Inherit(prev *Relay) {
+	c, p := &r.Forwarder.Counters, &prev.Forwarder.Counters
+	c.Relayed.Add(p.Relayed.Load())
+	c.Deduplicated.Add(p.Deduplicated.Load())
+	c.Failed.Add(p.Failed.Load())
+	c.KeyFallbacks.Add(p.KeyFallbacks.Load())
+	for reason, n := range p.Skipped {
+		if to := c.Skipped[reason]; to != nil {
+			to.Add(n.Load())
+		}
+	}
+	r.Guard.Inherit(prev.Guard)
+	r.Keeper.Inherit(prev.Keeper)
+}
+
 // Run relays until ctx ends, then stops: the subscriber commits the offset
 // of the messages published, and Run returns nil. Beside it the
 // duplicate-window guard and the stream keeper run. When the NATS

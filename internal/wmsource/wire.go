@@ -70,7 +70,7 @@ func ProvideForwarder(sub *wmsql.Subscriber, pub *sink.Publisher, nc *nats.Conn,
 		MsgIDMetadata: cfg.Watermill.MsgIDMetadata,
 		CloseTimeout:  cfg.ShutdownTimeout,
 		Connected:     nc.IsConnected,
-		StreamSeen:    guard.Observe,
+		StreamSeen:    guard.Published,
 		Admit:         guard.Admit,
 		StreamMissing: keeper.Missing,
 	})
