@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -685,4 +686,96 @@ func TestFrozenNATSServerIsNotReady(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, "%s", body)
 	require.Len(t, bridgetest.Messages(t, js, "EVENTS"), len(ids))
 	require.Contains(t, p.stderr.String(), "NATS server does not answer")
+}
+
+// TestRowInDoubtWithALongSubjectKeepsTheConnection: a row claimed before,
+// a minute ago — beyond its stream's 5 s duplicate window — is reconciled
+// against the stream before it is published again. Its subject is as long
+// as the relay allows and the stream's name long enough that the API
+// subject of a consumer filtered by it would not fit the server's control
+// line: the connection stays up, the row is found in the stream (not
+// published twice), and the other rows flow.
+func TestRowInDoubtWithALongSubjectKeepsTheConnection(t *testing.T) {
+	t.Parallel()
+	n := bridgetest.StartNATS(t)
+	_, js := n.JetStream(t)
+	bridgetest.CreateStream(t, js, "EVENTS", "events.>")
+	const stream = "LONG"
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: stream, Subjects: []string{"l.>"}, Duplicates: 5 * time.Second})
+	require.NoError(t, err)
+	subject := "l." + strings.Repeat("x", 4003-len(stream)-len("l."))
+	e := newIsoEnv(t, "sqlite", n.URL(),
+		"BRIDGE_RELAY_PUBLISH_TIMEOUT=1s", "BRIDGE_RELAY_ACK_DEADLINE=2s", "BRIDGE_RELAY_INFLIGHT_TIMEOUT=3s")
+	doubt := e.insert(t, "in-doubt", subject)
+	_, err = e.db.Exec(`UPDATE `+e.tbl+` SET status = 'failed', attempts = 1, first_claimed_at = ? WHERE id = ?`,
+		time.Now().Add(-time.Minute).UTC().Format("2006-01-02T15:04:05.000Z"), doubt)
+	require.NoError(t, err)
+	m := nats.NewMsg(subject)
+	m.Header.Set(jetstream.MsgIDHeader, "in-doubt")
+	ack, err := js.PublishMsg(context.Background(), m) // the earlier publish, never marked
+	require.NoError(t, err)
+	var good []int64
+	for i := range 5 {
+		good = append(good, e.insert(t, fmt.Sprintf("g-%d", i), "events.x"))
+	}
+	p, _ := e.run(t)
+	e.waitRows(t, p, 30*time.Second, "done", append(good, doubt)...)
+	var seq int64
+	require.NoError(t, e.db.QueryRow(`SELECT stream_seq FROM `+e.tbl+` WHERE id = ?`, doubt).Scan(&seq))
+	require.Equal(t, int64(ack.Sequence), seq, "found in the stream, not published again")
+	require.Len(t, bridgetest.Messages(t, js, stream), 1)
+	require.NotContains(t, p.stderr.String(), "closed for good")
+}
+
+// TestReplyInboxRefused: the relay's NATS user may publish but not
+// subscribe to _INBOX.>, so no PubAck (and no JetStream API answer) can
+// reach it: the messages are stored, their PubAcks never come. The relay
+// says so — /readyz 503 naming the inbox, the rows' last_error — claims
+// nothing while it lasts, charges no attempt, and does not publish the
+// rows again and again (each again past the duplicate window would be
+// stored twice).
+func TestReplyInboxRefused(t *testing.T) {
+	t.Parallel()
+	srv := bridgetest.StartNATSWithOptions(t, func(o *server.Options) {
+		o.Users = []*server.User{
+			{Username: "relay", Password: "relay-pw", Permissions: &server.Permissions{
+				Publish:   &server.SubjectPermission{Allow: []string{"events.>", "$JS.API.>"}},
+				Subscribe: &server.SubjectPermission{Allow: []string{"nothing.>"}}}},
+			{Username: "admin", Password: "admin-pw"},
+		}
+	})
+	port := srv.Addr().String()
+	js := natsClient(t, "nats://admin:admin-pw@"+port)
+	bridgetest.CreateStream(t, js, "EVENTS", "events.>")
+	// The ack deadline leaves room for the guard's lookup (up to 1 s, the
+	// API cannot answer either) before the publish.
+	e := newIsoEnv(t, "sqlite", "nats://"+port, "BRIDGE_NATS_USER=relay", "BRIDGE_NATS_PASSWORD=relay-pw",
+		"BRIDGE_RELAY_PUBLISH_TIMEOUT=1s", "BRIDGE_RELAY_ACK_DEADLINE=3s", "BRIDGE_RELAY_INFLIGHT_TIMEOUT=4s")
+	var ids []int64
+	for i := range 5 {
+		ids = append(ids, e.insert(t, fmt.Sprintf("nb-%d", i), "events.nb"))
+	}
+	p, base := e.run(t)
+	poll(t, 30*time.Second, func() bool {
+		code, body := httpGet(base + "/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "reply inbox")
+	}, "/readyz never said the reply inbox is refused")
+	poll(t, 30*time.Second, func() bool {
+		for _, id := range ids {
+			if r := e.row(t, id); r.Status == "in_flight" || (r.Status == "pending" && r.LastError == "") {
+				return false
+			}
+		}
+		return true
+	}, "the rows never learned why")
+	time.Sleep(4 * time.Second) // longer than publish timeout and lease: nothing more happens
+	for _, id := range ids {
+		r := e.row(t, id)
+		require.Zero(t, r.Attempts, "row %d: %+v", id, r)
+		require.Contains(t, r.LastError, "no permission to subscribe to _INBOX.>", "row %d", id)
+	}
+	s, err := js.Stream(context.Background(), "EVENTS")
+	require.NoError(t, err)
+	require.LessOrEqual(t, s.CachedInfo().State.Msgs, uint64(len(ids)), "rows published again")
+	require.False(t, p.exited())
 }

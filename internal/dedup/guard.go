@@ -29,6 +29,11 @@ const (
 // GuardIntervalDefault is how often a running relay checks its streams again.
 const GuardIntervalDefault = time.Minute
 
+// admitTimeout bounds the JetStream API requests of one Admit: the
+// message waits for them, against its publish deadline, and a stream that
+// cannot be read in that time is admitted unchecked (see Unchecked).
+const admitTimeout = time.Second
+
 // HoldBack is how long the rows of a stream the guard refuses are held
 // back before they are tried again, and how often at most the guard
 // inspects such a stream again: a fixed stream lets its rows through
@@ -223,7 +228,7 @@ func (g *Guard) inspectStream(ctx context.Context, name string) (*UnsafeStreamEr
 		return nil, err
 	}
 	if err != nil {
-		if ctx.Err() == nil {
+		if !errors.Is(err, context.Canceled) { // canceled: the relay stops
 			g.mu.Lock()
 			g.unchecked[name] = err
 			g.mu.Unlock()
@@ -290,6 +295,8 @@ func (g *Guard) Admit(ctx context.Context, subject string) error {
 	if g.mode == GuardOff {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, admitTimeout)
+	defer cancel()
 	var name string
 	if v, ok := g.subjects.Load(subject); ok && (v.(resolution).name != "" || time.Now().Before(v.(resolution).retry)) {
 		name = v.(resolution).name
@@ -301,7 +308,7 @@ func (g *Guard) Admit(ctx context.Context, subject string) error {
 			if routed, ok := g.routes.Stream(subject); ok {
 				n, err = routed, nil
 			}
-		case err != nil && ctx.Err() == nil:
+		case err != nil && !errors.Is(err, context.Canceled):
 			g.mu.Lock()
 			g.unchecked[""] = fmt.Errorf("look up the stream of subject %.80s: %w", subject, err)
 			g.mu.Unlock()
