@@ -82,3 +82,36 @@ func newRelay(t *testing.T, cfg *config.Config) (*bridge.Relay, func()) {
 	require.NoError(t, err)
 	return relay, cleanup
 }
+
+// TestStopDuringAHealIsACleanStop: SIGTERM arrives while the relay's NATS
+// connection is being closed for good (here: both at the moment the relay
+// is built). The relay drains, and Serve reports a clean stop — exit 0,
+// not the closed connection.
+func TestStopDuringAHealIsACleanStop(t *testing.T) {
+	n := bridgetest.StartNATS(t)
+	cfg := config.Default()
+	cfg.Database.URL = bridgetest.SQLiteURL(t)
+	cfg.NATS.URL = n.URL()
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	require.NoError(t, cfg.Validate())
+	db, err := outbox.Open(context.Background(), cfg.Database.URL)
+	require.NoError(t, err)
+	_, err = outbox.Migrate(context.Background(), db, cfg.Database.Table)
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	defer bridge.SetBuilt(func(d bridge.Daemon) {
+		stop()
+		d.(*bridge.Relay).Conn.Close()
+	})()
+	done := make(chan error, 1)
+	go func() { done <- bridge.Serve(ctx, &cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "a stop asked for is a clean stop, closed connection or not")
+	case <-time.After(30 * time.Second):
+		t.Fatal("Serve did not return")
+	}
+}

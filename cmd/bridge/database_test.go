@@ -10,10 +10,12 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -323,6 +325,60 @@ func TestMigrateMixedCaseTwice(t *testing.T) {
 				r = runBridge(t, dir, nil, "enqueue", "--database-url", c.url, "--table", table, "--subject", "events.case", "--data", "x")
 				require.Equal(t, 0, r.code, "bridge enqueue --table %s\n%s", table, r)
 			}
+		})
+	}
+}
+
+// silentServer accepts TCP connections and never answers on them, as a
+// database host whose server hangs (or a proxy in front of a dead one)
+// does. It returns its address.
+func silentServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// TestDatabaseThatNeverAnswers: the database accepts the connection and
+// says nothing. `bridge run` does not hang in its first start: each try
+// gives up after database.connect_timeout, is logged, and /readyz names
+// the database.
+func TestDatabaseThatNeverAnswers(t *testing.T) {
+	t.Parallel()
+	n := bridgetest.StartNATS(t)
+	for _, kind := range []string{"postgres", "mysql"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			addr := silentServer(t)
+			dbURL := "postgres://u:p@" + addr + "/db?sslmode=disable"
+			if kind == "mysql" {
+				dbURL = "mysql://u:p@" + addr + "/db"
+			}
+			env := []string{"BRIDGE_DATABASE_URL=" + dbURL, "BRIDGE_NATS_URL=" + n.URL(), "BRIDGE_DATABASE_CONNECT_TIMEOUT=500ms"}
+			r := runWaiting(t, t.TempDir(), env, []string{"run", "--http-listen", "127.0.0.1:0"},
+				"connect to "+kind+" ", addr, "relay cannot start yet")
+			require.GreaterOrEqual(t, strings.Count(r.stderr, "relay cannot start yet"), 1)
 		})
 	}
 }

@@ -15,6 +15,7 @@ const (
 	TableDefault                = "outbox"
 	ConnMaxLifetimeDefault      = 3 * time.Minute
 	ConnMaxIdleTimeDefault      = time.Minute
+	ConnectTimeoutDefault       = 10 * time.Second
 	NATSURLDefault              = NATSURLEmbedded
 	NATSListenDefault           = "127.0.0.1:4222"
 	BatchSizeDefault            = 500
@@ -142,6 +143,12 @@ type Database struct {
 	// ConnMaxIdleTime is how long an unused PostgreSQL or MySQL session is kept open.
 	// Defaults to 1m.
 	ConnMaxIdleTime time.Duration `koanf:"conn_max_idle_time"`
+
+	// ConnectTimeout bounds opening a PostgreSQL or MySQL session (connection,
+	// TLS, authentication) and the first query that checks the database: a
+	// server that accepts TCP connections but never answers is retried instead
+	// of waited for. Defaults to 10s.
+	ConnectTimeout time.Duration `koanf:"connect_timeout"`
 }
 
 // NATS is the connection to NATS, or the embedded server.
@@ -359,7 +366,8 @@ type Log struct {
 func Default() Config {
 	return Config{
 		DataDir:  DataDirDefault,
-		Database: Database{Table: TableDefault, ConnMaxLifetime: ConnMaxLifetimeDefault, ConnMaxIdleTime: ConnMaxIdleTimeDefault},
+		Database: Database{Table: TableDefault, ConnMaxLifetime: ConnMaxLifetimeDefault, ConnMaxIdleTime: ConnMaxIdleTimeDefault,
+			ConnectTimeout: ConnectTimeoutDefault},
 		NATS:     NATS{URL: NATSURLDefault, Listen: NATSListenDefault},
 		Relay: Relay{
 			BatchSize:        BatchSizeDefault,

@@ -110,6 +110,9 @@ func (c *Config) validateDatabase() error {
 	if err := positive("database.conn_max_idle_time", c.Database.ConnMaxIdleTime); err != nil {
 		return err
 	}
+	if err := positive("database.connect_timeout", c.Database.ConnectTimeout); err != nil {
+		return err
+	}
 	if err := sqlname.Check(c.Database.Table); err != nil {
 		return &Error{
 			Key:     "database.table",

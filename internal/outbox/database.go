@@ -73,6 +73,11 @@ type Session struct {
 	// MaxIdleTime is how long an unused session is kept. Defaults to 1m
 	// (config.ConnMaxIdleTimeDefault).
 	MaxIdleTime time.Duration
+	// ConnectTimeout bounds the opening of a session (connection, TLS,
+	// authentication; pgx's connect_timeout and the MySQL driver's dial
+	// timeout unless the URL sets them) and OpenSession's first check of the
+	// database. Defaults to 10s (config.ConnectTimeoutDefault).
+	ConnectTimeout time.Duration
 }
 
 // SessionNameDefault is the name of the sessions of a zero Session.
@@ -94,6 +99,7 @@ func (s Session) withDefaults() Session {
 	}
 	s.MaxLifetime = cmp.Or(s.MaxLifetime, config.ConnMaxLifetimeDefault)
 	s.MaxIdleTime = cmp.Or(s.MaxIdleTime, config.ConnMaxIdleTimeDefault)
+	s.ConnectTimeout = cmp.Or(s.ConnectTimeout, config.ConnectTimeoutDefault)
 	return s
 }
 
@@ -121,6 +127,10 @@ func Open(ctx context.Context, rawURL string) (*DB, error) {
 // for any other URL; otherwise the driver's connection error.
 func OpenSession(ctx context.Context, rawURL string, s Session) (*DB, error) {
 	s = s.withDefaults()
+	// A server that accepts the TCP connection and never answers would
+	// otherwise hold the caller (the first build of `bridge run`) forever.
+	ctx, cancel := context.WithTimeout(ctx, s.ConnectTimeout)
+	defer cancel()
 	switch {
 	case strings.HasPrefix(rawURL, "postgres://"), strings.HasPrefix(rawURL, "postgresql://"):
 		return openPostgres(ctx, rawURL, s)
@@ -184,6 +194,9 @@ func openPostgres(ctx context.Context, rawURL string, s Session) (*DB, error) {
 	}
 	if _, set := cfg.RuntimeParams["application_name"]; !set {
 		cfg.RuntimeParams["application_name"] = s.Name
+	}
+	if !strings.Contains(rawURL, "connect_timeout=") {
+		cfg.ConnectTimeout = s.ConnectTimeout
 	}
 	db := &DB{dialect: postgresDialect{}, Redacted: RedactURL(rawURL), pgConfig: cfg, fence: &sessionFence{}}
 	onError := cfg.OnPgError
@@ -344,6 +357,9 @@ func openMySQL(ctx context.Context, rawURL string, s Session) (*DB, error) {
 			return nil, fmt.Errorf("connect to mysql %s: %w", RedactURL(rawURL), err)
 		}
 		cfg.Params[name] = "'READ-COMMITTED'"
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = s.ConnectTimeout // the driver's dial timeout
 	}
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {

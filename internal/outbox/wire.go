@@ -44,12 +44,14 @@ func ProvideDB(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*D
 
 // ConfiguredSession is the Session of the configuration: named after the
 // relay owner (relay.owner, by default <hostname>-<pid>) and bounded by
-// database.conn_max_lifetime and database.conn_max_idle_time.
+// database.conn_max_lifetime and database.conn_max_idle_time, opened within
+// database.connect_timeout.
 func ConfiguredSession(cfg *config.Config) Session {
 	return Session{
-		Name:        SessionName(cfg.Relay.Owner),
-		MaxLifetime: cfg.Database.ConnMaxLifetime,
-		MaxIdleTime: cfg.Database.ConnMaxIdleTime,
+		Name:           SessionName(cfg.Relay.Owner),
+		MaxLifetime:    cfg.Database.ConnMaxLifetime,
+		MaxIdleTime:    cfg.Database.ConnMaxIdleTime,
+		ConnectTimeout: cfg.Database.ConnectTimeout,
 	}
 }
 
