@@ -365,10 +365,10 @@ type Log struct {
 // default) and Relay.Owner is <hostname>-<pid>.
 func Default() Config {
 	return Config{
-		DataDir:  DataDirDefault,
+		DataDir: DataDirDefault,
 		Database: Database{Table: TableDefault, ConnMaxLifetime: ConnMaxLifetimeDefault, ConnMaxIdleTime: ConnMaxIdleTimeDefault,
 			ConnectTimeout: ConnectTimeoutDefault},
-		NATS:     NATS{URL: NATSURLDefault, Listen: NATSListenDefault},
+		NATS: NATS{URL: NATSURLDefault, Listen: NATSListenDefault},
 		Relay: Relay{
 			BatchSize:        BatchSizeDefault,
 			MaxInFlight:      MaxInFlightDefault,
