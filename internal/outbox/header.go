@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/textproto"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/outbox-bridge/bridge/internal/dedup"
 )
@@ -126,9 +127,13 @@ func IsTokenChar(c byte) bool {
 	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
+// truncate cuts s to at most n bytes, at a rune boundary, marking the cut.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "…"
 }

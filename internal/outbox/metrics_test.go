@@ -2,8 +2,10 @@ package outbox_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -93,4 +95,17 @@ func TestLagCountsRowsInFlight(t *testing.T) {
 			require.GreaterOrEqual(t, st.OldestUnsettled, 300*time.Millisecond, "the row in flight is not in the lag")
 		})
 	}
+}
+
+// TestErrorsQuoteRowsWholeRunes: a row's text quoted in an error is cut at
+// a rune boundary, never inside a multi-byte character.
+func TestErrorsQuoteRowsWholeRunes(t *testing.T) {
+	t.Parallel()
+	for i := range 4 { // every offset of the cut within a 2-byte rune
+		_, err := outbox.ParseHeaders([]byte(`{"X": {"v": "` + strings.Repeat("a", i) + strings.Repeat("é", 60) + `"}}`))
+		require.Error(t, err)
+		require.True(t, utf8.ValidString(err.Error()), "%q", err.Error())
+	}
+	err := outbox.CheckSubject("events." + strings.Repeat("é", 2100))
+	require.True(t, utf8.ValidString(err.Error()), "%q", err.Error())
 }
