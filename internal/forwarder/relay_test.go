@@ -379,3 +379,38 @@ func TestRowInDoubtIsHeldWhenItsStreamCannotBeRead(t *testing.T) {
 	require.Contains(t, lastErr, "in doubt, not published again: cannot tell whether the row's earlier publish is stored")
 	require.Len(t, bridgetest.Messages(t, b.js, "EVENTS"), 1, "nothing published again")
 }
+
+// TestReconcileIsBoundedByTheLease: the JetStream API does not answer the
+// reconcile (its connection is frozen), and each request would wait out
+// the client's 5 s timeout, one row after another — longer than the lease,
+// so that the rows would be requeued and claimed again and again. The
+// reconcile stops at the lease's budget (inflight_timeout less
+// ack_deadline) and holds the rows back.
+func TestReconcileIsBoundedByTheLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "sqlite")
+	var ids []int64
+	for i := range 5 {
+		id, _ := b.inDoubtRow(t, fmt.Sprintf("bounded-%d", i))
+		ids = append(ids, id)
+	}
+	proxy := bridgetest.StartProxy(t, b.nats.Server.Addr().String())
+	nc, err := nats.Connect("nats://" + proxy.Addr())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	frozen, err := jetstream.New(nc)
+	require.NoError(t, err)
+	proxy.Freeze()
+	rec := dedup.NewReconciler(frozen, testLogger(), dedup.ReconcilerConfig{PublishTimeout: 200 * time.Millisecond, Horizon: time.Second})
+	r := b.startRelay(t, "relay-1", func(c *outbox.SubscriberConfig) {
+		c.Reconciler, c.HoldBack = rec, time.Hour
+		c.InflightTimeout, c.AckDeadline = 3*time.Second, 2*time.Second
+	})
+	require.Eventually(t, func() bool {
+		var n int
+		err := b.db.SQL.QueryRow("SELECT COUNT(*) FROM "+b.store.Table()+" WHERE status = 'failed' AND last_error LIKE 'in doubt, not published again%'").Scan(&n)
+		return err == nil && n == len(ids)
+	}, 15*time.Second, 50*time.Millisecond, "the rows in doubt were not held back")
+	require.Zero(t, r.sub.Counters.Requeued.Load(), "a lease ran out during the reconcile")
+	require.Len(t, bridgetest.Messages(t, b.js, "EVENTS"), len(ids), "nothing published again")
+}
