@@ -408,7 +408,7 @@ func TestReconcileIsBoundedByTheLease(t *testing.T) {
 	})
 	require.Eventually(t, func() bool {
 		var n int
-		err := b.db.SQL.QueryRow("SELECT COUNT(*) FROM "+b.store.Table()+" WHERE status = 'failed' AND last_error LIKE 'in doubt, not published again%'").Scan(&n)
+		err := b.db.SQL.QueryRow("SELECT COUNT(*) FROM " + b.store.Table() + " WHERE status = 'failed' AND last_error LIKE 'in doubt, not published again%'").Scan(&n)
 		return err == nil && n == len(ids)
 	}, 15*time.Second, 50*time.Millisecond, "the rows in doubt were not held back")
 	require.Zero(t, r.sub.Counters.Requeued.Load(), "a lease ran out during the reconcile")
