@@ -48,6 +48,7 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, "outbox", cfg.Database.Table)
 	require.Equal(t, 3*time.Minute, cfg.Database.ConnMaxLifetime)
 	require.Equal(t, time.Minute, cfg.Database.ConnMaxIdleTime)
+	require.Equal(t, 10*time.Second, cfg.Database.ConnectTimeout)
 	require.True(t, cfg.EmbeddedDatabase())
 	for url, embedded := range map[string]bool{
 		"sqlite:bridge-data/outbox.db":   true, // as bridge config prints it
@@ -301,6 +302,7 @@ func TestValidateRefuses(t *testing.T) {
 	}{
 		{"ConnMaxLifetime", func(c *Config) { c.Database.ConnMaxLifetime = 0 }, "database.conn_max_lifetime"},
 		{"ConnMaxIdleTime", func(c *Config) { c.Database.ConnMaxIdleTime = -time.Second }, "database.conn_max_idle_time"},
+		{"ConnectTimeout", func(c *Config) { c.Database.ConnectTimeout = 0 }, "database.connect_timeout"},
 		{"MySQLDSNPort", func(c *Config) { c.Database.URL = "mysql://u:secret@h:port/db" }, "database.url"},
 		{"BatchSizeZero", func(c *Config) { c.Relay.BatchSize = 0 }, "relay.batch_size"},
 		{"BatchSizeHuge", func(c *Config) { c.Relay.BatchSize = 100001 }, "relay.batch_size"},
@@ -435,7 +437,8 @@ func TestYAMLRoundTrip(t *testing.T) {
 
 	c := Default()
 	c.DataDir = "/var/lib/bridge"
-	c.Database = Database{URL: "postgres://u:p@db:5432/app?sslmode=disable", Table: "app.outbox", ConnMaxLifetime: 10 * time.Minute, ConnMaxIdleTime: 30 * time.Second}
+	c.Database = Database{URL: "postgres://u:p@db:5432/app?sslmode=disable", Table: "app.outbox", ConnMaxLifetime: 10 * time.Minute, ConnMaxIdleTime: 30 * time.Second,
+		ConnectTimeout: 5 * time.Second}
 	c.NATS = NATS{
 		URL: "nats://a:4222,nats://b:4222", Listen: "0.0.0.0:4222", User: "u", Password: "true",
 		TLS: TLS{CAFile: "/ca.pem", CertFile: "/c.pem", KeyFile: "/k.pem"},

@@ -171,6 +171,9 @@ func (g *Guard) Published(subject, stream string) {
 	if stream == "" {
 		return
 	}
+	if v, ok := g.subjects.Load(subject); ok && v.(resolution).name == stream {
+		return // known: every PubAck comes here
+	}
 	g.Observe(stream)
 	g.routes.Learn(subject, stream)
 	if v, ok := g.subjects.Load(subject); ok && v.(resolution).name == "" {

@@ -17,7 +17,7 @@ const routesMax = 10000
 // subject as written with the streams' subjects and finds none. Safe for
 // concurrent use; the zero value is not usable, see NewRoutes.
 type Routes struct {
-	mu sync.Mutex
+	mu sync.RWMutex
 	m  map[string]string
 }
 
@@ -29,11 +29,14 @@ func (r *Routes) Learn(subject, stream string) {
 	if r == nil || subject == "" || stream == "" {
 		return
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.m[subject] == stream {
+	r.mu.RLock()
+	known := r.m[subject] == stream
+	r.mu.RUnlock()
+	if known { // every PubAck comes here: the common case takes the read lock only
 		return
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if len(r.m) >= routesMax {
 		clear(r.m)
 	}
@@ -45,8 +48,8 @@ func (r *Routes) Stream(subject string) (string, bool) {
 	if r == nil {
 		return "", false
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
 	name, ok := r.m[subject]
 	return name, ok
 }
@@ -56,9 +59,9 @@ func (r *Routes) inherit(prev *Routes) {
 	if r == nil || prev == nil || r == prev {
 		return
 	}
-	prev.mu.Lock()
+	prev.mu.RLock()
 	learned := maps.Clone(prev.m)
-	prev.mu.Unlock()
+	prev.mu.RUnlock()
 	for subject, stream := range learned {
 		r.Learn(subject, stream)
 	}
