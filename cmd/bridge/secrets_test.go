@@ -53,6 +53,27 @@ func newPassword(rng *rand.Rand) string {
 	return b.String()
 }
 
+// userinfoSpecials are the characters other than letters and digits that
+// Go's net/url accepts as written in a URL's userinfo ('%' aside, which
+// starts an escape). Parsers disagree on '@': net/url and go-sql-driver end
+// the userinfo at the last one, libpq and pgx at the first.
+const userinfoSpecials = "-._~!$&'()*+,;=:@"
+
+// newUserinfoPassword returns a password of the characters of
+// userinfoSpecials, an '@' always among them, in random order and in pairs
+// with a marker letter before each pair, as newPassword: a URL holding it
+// as written parses, so only a check of its text can refuse it.
+func newUserinfoPassword(rng *rand.Rand) string {
+	s := []byte(userinfoSpecials)
+	rng.Shuffle(len(s), func(i, j int) { s[i], s[j] = s[j], s[i] })
+	var b strings.Builder
+	for i := 0; i < len(s); i += 2 {
+		b.WriteByte(markers[rng.IntN(len(markers))])
+		b.Write(s[i:min(i+2, len(s))])
+	}
+	return b.String()
+}
+
 // leaks returns the windows of three characters of password, and of the
 // forms it takes in URLs and in quoted or JSON strings, that output holds.
 // A window counts when it holds a marker and a character other than a
@@ -110,6 +131,8 @@ type secretCase struct {
 	// setup returns the BRIDGE_* variables that hold password, and what
 	// the commands should do with them.
 	setup func(t *testing.T, password string) ([]string, outcome)
+	// password makes the case's password. Defaults to newPassword.
+	password func(rng *rand.Rand) string
 }
 
 // outcome is what the commands of a case should do.
@@ -140,6 +163,9 @@ func TestSecretsNeverPrintedProperty(t *testing.T) {
 
 	for _, c := range secretCases() {
 		password := newPassword(rng)
+		if c.password != nil {
+			password = c.password(rng)
+		}
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			env, want := c.setup(t, password)
@@ -162,112 +188,136 @@ func secretCases() []secretCase {
 			u, table := postgresWithPassword(t, pw)
 			raw := strings.Replace(u.String(), u.User.String(), u.User.Username()+":"+pw, 1)
 			return append(sqliteFreeNATS(t), "BRIDGE_DATABASE_URL="+raw, "BRIDGE_DATABASE_TABLE="+table), refused
-		}},
+		}, nil},
+		// Passwords whose URL parses as written, an unencoded '@' in them:
+		// pgx read the host from after the first '@' and printed the rest
+		// of the password in its error ("lookup xcret3@127.0.0.1: no such
+		// host").
+		{"postgres, password that parses as written, with an @", func(t *testing.T, pw string) ([]string, outcome) {
+			u, table := postgresWithPassword(t, pw)
+			raw := strings.Replace(u.String(), u.User.String(), u.User.Username()+":"+pw, 1)
+			return append(sqliteFreeNATS(t), "BRIDGE_DATABASE_URL="+raw, "BRIDGE_DATABASE_TABLE="+table), refused
+		}, newUserinfoPassword},
+		{"wal.replication_url, password that parses as written, with an @", func(t *testing.T, pw string) ([]string, outcome) {
+			u, table := postgresWithPassword(t, pw)
+			raw := strings.Replace(u.String(), u.User.String(), u.User.Username()+":"+pw, 1)
+			return append(sqliteFreeNATS(t), "BRIDGE_DATABASE_URL="+u.String(), "BRIDGE_DATABASE_TABLE="+table,
+				"BRIDGE_WAL_REPLICATION_URL="+raw, "BRIDGE_SOURCE=postgres-wal"), refused
+		}, newUserinfoPassword},
+		{"mysql, password that parses as written, with an @", func(t *testing.T, pw string) ([]string, outcome) {
+			u, table := mysqlWithPassword(t, pw)
+			raw := strings.Replace(u.String(), u.User.String(), u.User.Username()+":"+pw, 1)
+			return append(sqliteFreeNATS(t), "BRIDGE_DATABASE_URL="+raw, "BRIDGE_DATABASE_TABLE="+table), refused
+		}, newUserinfoPassword},
+		{"nats, password that parses as written, with an @", func(t *testing.T, pw string) ([]string, outcome) {
+			srv := natsWithUser(t, pw)
+			return append(sqliteOutbox(t), fmt.Sprintf("BRIDGE_NATS_URL=nats://app:%s@%s", pw, srv.Addr())), refused
+		}, newUserinfoPassword},
 		{"postgres, password percent-encoded in the URL", func(t *testing.T, pw string) ([]string, outcome) {
 			u, table := postgresWithPassword(t, pw)
 			return append(sqliteFreeNATS(t), "BRIDGE_DATABASE_URL="+u.String(), "BRIDGE_DATABASE_TABLE="+table), works
-		}},
+		}, nil},
 		{"postgres, password percent-encoded in the query", func(t *testing.T, pw string) ([]string, outcome) {
 			u, table := postgresWithPassword(t, pw)
 			q := u.Query()
 			q.Set("password", pw)
 			u.User, u.RawQuery = url.User(u.User.Username()), q.Encode()
 			return append(sqliteFreeNATS(t), "BRIDGE_DATABASE_URL="+u.String(), "BRIDGE_DATABASE_TABLE="+table), works
-		}},
+		}, nil},
 		{"postgres, password percent-encoded, source watermill-forwarder", func(t *testing.T, pw string) ([]string, outcome) {
 			u, table := postgresWithPassword(t, pw)
 			return append(sqliteFreeNATS(t), "BRIDGE_DATABASE_URL="+u.String(), "BRIDGE_DATABASE_TABLE="+table,
 				"BRIDGE_SOURCE=watermill-forwarder"), anything
-		}},
+		}, nil},
 		{"wal.replication_url, password as written", func(t *testing.T, pw string) ([]string, outcome) {
 			u, table := postgresWithPassword(t, pw)
 			raw := strings.Replace(u.String(), u.User.String(), u.User.Username()+":"+pw, 1)
 			return append(sqliteFreeNATS(t), "BRIDGE_DATABASE_URL="+u.String(), "BRIDGE_DATABASE_TABLE="+table,
 				"BRIDGE_WAL_REPLICATION_URL="+raw), refused
-		}},
+		}, nil},
 		{"wal.replication_url, password percent-encoded, source postgres-wal", func(t *testing.T, pw string) ([]string, outcome) {
 			u, table := postgresWithPassword(t, pw)
 			return append(sqliteFreeNATS(t), "BRIDGE_DATABASE_URL="+u.String(), "BRIDGE_DATABASE_TABLE="+table,
 				"BRIDGE_WAL_REPLICATION_URL="+u.String(), "BRIDGE_SOURCE=postgres-wal"), anything
-		}},
+		}, nil},
 		{"postgres, unreachable", func(t *testing.T, pw string) ([]string, outcome) {
 			u, table := postgresWithPassword(t, pw)
 			u.Host = "127.0.0.1:" + strconv.Itoa(freePort(t))
 			return append(sqliteFreeNATS(t), "BRIDGE_DATABASE_URL="+u.String(), "BRIDGE_DATABASE_TABLE="+table), anything
-		}},
+		}, nil},
 		{"mysql, password as written in the URL", func(t *testing.T, pw string) ([]string, outcome) {
 			u, table := mysqlWithPassword(t, pw)
 			raw := strings.Replace(u.String(), u.User.String(), u.User.Username()+":"+pw, 1)
 			return append(sqliteFreeNATS(t), "BRIDGE_DATABASE_URL="+raw, "BRIDGE_DATABASE_TABLE="+table), refused
-		}},
+		}, nil},
 		{"mysql, password percent-encoded in the URL", func(t *testing.T, pw string) ([]string, outcome) {
 			u, table := mysqlWithPassword(t, pw)
 			return append(sqliteFreeNATS(t), "BRIDGE_DATABASE_URL="+u.String(), "BRIDGE_DATABASE_TABLE="+table), works
-		}},
+		}, nil},
 		{"mysql, password in the query", func(t *testing.T, pw string) ([]string, outcome) {
 			u, table := mysqlWithPassword(t, pw)
 			q := u.Query()
 			q.Set("password", pw)
 			u.User, u.RawQuery = url.User(u.User.Username()), q.Encode()
 			return append(sqliteFreeNATS(t), "BRIDGE_DATABASE_URL="+u.String(), "BRIDGE_DATABASE_TABLE="+table), refused
-		}},
+		}, nil},
 		// The go-sql-driver DSN address form, which the URL may take
 		// (mysql://user:password@tcp(host:port)/database).
 		{"mysql, DSN address form, password as written", func(t *testing.T, pw string) ([]string, outcome) {
 			u, table := mysqlWithPassword(t, pw)
 			raw := "mysql://" + u.User.Username() + ":" + pw + "@tcp(" + u.Host + ")" + u.Path
 			return append(sqliteFreeNATS(t), "BRIDGE_DATABASE_URL="+raw, "BRIDGE_DATABASE_TABLE="+table), anything
-		}},
+		}, nil},
 		{"mysql, DSN address form, password percent-encoded", func(t *testing.T, pw string) ([]string, outcome) {
 			u, table := mysqlWithPassword(t, pw)
 			raw := "mysql://" + u.User.String() + "@tcp(" + u.Host + ")" + u.Path
 			return append(sqliteFreeNATS(t), "BRIDGE_DATABASE_URL="+raw, "BRIDGE_DATABASE_TABLE="+table), anything
-		}},
+		}, nil},
 		{"nats, user and password as written in the URL", func(t *testing.T, pw string) ([]string, outcome) {
 			srv := natsWithUser(t, pw)
 			return append(sqliteOutbox(t), fmt.Sprintf("BRIDGE_NATS_URL=nats://app:%s@%s", pw, srv.Addr())), refused
-		}},
+		}, nil},
 		{"nats, user and password percent-encoded in the URL", func(t *testing.T, pw string) ([]string, outcome) {
 			srv := natsWithUser(t, pw)
 			return append(sqliteOutbox(t), "BRIDGE_NATS_URL=nats://app:"+escape(pw)+"@"+srv.Addr().String()), works
-		}},
+		}, nil},
 		{"nats, token as written in the URL", func(t *testing.T, pw string) ([]string, outcome) {
 			srv := natsWithToken(t, pw)
 			return append(sqliteOutbox(t), fmt.Sprintf("BRIDGE_NATS_URL=nats://%s@%s", pw, srv.Addr())), refused
-		}},
+		}, nil},
 		{"nats, token percent-encoded in the URL", func(t *testing.T, pw string) ([]string, outcome) {
 			srv := natsWithToken(t, pw)
 			return append(sqliteOutbox(t), "BRIDGE_NATS_URL=nats://"+escape(pw)+"@"+srv.Addr().String()), works
-		}},
+		}, nil},
 		{"nats, tokens of a cluster list as written", func(t *testing.T, pw string) ([]string, outcome) {
 			srv := natsWithToken(t, pw)
 			return append(sqliteOutbox(t), fmt.Sprintf("BRIDGE_NATS_URL=nats://%s@%s, nats://%s@127.0.0.1:%d", pw, srv.Addr(), pw, freePort(t))), refused
-		}},
+		}, nil},
 		{"nats, unreachable, password percent-encoded in the URL", func(t *testing.T, pw string) ([]string, outcome) {
 			return append(sqliteOutbox(t), fmt.Sprintf("BRIDGE_NATS_URL=nats://app:%s@127.0.0.1:%d", escape(pw), freePort(t))), anything
-		}},
+		}, nil},
 		{"nats.password", func(t *testing.T, pw string) ([]string, outcome) {
 			srv := natsWithUser(t, pw)
 			return append(sqliteOutbox(t), "BRIDGE_NATS_URL=nats://"+srv.Addr().String(), "BRIDGE_NATS_USER=app", "BRIDGE_NATS_PASSWORD="+pw), works
-		}},
+		}, nil},
 		{"nats.password, wrong", func(t *testing.T, pw string) ([]string, outcome) {
 			srv := natsWithUser(t, "other")
 			return append(sqliteOutbox(t), "BRIDGE_NATS_URL=nats://"+srv.Addr().String(), "BRIDGE_NATS_USER=app", "BRIDGE_NATS_PASSWORD="+pw), anything
-		}},
+		}, nil},
 		{"nats.token", func(t *testing.T, pw string) ([]string, outcome) {
 			srv := natsWithToken(t, pw)
 			return append(sqliteOutbox(t), "BRIDGE_NATS_URL=nats://"+srv.Addr().String(), "BRIDGE_NATS_TOKEN="+pw), works
-		}},
+		}, nil},
 		{"nats.nkey_seed_file holding no seed", func(t *testing.T, pw string) ([]string, outcome) {
 			srv := bridgetest.StartNATSWithOptions(t, nil)
 			return append(sqliteOutbox(t), "BRIDGE_NATS_URL=nats://"+srv.Addr().String(), "BRIDGE_NATS_NKEY_SEED_FILE="+secretFile(t, "seed.nk", pw+"\n")), anything
-		}},
+		}, nil},
 		{"nats.creds_file holding no credentials", func(t *testing.T, pw string) ([]string, outcome) {
 			srv := bridgetest.StartNATSWithOptions(t, nil)
 			creds := "-----BEGIN NATS USER JWT-----\n" + pw + "\n------END NATS USER JWT------\n\n" +
 				"-----BEGIN USER NKEY SEED-----\n" + pw + "\n------END USER NKEY SEED------\n"
 			return append(sqliteOutbox(t), "BRIDGE_NATS_URL=nats://"+srv.Addr().String(), "BRIDGE_NATS_CREDS_FILE="+secretFile(t, "user.creds", creds)), anything
-		}},
+		}, nil},
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
@@ -79,4 +81,45 @@ func TestListenPostgresLogsRestore(t *testing.T) {
 		"WARN outbox notifications interrupted; polling meanwhile",
 		"INFO outbox notifications restored",
 	}, messages(t, &logs))
+}
+
+// TestListenPostgresBehindPoolerLeavesNoListen: behind PgBouncer in
+// transaction mode the listener says that notifications are unavailable
+// and leaves no LISTEN in the pooler's server sessions: with one server
+// session in the pool, a client of the pooler that notifies the channel
+// receives nothing. A LISTEN left there reaches every client of the
+// pooler, and PgBouncer 1.18 mixed up its clients' answers
+// (TestPgBouncerTransactionMode run twice at once).
+func TestListenPostgresBehindPoolerLeavesNoListen(t *testing.T) {
+	t.Parallel()
+	direct := bridgetest.PostgresDatabase(t)
+	pooled := bridgetest.StartPgBouncer(t, direct, "transaction", 1)
+	var logs bridgetest.SyncBuffer
+	logger := slog.New(slog.NewJSONHandler(&logs, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db, err := outbox.Open(ctx, pooled)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	outbox.ListenPostgres(ctx, db, "outbox", func() {}, logger)
+	require.NoError(t, ctx.Err(), "the listener returns behind a pooler")
+	logged := messages(t, &logs)
+	require.Len(t, logged, 1)
+	require.Contains(t, logged[0], "WARN outbox notifications unavailable, as behind a connection pooler")
+
+	cfg, err := pgx.ParseConfig(pooled)
+	require.NoError(t, err)
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+	var received []string
+	cfg.OnNotification = func(_ *pgconn.PgConn, n *pgconn.Notification) { received = append(received, n.Payload) }
+	client, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { client.Close(context.Background()) })
+	for range 3 {
+		_, err = client.Exec(ctx, "SELECT pg_notify($1, 'leak')", outbox.NotifyChannel)
+		require.NoError(t, err)
+		_, err = client.Exec(ctx, "SELECT 1")
+		require.NoError(t, err)
+	}
+	require.Empty(t, received, "a client of the pooler received notifications: a LISTEN was left in the pool")
 }

@@ -128,9 +128,20 @@ func Agrees(raw string, parsed *url.Userinfo) bool {
 // part of it: it says what is wrong with the redacted URL (redact is
 // RedactURL or RedactNATSURLs), as the parser sees it, or that the user
 // or password must be percent-encoded.
+//
+// A userinfo that holds an unencoded '@' is refused too, although net/url
+// reads it as written: parsers disagree on where it ends. net/url and
+// go-sql-driver/mysql end it at the last '@', libpq and pgx at the first
+// (pgconn parseURLSettings: "only a '/' stops the search"), and pgx would
+// send the rest of the password to DNS as a host name and print it in its
+// error ("lookup xcret3@127.0.0.1: no such host").
 func CheckURL(raw string, redact func(string) string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err == nil && Agrees(raw, u.User) {
+		if user, password, _, _ := Userinfo(raw); strings.Contains(user+password, "@") {
+			return nil, &URLError{Reason: "the user or password holds an unencoded @, which URL parsers read differently " +
+				"(libpq and pgx end the user and password at the first @, Go's net/url at the last); percent-encode it as %40"}
+		}
 		return u, nil
 	}
 	if _, err := url.Parse(redact(raw)); err != nil {

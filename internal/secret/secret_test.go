@@ -67,6 +67,29 @@ func TestAgrees(t *testing.T) {
 	}
 }
 
+// TestCheckURLRefusesAnUnencodedAt: a userinfo that holds an '@' is read
+// as written by net/url (the last '@' ends it) but not by libpq and pgx
+// (the first '@'): refused, saying how to encode it, for every scheme.
+func TestCheckURLRefusesAnUnencodedAt(t *testing.T) {
+	t.Parallel()
+	for _, raw := range []string{
+		"postgres://bob:S@xcret3@127.0.0.1:5432/test",
+		"postgresql://b@b:Sxcret3@127.0.0.1/test",
+		"mysql://bob:S@x@127.0.0.1:3306/test",
+		"nats://to@ken@127.0.0.1:4222",
+	} {
+		_, err := secret.CheckURL(raw, secret.RedactURL)
+		require.Error(t, err, raw)
+		require.Contains(t, err.Error(), "unencoded @", raw)
+		require.Contains(t, err.Error(), "%40", raw)
+		require.NotContains(t, err.Error(), "xcret", raw)
+	}
+	for _, raw := range []string{"postgres://bob:S%40xcret3@127.0.0.1:5432/test", "nats://to%40ken@127.0.0.1:4222"} {
+		_, err := secret.CheckURL(raw, secret.RedactURL)
+		require.NoError(t, err, raw)
+	}
+}
+
 const specials = " !\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
 
 // TestRedactionHidesEveryPassword: passwords of random printable special
