@@ -137,9 +137,10 @@ func newRegistry(cs ...prometheus.Collector) (*prometheus.Registry, error) {
 // provideHealth lists the relay's probes: readiness (database reachable
 // and accepting writes: not a standby, not read-only),
 // NATS connected, ensured streams present; the streams whose rows the
-// duplicate-window guard holds back are named without failing it) and
-// the source's liveness checks, with the relay's metrics.
-func provideHealth(reg *prometheus.Registry, db *outbox.DB, pinger *broker.Pinger, denials *broker.Denials, js jetstream.JetStream, streams broker.Streams, guard *dedup.Guard, alive liveness) *health.Probes {
+// duplicate-window guard holds back are named without failing it; the
+// source's own readiness checks) and the source's liveness checks, with
+// the relay's metrics.
+func provideHealth(reg *prometheus.Registry, db *outbox.DB, pinger *broker.Pinger, denials *broker.Denials, js jetstream.JetStream, streams broker.Streams, guard *dedup.Guard, source sourceChecks) *health.Probes {
 	checks := []health.Check{
 		{Name: "database", Check: db.CheckWritable},
 		{Name: "nats", Check: func(ctx context.Context) error {
@@ -158,21 +159,31 @@ func provideHealth(reg *prometheus.Registry, db *outbox.DB, pinger *broker.Pinge
 		}},
 		{Name: "dedup_guard", Check: func(context.Context) error { return guardDetail(guard) }},
 	}
-	return &health.Probes{Gatherer: reg, Ready: checks, Alive: alive}
+	return &health.Probes{Gatherer: reg, Ready: append(checks, source.Ready...), Alive: source.Alive}
 }
 
-// liveness are the checks of /healthz besides the process being up.
-type liveness []health.Check
-
-// tableLiveness: the relay of the bridge table is not alive once it has
-// been stalled for relay.stall_unhealthy_after.
-func tableLiveness(stall *outbox.StallWatch) liveness {
-	return liveness{{Name: "stall", Check: stall.Alive}}
+// sourceChecks are the checks of a source's relay: readiness besides the
+// database, NATS, the streams and the guard, and liveness besides the
+// process being up.
+type sourceChecks struct {
+	Ready, Alive []health.Check
 }
 
-// watermillLiveness: watermill-sql's subscriber keeps no state per message
+// tableChecks: the relay of the bridge table is ready while its claims
+// and settlement writes work ("outbox": failing three times in a row, or
+// a statement past its deadline, fails it, naming the error), and not
+// alive once it has been stalled for relay.stall_unhealthy_after while its
+// claims do not fail (see outbox.StallWatch.Alive).
+func tableChecks(stall *outbox.StallWatch, sub *outbox.Subscriber) sourceChecks {
+	return sourceChecks{
+		Ready: []health.Check{{Name: "outbox", Check: sub.Ready}},
+		Alive: []health.Check{{Name: "stall", Check: stall.Alive}},
+	}
+}
+
+// watermillChecks: watermill-sql's subscriber keeps no state per message
 // to tell a stall by.
-func watermillLiveness() liveness { return nil }
+func watermillChecks() sourceChecks { return sourceChecks{} }
 
 // provideWALHealth is provideHealth for source: postgres-wal, with one more
 // readiness check: the replication stream runs, or another relay holds the
@@ -180,7 +191,7 @@ func watermillLiveness() liveness { return nil }
 // relay that cannot stream fails readiness, and a held queue is a backoff,
 // shown by bridge_wal_slot_lag_seconds.
 func provideWALHealth(reg *prometheus.Registry, db *outbox.DB, pinger *broker.Pinger, denials *broker.Denials, js jetstream.JetStream, streams broker.Streams, guard *dedup.Guard, sub *walsource.Subscriber) *health.Probes {
-	p := provideHealth(reg, db, pinger, denials, js, streams, guard, nil)
+	p := provideHealth(reg, db, pinger, denials, js, streams, guard, sourceChecks{})
 	p.Ready = append(p.Ready, health.Check{Name: "replication", Check: sub.Ready})
 	return p
 }

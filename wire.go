@@ -37,7 +37,7 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 		reconciler,
 		relayedStreams,
 		provideRegistry,
-		tableLiveness,
+		tableChecks,
 		provideHealth,
 		wire.Struct(new(Relay), "*"),
 	)
@@ -58,7 +58,7 @@ func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Log
 		wmsource.ProviderSet,
 		dedup.ProviderSet,
 		provideWatermillRegistry,
-		watermillLiveness,
+		watermillChecks,
 		provideHealth,
 		wire.Struct(new(wmsource.Relay), "*"),
 	)

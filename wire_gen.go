@@ -109,8 +109,8 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 		cleanup()
 		return nil, nil, err
 	}
-	bridgeLiveness := tableLiveness(stallWatch)
-	probes := provideHealth(registry, db, pinger, denials, jetStream, streams, guard, bridgeLiveness)
+	bridgeSourceChecks := tableChecks(stallWatch, subscriber)
+	probes := provideHealth(registry, db, pinger, denials, jetStream, streams, guard, bridgeSourceChecks)
 	relay := &Relay{
 		Forwarder:  forwarderForwarder,
 		Subscriber: subscriber,
@@ -198,8 +198,8 @@ func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Log
 		cleanup()
 		return nil, nil, err
 	}
-	bridgeLiveness := watermillLiveness()
-	probes := provideHealth(registry, db, pinger, denials, jetStream, streams, guard, bridgeLiveness)
+	bridgeSourceChecks := watermillChecks()
+	probes := provideHealth(registry, db, pinger, denials, jetStream, streams, guard, bridgeSourceChecks)
 	relay := &wmsource.Relay{
 		Forwarder: wmsourceForwarder,
 		Guard:     guard,

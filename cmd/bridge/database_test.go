@@ -382,3 +382,75 @@ func TestDatabaseThatNeverAnswers(t *testing.T) {
 		})
 	}
 }
+
+// TestDatabaseStopsAnsweringMidRun: the server stops answering the relay's
+// sessions (packets held, sockets open: a hung server, a black-holed
+// network) while new connections reach a server that answers, as after a
+// failover behind a proxy or a DNS name. Every statement has a deadline:
+// the relay gives the frozen sessions up, opens new ones and relays the
+// rows committed meanwhile within 30 s, without a restart; /healthz stays
+// 200. Before, a claim waited on its frozen session forever.
+func TestDatabaseStopsAnsweringMidRun(t *testing.T) {
+	t.Parallel()
+	direct, table := bridgetest.PostgresTable(t)
+	u, err := url.Parse(direct)
+	require.NoError(t, err)
+	proxy := bridgetest.StartProxy(t, u.Host)
+	viaProxy := *u
+	viaProxy.Host = proxy.Addr()
+	n := bridgetest.StartNATS(t)
+	e := newCrashEnvOn(t, direct, table, n.URL(), 1)
+	e.dbURL = viaProxy.String()
+	p := e.relay(t, "frozen-"+strconv.FormatInt(time.Now().UnixNano(), 36), "BRIDGE_LOG_LEVEL=info")
+	base := "http://" + relayHTTPAddr(t, p)
+	e.insert(t, 0, 50)
+	e.waitDone(t, 50, 60*time.Second, p)
+
+	proxy.FreezeOpen()
+	e.insert(t, 50, 250)
+	e.waitDone(t, 250, 30*time.Second, p)
+	code, body := httpGet(base + "/healthz")
+	require.Equal(t, http.StatusOK, code, "/healthz: %s", body)
+	e.verify(t, 250)
+}
+
+// TestReadinessFollowsClaims: the relay's role may read the table but not
+// update it (permission denied, 42501): the database answers and is
+// writable, but every claim fails. /readyz answers 503 naming the error
+// under "outbox", and /healthz stays 200 (a restart would not help).
+// Before, /readyz said 200 while a row stayed pending.
+func TestReadinessFollowsClaims(t *testing.T) {
+	t.Parallel()
+	admin, table := bridgetest.PostgresTable(t)
+	n := bridgetest.StartNATS(t)
+	e := newCrashEnvOn(t, admin, table, n.URL(), 1)
+	role := "reader_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	schema, _, _ := strings.Cut(table, ".")
+	for _, stmt := range []string{
+		"CREATE ROLE " + role + " LOGIN",
+		"GRANT USAGE ON SCHEMA " + schema + " TO " + role,
+		"GRANT SELECT ON " + table + " TO " + role,
+	} {
+		_, err := e.db.Exec(stmt)
+		require.NoError(t, err, stmt)
+	}
+	t.Cleanup(func() {
+		_, _ = e.db.Exec("DROP OWNED BY " + role)
+		_, _ = e.db.Exec("DROP ROLE " + role)
+	})
+	u, err := url.Parse(admin)
+	require.NoError(t, err)
+	u.User = url.User(role)
+	e.dbURL = u.String()
+	p := e.relay(t, "reader", "BRIDGE_LOG_LEVEL=info")
+	base := "http://" + relayHTTPAddr(t, p)
+	e.insert(t, 0, 1)
+	var body string
+	poll(t, 30*time.Second, func() bool {
+		var code int
+		code, body = httpGet(base + "/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, `"outbox":"claims failing`) && strings.Contains(body, "42501")
+	}, "/readyz never answered 503 naming the failing claims; last answer: %s", stringRef{&body})
+	code, health := httpGet(base + "/healthz")
+	require.Equal(t, http.StatusOK, code, "/healthz: %s", health)
+}

@@ -21,6 +21,8 @@ type Proxy struct {
 	frozen bool
 	closed bool
 	conns  map[net.Conn]struct{}
+	// held are the connections FreezeOpen froze.
+	held map[net.Conn]bool
 	wg     sync.WaitGroup
 }
 
@@ -37,7 +39,7 @@ func StartProxyOn(t testing.TB, addr, target string) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", addr)
 	require.NoError(t, err)
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, held: map[net.Conn]bool{}}
 	p.cond = sync.NewCond(&p.mu)
 	p.wg.Add(1)
 	go p.accept()
@@ -55,11 +57,24 @@ func (p *Proxy) Freeze() {
 	p.frozen = true
 }
 
+// FreezeOpen stops forwarding on the connections open now, which stay
+// open, while new connections are forwarded: a server that stopped
+// answering its sessions while a new address (a DNS name flipped, a
+// failover behind a proxy) reaches another.
+func (p *Proxy) FreezeOpen() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		p.held[c] = true
+	}
+}
+
 // Thaw resumes forwarding, including the bytes held while frozen.
 func (p *Proxy) Thaw() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.frozen = false
+	clear(p.held)
 	p.cond.Broadcast()
 }
 
@@ -124,6 +139,7 @@ func (p *Proxy) untrack(conns ...net.Conn) {
 	for _, c := range conns {
 		c.Close()
 		delete(p.conns, c)
+		delete(p.held, c)
 	}
 }
 
@@ -136,7 +152,7 @@ func (p *Proxy) pipe(src, dst net.Conn) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			if !p.waitThawed() {
+			if !p.waitThawed(src) {
 				return
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
@@ -149,11 +165,11 @@ func (p *Proxy) pipe(src, dst net.Conn) {
 	}
 }
 
-// waitThawed blocks while frozen; false when the proxy was closed.
-func (p *Proxy) waitThawed() bool {
+// waitThawed blocks while src is frozen; false when the proxy was closed.
+func (p *Proxy) waitThawed(src net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for p.frozen && !p.closed {
+	for (p.frozen || p.held[src]) && !p.closed {
 		p.cond.Wait()
 	}
 	return !p.closed

@@ -255,14 +255,43 @@ func (s *Server) readyCollector() prometheus.Collector {
 		})
 }
 
-// run runs checks with a 2 s timeout, records each result in result, and
-// reports whether none failed (a Degraded result does not fail).
+// checkTimeout is the budget of each check of a probe.
+const checkTimeout = 2 * time.Second
+
+// run runs checks at once, each with its own budget of checkTimeout (a
+// slow database does not eat the time of the NATS checks), records each
+// result in result, and reports whether none failed (a Degraded result
+// does not fail). It answers within checkTimeout: a check that has not
+// returned by then is recorded as timed out.
 func (s *Server) run(ctx context.Context, checks []Check, result map[string]string) bool {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	ok := true
-	for _, c := range checks {
-		err := c.Check(ctx)
+	errs := make([]chan error, len(checks))
+	for i, c := range checks {
+		errs[i] = make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+			defer cancel()
+			errs[i] <- c.Check(ctx)
+		}()
+	}
+	deadline := time.NewTimer(checkTimeout + 100*time.Millisecond)
+	defer deadline.Stop()
+	ok, expired := true, false
+	for i, c := range checks {
+		var err error
+		if !expired {
+			select {
+			case err = <-errs[i]:
+			case <-deadline.C:
+				expired = true
+			}
+		}
+		if expired {
+			select {
+			case err = <-errs[i]:
+			default:
+				err = fmt.Errorf("no answer within %s", checkTimeout)
+			}
+		}
 		var d degraded
 		switch {
 		case err == nil:

@@ -81,3 +81,35 @@ func TestOwnMetricsAlwaysServed(t *testing.T) {
 		}
 	}
 }
+
+// TestEachCheckHasItsOwnBudget: a check that uses its whole budget (a
+// database that does not answer) does not make the others fail for want
+// of time; /readyz still answers within about one budget, naming only the
+// slow check.
+func TestEachCheckHasItsOwnBudget(t *testing.T) {
+	s, err := Listen("127.0.0.1:0", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.listener.Close() })
+	never := make(chan struct{})
+	t.Cleanup(func() { close(never) })
+	s.Running(&Probes{Ready: []Check{
+		{Name: "database", Check: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }},
+		{Name: "streams", Check: func(ctx context.Context) error { return ctx.Err() }},
+		{Name: "stuck", Check: func(context.Context) error { <-never; return nil }},
+	}})
+	result, ok := s.ready(context.Background())
+	if ok {
+		t.Fatalf("ready with a check failing: %v", result)
+	}
+	if result["streams"] != "ok" {
+		t.Errorf("streams = %q: a slow check took the time of the others", result["streams"])
+	}
+	if !strings.Contains(result["database"], "deadline exceeded") {
+		t.Errorf("database = %q, want its deadline", result["database"])
+	}
+	if !strings.Contains(result["stuck"], "no answer within") {
+		t.Errorf("stuck = %q, want no answer within the budget", result["stuck"])
+	}
+}

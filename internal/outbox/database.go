@@ -264,6 +264,19 @@ func (f *sessionFence) stale(connectedAt time.Time) bool {
 	return connectedAt.UnixNano() <= f.at.Load()
 }
 
+// Abandon makes the PostgreSQL and MySQL sessions opened until now not be
+// reused (see sessionFence): for a statement that got no answer within its
+// deadline, since the other sessions reach the same server, which may have
+// stopped answering or been moved away from (a failover behind a DNS name
+// or a proxy). The session of that statement is closed already (pgx and
+// go-sql-driver/mysql close a session whose statement was cut short by its
+// context). No-op on SQLite.
+func (db *DB) Abandon() {
+	if db.fence != nil {
+		db.fence.raise()
+	}
+}
+
 // afterPostgresConnect reads the new session's default isolation level:
 // anything stricter than READ COMMITTED (a database or role default of
 // REPEATABLE READ or SERIALIZABLE) makes the relay run its writes in READ
@@ -631,4 +644,11 @@ func failureLevel(err error) slog.Level {
 		return slog.LevelWarn
 	}
 	return slog.LevelError
+}
+
+// isLockTimeout reports whether err is a lock wait that gave up:
+// PostgreSQL 55P03 lock_not_available (lock_timeout), MySQL 1205
+// ER_LOCK_WAIT_TIMEOUT (innodb_lock_wait_timeout).
+func isLockTimeout(err error) bool {
+	return pgCode(err) == "55P03" || mysqlCode(err) == 1205
 }

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -90,7 +91,7 @@ func (s *Subscriber) flush(batch []settlement) {
 // gives up only when hardCtx ends; unwritten rows then stay in_flight and
 // in-flight recovery requeues them after their lease.
 func (s *Subscriber) retry(rows int, write func() error) {
-	for wait := 100 * time.Millisecond; ; wait = min(wait*2, 5*time.Second) {
+	for attempt, wait := 1, 100*time.Millisecond; ; attempt, wait = attempt+1, min(wait*2, 5*time.Second) {
 		err := write()
 		if err == nil {
 			return
@@ -100,7 +101,14 @@ func (s *Subscriber) retry(rows int, write func() error) {
 				slog.Int("rows", rows), slog.Any("error", err))
 			return
 		}
-		s.logger.Log(s.hardCtx, failureLevel(err), "write settlements", slog.Int("rows", rows), slog.Any("error", err), slog.Duration("retry_in", wait))
+		level := failureLevel(err)
+		if isLockTimeout(err) && attempt < failingAfter {
+			// A mark waits on rows that another relay's claim holds
+			// locked for a moment; with a short lock_timeout (a database
+			// default) it gives up and the next try passes.
+			level = slog.LevelWarn
+		}
+		s.logger.Log(s.hardCtx, level, "write settlements", slog.Int("rows", rows), slog.Int("attempt", attempt), slog.Any("error", err), slog.Duration("retry_in", wait))
 		select {
 		case <-time.After(wait):
 		case <-s.hardCtx.Done():
@@ -112,7 +120,11 @@ func (s *Subscriber) writeDone(done []Done, duplicates int64) error {
 	if len(done) == 0 {
 		return nil
 	}
-	n, err := s.store.MarkDone(s.hardCtx, s.cfg.Owner, done, s.cfg.DeleteOnRelay)
+	var n int64
+	err := s.statement(s.hardCtx, &s.marks, func(ctx context.Context) (err error) {
+		n, err = s.store.MarkDone(ctx, s.cfg.Owner, done, s.cfg.DeleteOnRelay)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -126,7 +138,11 @@ func (s *Subscriber) writeFailures(failures []Failure) error {
 	if len(failures) == 0 {
 		return nil
 	}
-	n, err := s.store.MarkFailed(s.hardCtx, s.cfg.Owner, failures)
+	var n int64
+	err := s.statement(s.hardCtx, &s.marks, func(ctx context.Context) (err error) {
+		n, err = s.store.MarkFailed(ctx, s.cfg.Owner, failures)
+		return err
+	})
 	if err != nil {
 		return err
 	}

@@ -115,8 +115,19 @@ func (w *StallWatch) Stalled() time.Duration {
 }
 
 // Alive returns an error when the relay has been stalled for
-// UnhealthyAfter or longer.
+// UnhealthyAfter or longer while its claims do not fail.
+//
+// The rule of liveness: it fails only for what a restart can heal, a relay
+// stuck in itself. A stall while the claims fail is the database's doing
+// — it cannot be reached, it refuses the relay's writes (read-only, after
+// a failover), a privilege is missing — and a restart would not change
+// it: readiness fails (Subscriber.Ready, the database check) and names
+// it, liveness does not, so that an orchestrator does not restart the relay
+// in a loop for as long as the database is down or read-only.
 func (w *StallWatch) Alive(context.Context) error {
+	if w.sub.ClaimsFailing() {
+		return nil
+	}
 	if d := w.Stalled(); w.cfg.UnhealthyAfter >= 0 && d > 0 && d >= w.cfg.UnhealthyAfter {
 		return fmt.Errorf("stalled for %s: rows are claimable and the relay claims none (relay.stall_after %s, relay.stall_unhealthy_after %s)",
 			d.Round(time.Second), w.cfg.After, w.cfg.UnhealthyAfter)

@@ -197,6 +197,10 @@ type Subscriber struct {
 	wake             chan struct{}
 	settleCh         chan settlement
 
+	// claims and marks are the recent record of the claim loop and of
+	// the settlement writes, for readiness.
+	claims, marks loopHealth
+
 	closing      chan struct{}
 	drainExpired chan struct{}
 	done         chan struct{}
@@ -335,7 +339,7 @@ func (s *Subscriber) claimLoop(out chan<- *message.Message) {
 			failures++
 			wait := min(s.cfg.PollInterval*time.Duration(1<<min(failures, 6)), 30*time.Second)
 			s.logger.Log(ctx, failureLevel(err), "relay tick failed", slog.Any("error", err), slog.Duration("retry_in", wait))
-			s.sleep(wait)
+			s.sleepAfterFailure(wait)
 		case full:
 			failures = 0
 		default:
@@ -360,7 +364,11 @@ func (s *Subscriber) tick(ctx context.Context, out chan<- *message.Message) (ful
 	// A failed requeue does not stop the claim: it is tried again before
 	// the next one, and other rows can flow meanwhile. When the database is
 	// down, the claim fails too.
-	requeued, err := s.store.RequeueInflightOlderThan(ctx, s.cfg.InflightTimeout)
+	var requeued int
+	err = s.statement(ctx, &s.claims, func(ctx context.Context) (err error) {
+		requeued, err = s.store.RequeueInflightOlderThan(ctx, s.cfg.InflightTimeout)
+		return err
+	})
 	if err != nil && ctx.Err() == nil {
 		s.logger.Warn("in-flight recovery failed; claiming anyway", slog.Any("error", err))
 	}
@@ -370,7 +378,11 @@ func (s *Subscriber) tick(ctx context.Context, out chan<- *message.Message) (ful
 	}
 	limit := min(s.cfg.BatchSize, room)
 	start := time.Now()
-	rows, err := s.store.ClaimBatch(ctx, ClaimParams{Owner: s.cfg.Owner, Limit: limit, MaxBytes: byteRoom, MaxPayload: s.payloadLimit()})
+	var rows []Row
+	err = s.statement(ctx, &s.claims, func(ctx context.Context) (err error) {
+		rows, err = s.store.ClaimBatch(ctx, ClaimParams{Owner: s.cfg.Owner, Limit: limit, MaxBytes: byteRoom, MaxPayload: s.payloadLimit()})
+		return err
+	})
 	if err != nil {
 		return false, err
 	}
@@ -582,6 +594,18 @@ func (s *Subscriber) waitSettled(limit time.Duration) {
 			s.hardCancel()
 			return
 		}
+	}
+}
+
+// sleepAfterFailure waits d after a failed tick: neither a notification
+// nor a settlement ends it (Wake), so that a database that refuses every
+// claim is not asked again at the rate rows are inserted.
+func (s *Subscriber) sleepAfterFailure(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.closing:
 	}
 }
 
