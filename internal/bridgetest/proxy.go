@@ -23,7 +23,7 @@ type Proxy struct {
 	conns  map[net.Conn]struct{}
 	// held are the connections FreezeOpen froze.
 	held map[net.Conn]bool
-	wg     sync.WaitGroup
+	wg   sync.WaitGroup
 }
 
 // StartProxy listens on a free loopback port and forwards every connection
