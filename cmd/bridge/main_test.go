@@ -424,6 +424,8 @@ func TestBadInput(t *testing.T) {
 		{name: "table with two dots", args: []string{"status", "--table", "a.b.c"}, want: []string{"database.table", "a.b.c"}},
 		{name: "table with semicolon", args: []string{"status", "--table", "x;drop"}, want: []string{"database.table", "x;drop"}},
 		{name: "table a reserved word", args: []string{"migrate", "--table", "select"}, want: []string{"database.table", `"select" is a reserved word`}},
+		{name: "table a MySQL 8 reserved word", args: []string{"migrate", "--table", "rank"}, want: []string{"database.table", `"rank" is a reserved word`}},
+		{name: "table named as a version table", args: []string{"migrate", "--table", "shop_outbox_migrations"}, want: []string{"database.table", "ends in _migrations"}},
 		{name: "table too long", args: []string{"migrate", "--table", strings.Repeat("t", 50)}, want: []string{"database.table", "is 50 bytes; at most 49"}},
 		{
 			name: "wildcard subject", args: []string{"enqueue", "--subject", "events.*", "--data", "x"},

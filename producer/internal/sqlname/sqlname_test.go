@@ -27,6 +27,17 @@ func TestCheck(t *testing.T) {
 		{"Order", `"Order" is a reserved word`},
 		{"user.outbox", `schema "user" of "user.outbox" is a reserved word`},
 		{"app.key", `table "key" of "app.key" is a reserved word`},
+		// MySQL 8's reserved words (its manual's (R)), which MariaDB takes.
+		{"rank", `"rank" is a reserved word`},
+		{"app.groups", `table "groups" of "app.groups" is a reserved word`},
+		{"system", "reserved word"},
+		{"row", "reserved word"},
+		{"json_table", "reserved word"},
+		{"Virtual", "reserved word"},
+		{"qualify", "reserved word"},
+		// The schema version of table t is in t_migrations.
+		{"shop_outbox_migrations", `ends in _migrations`},
+		{"app.Foo_Migrations", `table "Foo_Migrations" of "app.Foo_Migrations" ends in _migrations`},
 	} {
 		err := sqlname.Check(tc.name)
 		require.Error(t, err, tc.name)
