@@ -80,6 +80,17 @@ type Session struct {
 	ConnectTimeout time.Duration
 }
 
+// SessionsMax bounds the PostgreSQL and MySQL sessions of one pool, so
+// that a relay's need of server sessions is known (behind a pooler in
+// session mode, each holds one of the pooler's server sessions): the claim
+// loop and the settlement writes take one each at a time, and the rest
+// share what is left — readiness checks, the table's metrics, the stall
+// watch, retention, a command's statements. Each of them has a deadline,
+// so none holds a session for long. The LISTEN session (direct
+// connections only) and a postgres-wal relay's replication connection
+// come on top.
+const SessionsMax = 4
+
 // SessionNameDefault is the name of the sessions of a zero Session.
 const SessionNameDefault = "bridge"
 
@@ -212,6 +223,7 @@ func openPostgres(ctx context.Context, rawURL string, s Session) (*DB, error) {
 		stdlib.OptionResetSession(db.resetPostgresSession))
 	db.SQL.SetConnMaxLifetime(s.MaxLifetime)
 	db.SQL.SetConnMaxIdleTime(s.MaxIdleTime)
+	db.SQL.SetMaxOpenConns(SessionsMax)
 	if err := db.SQL.PingContext(ctx); err != nil {
 		db.SQL.Close()
 		return nil, fmt.Errorf("connect to postgres %s: %w", db.Redacted, err)
@@ -385,6 +397,7 @@ func openMySQL(ctx context.Context, rawURL string, s Session) (*DB, error) {
 	// shorter than 5 minutes.
 	sqlDB.SetConnMaxLifetime(s.MaxLifetime)
 	sqlDB.SetConnMaxIdleTime(s.MaxIdleTime)
+	sqlDB.SetMaxOpenConns(SessionsMax)
 	db := &DB{SQL: sqlDB, dialect: mysqlDialect{}, Redacted: RedactURL(rawURL), fence: fence}
 	if err := db.SQL.PingContext(ctx); err != nil {
 		sqlDB.Close()

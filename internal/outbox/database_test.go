@@ -224,3 +224,17 @@ func TestPostgresSessionsBeforeAReadOnlyRefusalAreRetired(t *testing.T) {
 		require.NoError(t, c.Close())
 	}
 }
+
+// TestSessionsBounded: a PostgreSQL or MySQL pool opens at most
+// SessionsMax sessions, so that a relay's need of server sessions behind a
+// pooler in session mode is known (README, Connection poolers).
+func TestSessionsBounded(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"postgres", "mysql"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			_, _, store := bridgetest.Outbox(t, kind)
+			require.Equal(t, outbox.SessionsMax, store.DB().SQL.Stats().MaxOpenConnections)
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -122,4 +123,48 @@ func TestListenPostgresBehindPoolerLeavesNoListen(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Empty(t, received, "a client of the pooler received notifications: a LISTEN was left in the pool")
+}
+
+// TestListenPostgresOutlivesIdleSessionTimeout: with a database default
+// idle_session_timeout of 1 s, the LISTEN session's heartbeat keeps it
+// from being ended: no interruption is logged while the listener runs
+// for 5 s, and a notification still wakes it. Before, the server ended the
+// session every second and notifications sent meanwhile were lost.
+func TestListenPostgresOutlivesIdleSessionTimeout(t *testing.T) {
+	t.Parallel()
+	dbURL := bridgetest.PostgresDatabase(t)
+	admin, err := sql.Open("pgx", dbURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { admin.Close() })
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	_, err = admin.Exec("ALTER DATABASE " + strings.TrimPrefix(u.Path, "/") + " SET idle_session_timeout = '1s'")
+	require.NoError(t, err)
+	var logs bridgetest.SyncBuffer
+	logger := slog.New(slog.NewJSONHandler(&logs, nil))
+	woken := make(chan struct{}, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	db, err := outbox.Open(ctx, dbURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		outbox.ListenPostgres(ctx, db, "outbox", func() { woken <- struct{}{} }, logger)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-woken: // the wake after the first LISTEN
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no wake after the first LISTEN; log: %q", messages(t, &logs))
+	}
+	<-time.After(5 * time.Second)
+	_, err = admin.Exec("SELECT pg_notify($1, 'outbox')", outbox.NotifyChannel)
+	require.NoError(t, err)
+	select {
+	case <-woken:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("a notification did not wake the listener; log: %q", messages(t, &logs))
+	}
+	require.Empty(t, messages(t, &logs), "the LISTEN session was interrupted")
 }
