@@ -254,11 +254,26 @@ func TestCrashFrozenRelayMarksNothingItLost(t *testing.T) {
 		require.NoError(t, e.db.QueryRow(`SELECT count(*) FROM `+e.table+` WHERE status = 'in_flight' AND owner = 'relay-a'`).Scan(&k))
 		return k
 	}
-	poll(t, 60*time.Second, func() bool { return e.count(t, "done") > 0 && ownedByA() > 0 }, "relay-a never held a lease")
-	require.NoError(t, a.cmd.Process.Signal(syscall.SIGSTOP))
+	// Statements of relay-a that reach the database before the freeze still
+	// finish: a mark among them settles its rows. Freeze it again until it
+	// holds leases once its sessions are idle, i.e. leases only relay-a's
+	// own pipeline could settle.
+	busyA := func() int {
+		var k int
+		require.NoError(t, e.db.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE application_name = 'bridge relay-a' AND state <> 'idle'`).Scan(&k))
+		return k
+	}
 	t.Cleanup(func() { _ = a.cmd.Process.Signal(syscall.SIGCONT) })
-	frozenWith := ownedByA()
-	require.Positive(t, frozenWith)
+	var frozenWith int
+	for try := 0; try < 20 && frozenWith == 0; try++ {
+		poll(t, 60*time.Second, func() bool { return e.count(t, "done") > 0 && ownedByA() > 0 }, "relay-a never held a lease")
+		require.NoError(t, a.cmd.Process.Signal(syscall.SIGSTOP))
+		poll(t, 10*time.Second, func() bool { return busyA() == 0 }, "relay-a's statements did not finish")
+		if frozenWith = ownedByA(); frozenWith == 0 {
+			require.NoError(t, a.cmd.Process.Signal(syscall.SIGCONT))
+		}
+	}
+	require.Positive(t, frozenWith, "relay-a never froze holding a lease")
 
 	// relay-b requeues relay-a's rows once their 3 s lease is over and
 	// relays everything.
