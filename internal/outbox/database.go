@@ -473,13 +473,11 @@ func mysqlConfig(rawURL string) (*mysql.Config, error) {
 			base.Addr = net.JoinHostPort(u.Hostname(), "3306")
 		}
 		base.DBName = strings.TrimPrefix(u.Path, "/")
-		if u.User != nil {
-			base.User = u.User.Username()
-			base.Passwd, _ = u.User.Password()
-		}
 		// The driver parses its own parameters (and validates tls=…) from a
-		// DSN; FormatDSN writes user, password, address and database in its
-		// syntax, and the URL's query is already in DSN form.
+		// DSN; FormatDSN writes address and database in its syntax, and the
+		// URL's query is already in DSN form. The user and password are set
+		// after parsing: in the DSN's text a ? or / of the password would be
+		// read as the start of the parameters or the database.
 		dsn := base.FormatDSN()
 		if u.RawQuery != "" {
 			sep := "?"
@@ -491,6 +489,10 @@ func mysqlConfig(rawURL string) (*mysql.Config, error) {
 		if cfg, err = mysql.ParseDSN(dsn); err != nil {
 			// The driver's messages name parameters, not the user or password.
 			return nil, fmt.Errorf("%w: %q: %w", ErrUnknownScheme, RedactURL(rawURL), err)
+		}
+		if u.User != nil {
+			cfg.User = u.User.Username()
+			cfg.Passwd, _ = u.User.Password()
 		}
 	}
 	cfg.ClientFoundRows = false

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"net/url"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -38,6 +39,27 @@ func TestMySQLURLBecomesDriverConfig(t *testing.T) {
 		_, err := mysqlConfig(bad)
 		require.Error(t, err, bad)
 		require.NotContains(t, err.Error(), "cret", "no password in errors")
+	}
+}
+
+// The URL's parameters reach the driver whatever the password holds: a
+// percent-encoded ? / & = # in it once made the parameters part of the
+// database name ("test&tls=true"), TLS and timeouts silently dropped.
+func TestMySQLURLParametersSurviveEveryPasswordCharacter(t *testing.T) {
+	t.Parallel()
+	for c := byte(0x21); c < 0x7f; c++ {
+		if ('0' <= c && c <= '9') || ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') {
+			continue
+		}
+		password := "S3cr" + string(c) + "t" + string(c) + "99"
+		raw := "mysql://app:" + url.QueryEscape(password) + "@db.example:3307/shop?tls=skip-verify&timeout=5s&wait_timeout=600"
+		cfg, err := mysqlConfig(raw)
+		require.NoError(t, err, "password character %q", c)
+		require.Equal(t, password, cfg.Passwd, "password character %q", c)
+		require.Equal(t, "shop", cfg.DBName, "password character %q", c)
+		require.Equal(t, "skip-verify", cfg.TLSConfig, "password character %q", c)
+		require.Equal(t, "5s", cfg.Timeout.String(), "password character %q", c)
+		require.Equal(t, "600", cfg.Params["wait_timeout"], "password character %q", c)
 	}
 }
 
