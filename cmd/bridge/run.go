@@ -26,8 +26,10 @@ commit order, instead of claiming rows.
 While the database or NATS cannot be reached (or the table is not migrated yet, or
 the replication slot is missing) it waits, trying again every 250ms to 5s and
 logging each attempt: /healthz answers 200 and /readyz 503 naming what it waits for.
-It exits only for bad configuration (2), such as wal_level not logical with
-source: postgres-wal.
+It exits for bad configuration (2), such as wal_level not logical with
+source: postgres-wal, and when a port or store it must own is taken (1):
+http.listen, the embedded server's --nats-listen or its JetStream store (another
+relay on the same --data-dir).
 
 With no configuration it runs the embedded default: SQLite outbox
 <data-dir>/outbox.db (migrated at start), an in-process NATS server with JetStream
