@@ -389,8 +389,11 @@ func (c *Config) validateRelay() error {
 	if r.StallUnhealthyAfter < 0 {
 		return &Error{Key: "relay.stall_unhealthy_after", Value: fmtDuration(r.StallUnhealthyAfter), Allowed: "must be 0 (never) or positive"}
 	}
-	if strings.TrimSpace(r.Owner) == "" {
-		return &Error{Key: "relay.owner", Value: r.Owner, Allowed: "must be a non-empty name, unique per replica, such as <hostname>-<pid>"}
+	// The owner is written into every lease (MySQL's owner column is
+	// VARCHAR(255)) and into the session name that pg_stat_activity and
+	// SHOW PROCESSLIST print on one line.
+	if strings.TrimSpace(r.Owner) == "" || len(r.Owner) > 200 || strings.ContainsFunc(r.Owner, unicode.IsControl) {
+		return &Error{Key: "relay.owner", Value: r.Owner, Allowed: "must be a non-empty name of at most 200 bytes without control characters (tab, newline, …), unique per replica, such as <hostname>-<pid>"}
 	}
 	if r.PublishTimeout >= r.AckDeadline {
 		return &Error{
