@@ -61,7 +61,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		r.Stall.Run,
 		r.Pinger.Run,
 	}
-	if r.Store.DB().Dialect() == "postgres" {
+	if r.Store.DB().Capabilities().SupportsNotify {
 		services = append(services, func(ctx context.Context) {
 			outbox.ListenPostgres(ctx, r.Store.DB(), r.Store.Table(), r.Subscriber.Wake, r.Logger)
 		})

@@ -94,7 +94,7 @@ func bench(ctx context.Context, s settings) (*results, error) {
 		res.LatencyHighP50Ms, res.LatencyHighP90Ms, res.LatencyHighP99Ms, res.LatencyHighMaxMs = l.quantile(0.50), l.quantile(0.90), l.quantile(0.99), l.quantile(1)
 	}
 	if slices.Contains(phases, "baseline") {
-		if e.db.Dialect() != "postgres" {
+		if e.db.Dialect() != outbox.DialectPostgres {
 			progress("baseline: skipped, it needs PostgreSQL (watermill-sql's PostgreSQL subscriber)")
 		} else if res.BaselineRowsPerS, err = e.baseline(ctx); err != nil {
 			return nil, fmt.Errorf("baseline: %w", err)
@@ -166,7 +166,7 @@ func (e *env) openDB(ctx context.Context) (func(), error) {
 		return nil, err
 	}
 	if e.s.Source == "postgres-wal" {
-		if e.db.Dialect() != "postgres" {
+		if e.db.Dialect() != outbox.DialectPostgres {
 			e.db.Close()
 			return nil, fmt.Errorf("--source postgres-wal needs a postgres:// --database-url, not %s", e.db.Redacted)
 		}
@@ -175,7 +175,7 @@ func (e *env) openDB(ctx context.Context) (func(), error) {
 			return nil, err
 		}
 	}
-	if e.db.Dialect() == "postgres" {
+	if e.db.Dialect() == outbox.DialectPostgres {
 		e.schema = "bench_" + e.suffix
 		if _, err := e.db.SQL.ExecContext(ctx, "CREATE SCHEMA "+e.schema); err != nil {
 			e.db.Close()
@@ -203,7 +203,7 @@ func (e *env) table(ctx context.Context, phase string) (*outbox.Store, error) {
 	switch {
 	case e.schema != "":
 		name = e.schema + "." + name
-	case e.db.Dialect() == "mysql":
+	case e.db.Dialect() == outbox.DialectMySQL:
 		// The tables of the URL's database, named per run and dropped at
 		// the end with their migration versions, as PostgreSQL's are by
 		// their schema.
@@ -235,14 +235,14 @@ func walNames(table string) walsource.Names {
 func (e *env) databaseVersion(ctx context.Context) string {
 	var v string
 	q := "SELECT version()"
-	if e.db.Dialect() == "sqlite" {
+	switch e.db.Dialect() {
+	case outbox.DialectSQLite:
 		q = "SELECT 'SQLite ' || sqlite_version()"
-	}
-	if e.db.Dialect() == "mysql" {
+	case outbox.DialectMySQL:
 		q = "SELECT CONCAT(IF(VERSION() LIKE '%MariaDB%', 'MariaDB ', 'MySQL '), VERSION())"
 	}
 	if err := e.db.SQL.QueryRowContext(ctx, q).Scan(&v); err != nil {
-		return e.db.Dialect()
+		return string(e.db.Dialect())
 	}
 	if i := strings.Index(v, " on "); i > 0 {
 		v = v[:i]
@@ -256,18 +256,18 @@ func (e *env) fill(ctx context.Context, store *outbox.Store, prefix string, n in
 	q := `INSERT INTO ` + store.Table() + ` (idempotency_key, subject, payload, headers, ordering_key)
 		SELECT 'k-' || g, $1 || '.' || (g % 16), $2, '{}', CASE WHEN $4::int > 0 THEN 'o-' || (g % $4::int) END
 		FROM generate_series(1, $3::int) AS g`
-	if e.db.Dialect() == "sqlite" {
+	if e.db.Dialect() == outbox.DialectSQLite {
 		q = `INSERT INTO ` + store.Table() + ` (idempotency_key, subject, payload, headers, ordering_key)
 		WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < ?3)
 		SELECT 'k-' || g, ?1 || '.' || (g % 16), ?2, '{}', CASE WHEN ?4 > 0 THEN 'o-' || (g % ?4) END FROM s`
 	}
-	if e.db.Dialect() == "mysql" {
+	if e.db.Dialect() == outbox.DialectMySQL {
 		return e.fillMySQL(ctx, store, prefix, n)
 	}
 	if _, err := e.db.SQL.ExecContext(ctx, q, prefix, e.payload, n, e.s.OrderingKeys); err != nil {
 		return fmt.Errorf("insert %d rows: %w", n, err)
 	}
-	if e.db.Dialect() == "postgres" {
+	if e.db.Dialect() == outbox.DialectPostgres {
 		_, err := e.db.SQL.ExecContext(ctx, "ANALYZE "+store.Table())
 		return err
 	}

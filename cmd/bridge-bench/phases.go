@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
 // bridgeResult is what the bridge phase measures.
@@ -114,7 +116,7 @@ func (e *env) latency(ctx context.Context, phase string, rate int) (latencies, e
 	defer func() { _, _ = c.stop() }()
 
 	insert := `INSERT INTO ` + store.Table() + ` (idempotency_key, subject, payload) VALUES ($1, $2, $3)`
-	if e.db.Dialect() != "postgres" {
+	if e.db.Dialect() != outbox.DialectPostgres {
 		insert = `INSERT INTO ` + store.Table() + ` (idempotency_key, subject, payload) VALUES (?, ?, ?)`
 	}
 	stmt, err := e.db.SQL.PrepareContext(ctx, insert)
@@ -125,7 +127,7 @@ func (e *env) latency(ctx context.Context, phase string, rate int) (latencies, e
 
 	total := int(float64(rate) * e.s.Duration.Seconds())
 	producers := max(1, min(rate/500, 32))
-	if e.db.Dialect() == "sqlite" {
+	if !e.db.Capabilities().ConcurrentWrites {
 		producers = 1 // one writer at a time
 	}
 	progress("%s: committing %d rows/s for %s (%d producers)", phase, rate, e.s.Duration, producers)

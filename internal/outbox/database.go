@@ -4,10 +4,9 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"database/sql/driver"
+	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -35,8 +34,8 @@ var ErrUnknownScheme = errors.New("invalid database URL")
 
 // DB is an open outbox database.
 type DB struct {
-	SQL     *sql.DB
-	dialect dialect
+	SQL    *sql.DB
+	driver driver
 	// Redacted is the URL without its password, for logs and messages.
 	Redacted string
 	// pgConfig is the configuration of every PostgreSQL session the
@@ -51,8 +50,12 @@ type DB struct {
 	fence *sessionFence
 }
 
-// Dialect names the database kind: "postgres", "mysql" or "sqlite".
-func (db *DB) Dialect() string { return db.dialect.name() }
+// Dialect names the database kind: one of Dialects.
+func (db *DB) Dialect() Dialect { return db.driver.dialect() }
+
+// Capabilities says what the database offers beyond the operations every
+// database supports (LISTEN/NOTIFY, concurrent writers).
+func (db *DB) Capabilities() Capabilities { return db.driver.capabilities() }
 
 // Close closes the connection pool.
 func (db *DB) Close() error { return db.SQL.Close() }
@@ -142,13 +145,8 @@ func OpenSession(ctx context.Context, rawURL string, s Session) (*DB, error) {
 	// otherwise hold the caller (the first build of `bridge run`) forever.
 	ctx, cancel := context.WithTimeout(ctx, s.ConnectTimeout)
 	defer cancel()
-	switch {
-	case strings.HasPrefix(rawURL, "postgres://"), strings.HasPrefix(rawURL, "postgresql://"):
-		return openPostgres(ctx, rawURL, s)
-	case strings.HasPrefix(rawURL, "sqlite:"):
-		return openSQLite(ctx, strings.TrimPrefix(rawURL, "sqlite:"))
-	case strings.HasPrefix(rawURL, "mysql://"):
-		return openMySQL(ctx, rawURL, s)
+	if d, ok := driverOfURL(rawURL); ok {
+		return d.open(ctx, rawURL, s)
 	}
 	return nil, fmt.Errorf("%w: %q; accepted: %s", ErrUnknownScheme, RedactURL(rawURL), AcceptedSchemes)
 }
@@ -209,7 +207,7 @@ func openPostgres(ctx context.Context, rawURL string, s Session) (*DB, error) {
 	if !strings.Contains(rawURL, "connect_timeout=") {
 		cfg.ConnectTimeout = s.ConnectTimeout
 	}
-	db := &DB{dialect: postgresDialect{}, Redacted: RedactURL(rawURL), pgConfig: cfg, fence: &sessionFence{}}
+	db := &DB{driver: postgresDriver{}, Redacted: RedactURL(rawURL), pgConfig: cfg, fence: &sessionFence{}}
 	onError := cfg.OnPgError
 	cfg.OnPgError = func(c *pgconn.PgConn, e *pgconn.PgError) bool {
 		if pgSessionUnusable(e.Code) {
@@ -251,7 +249,7 @@ const connectedAtKey = "outbox.connected_at"
 // older than the fence is discarded (database/sql then takes another).
 func (db *DB) resetPostgresSession(_ context.Context, conn *pgx.Conn) error {
 	if at, ok := conn.PgConn().CustomData()[connectedAtKey].(time.Time); ok && db.fence.stale(at) {
-		return driver.ErrBadConn
+		return sqldriver.ErrBadConn
 	}
 	return nil
 }
@@ -327,7 +325,7 @@ func openSQLite(ctx context.Context, path string) (*DB, error) {
 	// One writer at a time is all SQLite allows; a single connection keeps
 	// the relay's own statements from contending for the write lock.
 	sqlDB.SetMaxOpenConns(1)
-	db := &DB{SQL: sqlDB, dialect: sqliteDialect{}, Redacted: "sqlite:" + path}
+	db := &DB{SQL: sqlDB, driver: sqliteDriver{}, Redacted: "sqlite:" + path}
 	if err := db.SQL.PingContext(ctx); err != nil {
 		sqlDB.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
@@ -398,7 +396,7 @@ func openMySQL(ctx context.Context, rawURL string, s Session) (*DB, error) {
 	sqlDB.SetConnMaxLifetime(s.MaxLifetime)
 	sqlDB.SetConnMaxIdleTime(s.MaxIdleTime)
 	sqlDB.SetMaxOpenConns(SessionsMax)
-	db := &DB{SQL: sqlDB, dialect: mysqlDialect{}, Redacted: RedactURL(rawURL), fence: fence}
+	db := &DB{SQL: sqlDB, driver: mysqlDriver{}, Redacted: RedactURL(rawURL), fence: fence}
 	if err := db.SQL.PingContext(ctx); err != nil {
 		sqlDB.Close()
 		return nil, fmt.Errorf("connect to mysql %s: %w", db.Redacted, err)
@@ -422,7 +420,7 @@ func mysqlIsolationVariable(ctx context.Context, cfg *mysql.Config) (string, err
 	switch {
 	case err == nil:
 		return "transaction_isolation", nil
-	case mysqlCode(err) == 1193:
+	case mysqlCode(err) == 1193: // ER_UNKNOWN_SYSTEM_VARIABLE
 		return "tx_isolation", nil
 	}
 	return "", err
@@ -526,71 +524,6 @@ func isMySQLDSN(s string) bool {
 // secret.RedactURL.
 func RedactURL(raw string) string { return secret.RedactURL(raw) }
 
-// querier runs statements: the pool (*sql.DB) or a transaction (*sql.Tx).
-type querier interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-// write runs fn's statements, which change rows, on the pool — or, while
-// the PostgreSQL sessions' default isolation is stricter than READ
-// COMMITTED (a database or role default of SERIALIZABLE or REPEATABLE
-// READ), in a READ COMMITTED transaction of their own. The relay's
-// statements are written for READ COMMITTED, as it sets on MySQL: each
-// locks the rows it changes (FOR UPDATE SKIP LOCKED, fenced marks), and
-// under SERIALIZABLE two relays' claims and marks fail with serialization
-// failures (40001) although they never touch the same row twice. The
-// transaction costs two round trips (BEGIN, COMMIT); with the default
-// isolation the statements run alone, as a pooler in statement mode
-// requires.
-//
-// A PostgreSQL statement refused as read-only (25006: it did not run) is run
-// once more at once: the refusal raised the fence, so the second try runs
-// on a session opened since, which is writable if the database is (a
-// session that began while the database was read-only stays so after it
-// is writable again).
-func (db *DB) write(ctx context.Context, fn func(q querier) error) error {
-	err := db.writeOnce(ctx, fn)
-	if pgCode(err) == "25006" {
-		err = db.writeOnce(ctx, fn)
-	}
-	return err
-}
-
-func (db *DB) writeOnce(ctx context.Context, fn func(q querier) error) (err error) {
-	if !db.explicitIsolation.Load() {
-		return fn(db.SQL)
-	}
-	tx, err := db.SQL.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
-	if err = fn(tx); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
-
-// exec runs one statement that changes rows with write and returns how
-// many it changed.
-func (db *DB) exec(ctx context.Context, query string, args ...any) (n int64, err error) {
-	err = db.write(ctx, func(q querier) error {
-		res, err := q.ExecContext(ctx, query, args...)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	return n, err
-}
-
 // ErrReadOnly is returned (wrapped) by CheckWritable when the database
 // does not accept the relay's writes.
 var ErrReadOnly = errors.New("database does not accept writes")
@@ -601,7 +534,7 @@ var ErrReadOnly = errors.New("database does not accept writes")
 // default_transaction_read_only sets, as while a database is fenced during
 // a failover); on MySQL the server does not run with read_only (which
 // super_read_only also sets); SQLite is pinged. A read-only session is
-// closed (database/sql Conn.Raw: a driver.ErrBadConn from f discards the
+// closed (database/sql Conn.Raw: a sqldriver.ErrBadConn from f discards the
 // connection) and raises the fence (see sessionFence), so that the next
 // check and the relay's next statements run on new sessions. Errors: ErrReadOnly (wrapped, saying why), or the error
 // that reaching the database gave.
@@ -611,27 +544,7 @@ func (db *DB) CheckWritable(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
-	var why string
-	switch db.dialect.name() {
-	case "postgres":
-		var standby bool
-		var readOnly string
-		err = conn.QueryRowContext(ctx, "SELECT pg_is_in_recovery(), current_setting('transaction_read_only')").Scan(&standby, &readOnly)
-		switch {
-		case standby:
-			why = "the server is a standby (pg_is_in_recovery())"
-		case readOnly == "on":
-			why = "the session is read-only (transaction_read_only is on, as default_transaction_read_only sets it)"
-		}
-	case "mysql":
-		var readOnly bool
-		err = conn.QueryRowContext(ctx, "SELECT @@global.read_only").Scan(&readOnly)
-		if readOnly {
-			why = "the server runs with read_only"
-		}
-	default:
-		err = conn.PingContext(ctx)
-	}
+	why, err := db.driver.writable(ctx, conn)
 	if err != nil {
 		return err
 	}
@@ -639,31 +552,8 @@ func (db *DB) CheckWritable(ctx context.Context) error {
 		if db.fence != nil {
 			db.fence.raise()
 		}
-		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		_ = conn.Raw(func(any) error { return sqldriver.ErrBadConn })
 		return fmt.Errorf("%w: %s", ErrReadOnly, why)
 	}
 	return nil
-}
-
-// failureLevel is the level at which a failed statement that the relay
-// retries is logged: WARN for a conflict between concurrent transactions,
-// which is resolved by running again — PostgreSQL 40001
-// serialization_failure and 40P01 deadlock_detected, MySQL 1213
-// ER_LOCK_DEADLOCK — ERROR otherwise.
-func failureLevel(err error) slog.Level {
-	switch code := pgCode(err); {
-	case code == "40001", code == "40P01":
-		return slog.LevelWarn
-	}
-	if mysqlCode(err) == 1213 {
-		return slog.LevelWarn
-	}
-	return slog.LevelError
-}
-
-// isLockTimeout reports whether err is a lock wait that gave up:
-// PostgreSQL 55P03 lock_not_available (lock_timeout), MySQL 1205
-// ER_LOCK_WAIT_TIMEOUT (innodb_lock_wait_timeout).
-func isLockTimeout(err error) bool {
-	return pgCode(err) == "55P03" || mysqlCode(err) == 1205
 }

@@ -1,16 +1,14 @@
 package outbox
 
-import "strings"
-
 // MySQLCandidatesSQL exposes the first statement of the MySQL claim (the
-// non-locking read of claimable ids; parameters: MySQLCandidatesArgs) to
-// tests.
+// non-locking read of claimable ids, claim_candidates.sql; parameters:
+// MySQLCandidatesArgs) to tests.
 func MySQLCandidatesSQL(table string) (string, bool) {
-	t, err := ParseTableName(table)
-	if err != nil {
+	ex, ok := executorFor(mysqlDriver{}, table)
+	if !ok {
 		return "", false
 	}
-	return strings.Split(mysqlDialect{}.sqlFor(t).claim, mysqlClaimSep)[0], true
+	return ex.(*mysqlExecutor).q.claimCandidates, true
 }
 
 // MySQLCandidatesArgs are the parameters of MySQLCandidatesSQL for want

@@ -1,21 +1,32 @@
 package outbox
 
-// PostgresClaimSQL exposes the PostgreSQL claim statement to tests.
+// PostgresClaimSQL exposes the PostgreSQL claim statement (claim.sql) to
+// tests.
 func PostgresClaimSQL(table string) (string, bool) {
-	t, err := ParseTableName(table)
-	if err != nil {
+	ex, ok := executorFor(postgresDriver{}, table)
+	if !ok {
 		return "", false
 	}
-	return postgresDialect{}.sqlFor(t).claim, true
+	return ex.(*postgresExecutor).q.claim, true
 }
 
-// SQLiteClaimSQL exposes the SQLite claim statement to tests.
+// SQLiteClaimSQL exposes the SQLite claim statement (claim.sql) to tests.
 func SQLiteClaimSQL(table string) (string, bool) {
-	t, err := ParseTableName(table)
-	if err != nil {
+	ex, ok := executorFor(sqliteDriver{}, table)
+	if !ok {
 		return "", false
 	}
-	return sqliteDialect{}.sqlFor(t).claim, true
+	return ex.(*sqliteExecutor).q.claim, true
+}
+
+// executorFor renders d's statements for table, without a database.
+func executorFor(d driver, table string) (executor, bool) {
+	t, err := ParseTableName(table)
+	if err != nil {
+		return nil, false
+	}
+	ex, err := d.executor(&DB{driver: d}, t)
+	return ex, err == nil
 }
 
 // MessageHeaderBytes exposes messageHeaderBytes to tests.

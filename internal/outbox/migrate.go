@@ -1,14 +1,11 @@
 package outbox
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
-	"io/fs"
 	"strconv"
 	"strings"
-	"text/template"
 
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
@@ -36,13 +33,9 @@ func Migrate(ctx context.Context, db *DB, table string) ([]MigrationResult, erro
 		return nil, err
 	}
 	results, err := p.Up(ctx)
-	if pgCode(err) == "3F000" { // invalid_schema_name
+	if db.driver.classify(err) == errorUndefinedSchema {
 		t, _ := ParseTableName(table)
-		return nil, fmt.Errorf("migrate outbox table %s: schema %q does not exist; create it first (CREATE SCHEMA %s) or use an unqualified table name: %w", table, t.schema, t.schema, err)
-	}
-	if mysqlCode(err) == 1049 { // ER_BAD_DB_ERROR
-		t, _ := ParseTableName(table)
-		return nil, fmt.Errorf("migrate outbox table %s: database %q does not exist (MySQL compares database names by case unless lower_case_table_names is set); create it first (CREATE DATABASE %s) or use an unqualified table name: %w", table, t.schema, t.schema, err)
+		return nil, fmt.Errorf("migrate outbox table %s: %s: %w", table, db.driver.migrations().missingSchema(t.schema), err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("migrate outbox table %s: %w", table, err)
@@ -74,17 +67,17 @@ func newMigrationProvider(db *DB, table string) (*goose.Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	migrations, err := renderMigrations(db.dialect, t)
+	migrations, err := renderMigrations(db.driver, t)
 	if err != nil {
 		return nil, err
 	}
 	versions := t.String() + "_migrations"
-	store, err := database.NewStore(db.dialect.goose(), versions)
+	store, err := database.NewStore(db.driver.migrations().goose, versions)
 	if err != nil {
 		return nil, fmt.Errorf("migration store: %w", err)
 	}
 	return goose.NewProvider("", db.SQL, nil,
-		goose.WithStore(migrationStore{Store: store, table: versions, dialect: db.dialect}),
+		goose.WithStore(migrationStore{Store: store, table: versions, driver: db.driver}),
 		goose.WithDisableGlobalRegistry(true),
 		goose.WithGoMigrations(migrations...),
 	)
@@ -98,8 +91,8 @@ func newMigrationProvider(db *DB, table string) (*goose.Provider, error) {
 // shop_outbox_migrations: a second migrate tried to create it again.
 type migrationStore struct {
 	database.Store
-	table   string
-	dialect dialect
+	table  string
+	driver driver
 }
 
 var _ database.StoreExtender = migrationStore{}
@@ -110,15 +103,15 @@ func (s migrationStore) TableExists(ctx context.Context, db database.DBTxConn) (
 	switch {
 	case err == nil:
 		return true, rows.Close()
-	case s.dialect.isUndefinedTable(err) && mysqlCode(err) != 1049:
+	case s.driver.classify(err) == errorUndefinedTable:
 		return false, nil
 	}
 	return false, fmt.Errorf("look up migration version table %s: %w", s.table, err)
 }
 
-// renderMigrations turns the dialect's embedded SQL files into goose
+// renderMigrations turns the driver's embedded SQL files into goose
 // migrations for table t, each run in one transaction.
-func renderMigrations(d dialect, t tableName) ([]*goose.Migration, error) {
+func renderMigrations(d driver, t tableName) ([]*goose.Migration, error) {
 	rendered, err := renderSQL(d, t)
 	if err != nil {
 		return nil, err
@@ -142,47 +135,21 @@ type renderedMigration struct {
 	sql     string
 }
 
-// renderSQL renders the dialect's embedded SQL files for table t, in
-// version order. Files are named NNNNN_what.sql; {{.Table}}, {{.Name}} and
-// {{.Index "suffix"}} are replaced.
-func renderSQL(d dialect, t tableName) ([]renderedMigration, error) {
-	dir := "migrations/" + d.name()
-	entries, err := fs.ReadDir(migrationFiles, dir)
+// renderSQL renders the driver's embedded migrations (migrations/<dialect>/)
+// for table t, in version order. Files are named NNNNN_what.sql and see
+// sqlData ({{.Table}}, {{.Name}}, {{.Index "suffix"}}), as the queries do.
+func renderSQL(d driver, t tableName) ([]renderedMigration, error) {
+	rendered, err := renderSQLDir("migrations/"+string(d.dialect()), d, t)
 	if err != nil {
-		return nil, fmt.Errorf("read embedded migrations: %w", err)
+		return nil, err
 	}
-	data := migrationData{Table: t.String(), Name: t.name, dialect: d, table: t}
-	var out []renderedMigration
-	for _, e := range entries {
-		version, err := strconv.ParseInt(strings.SplitN(e.Name(), "_", 2)[0], 10, 64)
+	out := make([]renderedMigration, 0, len(rendered))
+	for _, r := range rendered {
+		version, err := strconv.ParseInt(strings.SplitN(r.file, "_", 2)[0], 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("embedded migration %s: name must start with a version number", e.Name())
+			return nil, fmt.Errorf("embedded migration %s: name must start with a version number", r.file)
 		}
-		text, err := fs.ReadFile(migrationFiles, dir+"/"+e.Name())
-		if err != nil {
-			return nil, err
-		}
-		tmpl, err := template.New(e.Name()).Parse(string(text))
-		if err != nil {
-			return nil, fmt.Errorf("embedded migration %s: %w", e.Name(), err)
-		}
-		var sqlText bytes.Buffer
-		if err := tmpl.Execute(&sqlText, data); err != nil {
-			return nil, fmt.Errorf("embedded migration %s: %w", e.Name(), err)
-		}
-		out = append(out, renderedMigration{version: version, file: e.Name(), sql: sqlText.String()})
+		out = append(out, renderedMigration{version: version, file: r.file, sql: r.sql})
 	}
 	return out, nil
 }
-
-// migrationData is what a migration template sees.
-type migrationData struct {
-	// Table is the (optionally schema-qualified) table name; Name is
-	// without the schema.
-	Table, Name string
-	dialect     dialect
-	table       tableName
-}
-
-// Index names an index of the table: {{.Index "claimable"}}.
-func (m migrationData) Index(suffix string) string { return m.dialect.indexName(m.table, suffix) }

@@ -2,7 +2,7 @@ package outbox
 
 import (
 	"context"
-	"database/sql/driver"
+	sqldriver "database/sql/driver"
 	"time"
 )
 
@@ -12,14 +12,14 @@ import (
 // connected to the old, now read-only primary and fail every write until
 // it is replaced. The driver has no hook for this (unlike pgx's
 // pgconn.Config.OnPgError), hence the wrapper: a closed session answers
-// false to driver.Validator.IsValid, and database/sql discards it when it
+// false to sqldriver.Validator.IsValid, and database/sql discards it when it
 // is returned to the pool (database/sql putConn, validateConnection).
 type mysqlConnector struct {
-	driver.Connector
+	sqldriver.Connector
 	fence *sessionFence
 }
 
-func (c mysqlConnector) Connect(ctx context.Context) (driver.Conn, error) {
+func (c mysqlConnector) Connect(ctx context.Context) (sqldriver.Conn, error) {
 	connectedAt := time.Now()
 	conn, err := c.Connector.Connect(ctx)
 	if err != nil {
@@ -29,14 +29,10 @@ func (c mysqlConnector) Connect(ctx context.Context) (driver.Conn, error) {
 }
 
 // mysqlSessionUnusable reports whether err means that the session cannot
-// serve the relay: 1290 ER_OPTION_PREVENTS_STATEMENT (the server runs with
-// read_only or super_read_only) or 1792 ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION.
+// serve the relay: the server runs with read_only or super_read_only, or
+// the transaction is read-only (errorReadOnly: 1290, 1792).
 func mysqlSessionUnusable(err error) bool {
-	switch mysqlCode(err) {
-	case 1290, 1792:
-		return true
-	}
-	return false
+	return mysqlDriver{}.classify(err) == errorReadOnly
 }
 
 // mysqlSession is one session of go-sql-driver/mysql. It passes every
@@ -45,24 +41,24 @@ func mysqlSessionUnusable(err error) bool {
 // with an error of mysqlSessionUnusable it closes the session and raises
 // the fence; a session older than the fence is not reused.
 type mysqlSession struct {
-	driver.Conn
+	sqldriver.Conn
 	fence       *sessionFence
 	connectedAt time.Time
 }
 
 var (
-	_ driver.ConnBeginTx        = (*mysqlSession)(nil)
-	_ driver.ConnPrepareContext = (*mysqlSession)(nil)
-	_ driver.ExecerContext      = (*mysqlSession)(nil)
-	_ driver.QueryerContext     = (*mysqlSession)(nil)
-	_ driver.Pinger             = (*mysqlSession)(nil)
-	_ driver.SessionResetter    = (*mysqlSession)(nil)
-	_ driver.Validator          = (*mysqlSession)(nil)
-	_ driver.NamedValueChecker  = (*mysqlSession)(nil)
-	_ driver.StmtExecContext    = (*mysqlStmt)(nil)
-	_ driver.StmtQueryContext   = (*mysqlStmt)(nil)
-	_ driver.NamedValueChecker  = (*mysqlStmt)(nil)
-	_ driver.Connector          = mysqlConnector{}
+	_ sqldriver.ConnBeginTx        = (*mysqlSession)(nil)
+	_ sqldriver.ConnPrepareContext = (*mysqlSession)(nil)
+	_ sqldriver.ExecerContext      = (*mysqlSession)(nil)
+	_ sqldriver.QueryerContext     = (*mysqlSession)(nil)
+	_ sqldriver.Pinger             = (*mysqlSession)(nil)
+	_ sqldriver.SessionResetter    = (*mysqlSession)(nil)
+	_ sqldriver.Validator          = (*mysqlSession)(nil)
+	_ sqldriver.NamedValueChecker  = (*mysqlSession)(nil)
+	_ sqldriver.StmtExecContext    = (*mysqlStmt)(nil)
+	_ sqldriver.StmtQueryContext   = (*mysqlStmt)(nil)
+	_ sqldriver.NamedValueChecker  = (*mysqlStmt)(nil)
+	_ sqldriver.Connector          = mysqlConnector{}
 )
 
 // checked closes the session when err says it cannot serve the relay, and
@@ -75,66 +71,66 @@ func (s *mysqlSession) checked(err error) error {
 	return err
 }
 
-func (s *mysqlSession) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	tx, err := s.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
+func (s *mysqlSession) BeginTx(ctx context.Context, opts sqldriver.TxOptions) (sqldriver.Tx, error) {
+	tx, err := s.Conn.(sqldriver.ConnBeginTx).BeginTx(ctx, opts)
 	return tx, s.checked(err)
 }
 
-func (s *mysqlSession) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
-	stmt, err := s.Conn.(driver.ConnPrepareContext).PrepareContext(ctx, query)
+func (s *mysqlSession) PrepareContext(ctx context.Context, query string) (sqldriver.Stmt, error) {
+	stmt, err := s.Conn.(sqldriver.ConnPrepareContext).PrepareContext(ctx, query)
 	if err != nil {
 		return nil, s.checked(err)
 	}
 	return &mysqlStmt{stmt, s}, nil
 }
 
-// ExecContext returns the driver's driver.ErrSkip (arguments without
+// ExecContext returns the driver's sqldriver.ErrSkip (arguments without
 // interpolateParams) as it is: database/sql then prepares the statement.
-func (s *mysqlSession) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	res, err := s.Conn.(driver.ExecerContext).ExecContext(ctx, query, args)
+func (s *mysqlSession) ExecContext(ctx context.Context, query string, args []sqldriver.NamedValue) (sqldriver.Result, error) {
+	res, err := s.Conn.(sqldriver.ExecerContext).ExecContext(ctx, query, args)
 	return res, s.checked(err)
 }
 
-func (s *mysqlSession) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	rows, err := s.Conn.(driver.QueryerContext).QueryContext(ctx, query, args)
+func (s *mysqlSession) QueryContext(ctx context.Context, query string, args []sqldriver.NamedValue) (sqldriver.Rows, error) {
+	rows, err := s.Conn.(sqldriver.QueryerContext).QueryContext(ctx, query, args)
 	return rows, s.checked(err)
 }
 
 func (s *mysqlSession) Ping(ctx context.Context) error {
-	return s.Conn.(driver.Pinger).Ping(ctx)
+	return s.Conn.(sqldriver.Pinger).Ping(ctx)
 }
 
 func (s *mysqlSession) ResetSession(ctx context.Context) error {
 	if s.fence.stale(s.connectedAt) {
-		return driver.ErrBadConn
+		return sqldriver.ErrBadConn
 	}
-	return s.Conn.(driver.SessionResetter).ResetSession(ctx)
+	return s.Conn.(sqldriver.SessionResetter).ResetSession(ctx)
 }
 
 func (s *mysqlSession) IsValid() bool {
-	return s.Conn.(driver.Validator).IsValid()
+	return s.Conn.(sqldriver.Validator).IsValid()
 }
 
-func (s *mysqlSession) CheckNamedValue(nv *driver.NamedValue) error {
-	return s.Conn.(driver.NamedValueChecker).CheckNamedValue(nv)
+func (s *mysqlSession) CheckNamedValue(nv *sqldriver.NamedValue) error {
+	return s.Conn.(sqldriver.NamedValueChecker).CheckNamedValue(nv)
 }
 
 // mysqlStmt is a prepared statement of a mysqlSession.
 type mysqlStmt struct {
-	driver.Stmt
+	sqldriver.Stmt
 	session *mysqlSession
 }
 
-func (st *mysqlStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
-	res, err := st.Stmt.(driver.StmtExecContext).ExecContext(ctx, args)
+func (st *mysqlStmt) ExecContext(ctx context.Context, args []sqldriver.NamedValue) (sqldriver.Result, error) {
+	res, err := st.Stmt.(sqldriver.StmtExecContext).ExecContext(ctx, args)
 	return res, st.session.checked(err)
 }
 
-func (st *mysqlStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
-	rows, err := st.Stmt.(driver.StmtQueryContext).QueryContext(ctx, args)
+func (st *mysqlStmt) QueryContext(ctx context.Context, args []sqldriver.NamedValue) (sqldriver.Rows, error) {
+	rows, err := st.Stmt.(sqldriver.StmtQueryContext).QueryContext(ctx, args)
 	return rows, st.session.checked(err)
 }
 
-func (st *mysqlStmt) CheckNamedValue(nv *driver.NamedValue) error {
-	return st.Stmt.(driver.NamedValueChecker).CheckNamedValue(nv)
+func (st *mysqlStmt) CheckNamedValue(nv *sqldriver.NamedValue) error {
+	return st.Stmt.(sqldriver.NamedValueChecker).CheckNamedValue(nv)
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -16,17 +15,17 @@ import (
 // columns does not exist: the schema was never migrated.
 var ErrNoTable = errors.New("outbox table missing or not migrated")
 
-// Store runs the outbox table's statements. It is safe for concurrent use.
+// Store runs the outbox table's operations through the driver of its
+// database (see driver.go). It is safe for concurrent use.
 type Store struct {
 	db    *DB
 	table tableName
-	sql   statements
+	exec  executor
 	heads keyCursor
 }
 
 // keyCursor is the ordering key after which the next claim of this store
-// looks for the heads of ordering keys first (see postgresDialect.sqlFor
-// and mysqlCandidates).
+// looks for the heads of ordering keys first (claimRowsParams.Cursor).
 type keyCursor struct {
 	mu  sync.Mutex
 	key string
@@ -38,7 +37,8 @@ func (c *keyCursor) get() string {
 	return c.key
 }
 
-// set moves the cursor; a claim that took no ordered row leaves it.
+// set moves the cursor; a claim that says nothing of it
+// (claimResult.NextCursor not Valid) leaves it.
 func (c *keyCursor) set(key sql.NullString) {
 	if !key.Valid {
 		return
@@ -48,37 +48,6 @@ func (c *keyCursor) set(key sql.NullString) {
 	c.key = key.String
 }
 
-// keyWindow is how many ordering keys a claim of limit rows walks at most
-// in each of its two laps (after the cursor, then from the first key up to
-// it) on PostgreSQL and SQLite. The walk stops earlier once it has limit
-// claimable heads; the window bounds what a claim costs when most keys are
-// held back (heads in flight or waiting out a backoff): one index descent
-// per key, 1.1–1.3 s per claim on PostgreSQL with 100,000 held-back keys
-// before the bound (docs/BENCHMARKS.md).
-func keyWindow(limit int) int { return 4 * limit }
-
-// jumpKeyCursor moves the cursor after a claim that took no row with an
-// ordering key after it (in the lap from the cursor on): to the window-th
-// key after it, so that the next claim walks the keys beyond a window of
-// held-back ones, or back to the first key when fewer keys follow (the next
-// claim walks from the start). Without it, a window of held-back keys kept
-// every key after it waiting — also when a busy key before the cursor was
-// claimed at every claim, in the lap from the first key, and set the cursor
-// back to itself (TestClaimPassesHeldBackKeysWhileAnEarlyKeyStaysBusy). A
-// failed query leaves the cursor where it is: the rows are claimed by then
-// and must reach the relay, and the next claim tries again.
-func jumpKeyCursor(ctx context.Context, db querier, s *statements, cursor *keyCursor, from string, window int) {
-	var k string
-	err := db.QueryRowContext(ctx, s.jump, from, window).Scan(&k)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		k = ""
-	case err != nil:
-		return
-	}
-	cursor.set(sql.NullString{String: k, Valid: true})
-}
-
 // NewStore returns a Store for table (an SQL identifier, optionally
 // schema-qualified) in db. It does not touch the database; see CheckSchema.
 func NewStore(db *DB, table string) (*Store, error) {
@@ -86,7 +55,11 @@ func NewStore(db *DB, table string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, table: t, sql: db.dialect.sqlFor(t)}, nil
+	ex, err := db.driver.executor(db, t)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{db: db, table: t, exec: ex}, nil
 }
 
 // Table is the table name as configured.
@@ -98,19 +71,15 @@ func (s *Store) DB() *DB { return s.db }
 // CheckSchema verifies that the table exists with every column of the
 // contract. Errors: ErrNoTable (wrapped, saying to run `bridge migrate`).
 func (s *Store) CheckSchema(ctx context.Context) error {
-	rows, err := s.db.SQL.QueryContext(ctx, s.sql.probe)
+	err := s.exec.Probe(ctx)
 	if err == nil {
-		return rows.Close()
+		return nil
 	}
-	if s.db.dialect.isUndefinedTable(err) || isMissingColumn(err) {
+	switch s.db.driver.classify(err) {
+	case errorUndefinedTable, errorUndefinedColumn, errorUndefinedSchema:
 		return fmt.Errorf("%w: table %q in %s: %v; create it with `bridge migrate` (same --database-url and --table)", ErrNoTable, s.table.String(), s.db.Redacted, err)
 	}
 	return fmt.Errorf("check outbox table %s: %w", s.table, err)
-}
-
-func isMissingColumn(err error) bool {
-	// PostgreSQL: SQLSTATE 42703 undefined_column.
-	return pgCode(err) == "42703"
 }
 
 // ClaimParams are the parameters of a claim.
@@ -178,47 +147,14 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int) ([]Row, erro
 // When more ordering keys have a claimable row than the claim takes, the
 // store's claims take the keys in turn (a cursor over keys), not always
 // the first ones. One short transaction: one statement on PostgreSQL and
-// SQLite, a few on MySQL (see mysqlDialect.claim).
+// SQLite, a few on MySQL (see mysqlExecutor.Claim).
 func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) ([]Row, error) {
-	out, err := s.db.dialect.claim(ctx, s.db, &s.sql, p, &s.heads)
+	res, err := s.exec.Claim(ctx, &claimRowsParams{ClaimParams: p, Cursor: s.heads.get()})
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox rows: %w", err)
 	}
-	return out, nil
-}
-
-// scanClaimed reads and closes the result of a claim: id,
-// idempotency_key, subject, payload (NULL when left out), headers,
-// ordering_key, attempts, created_at, claimed_at, first_claimed_at, the
-// payload's length, then one more column into each of extra (the same on
-// every row). A payload longer than maxPayload was left out. It returns the
-// rows in id order.
-func scanClaimed(rows *sql.Rows, maxPayload int64, extra ...any) ([]Row, error) {
-	defer rows.Close()
-	var out []Row
-	for rows.Next() {
-		var r Row
-		var headers sql.NullString
-		dest := []any{&r.ID, &r.IdempotencyKey, &r.Subject, &r.Payload, &headers, &r.OrderingKey,
-			&r.Attempt, dbTime{&r.CreatedAt}, dbTime{&r.ClaimedAt}, dbTime{&r.FirstClaimedAt}, &r.PayloadSize}
-		dest = append(dest, extra...)
-		if err := rows.Scan(dest...); err != nil {
-			return nil, fmt.Errorf("claim outbox rows: scan: %w", err)
-		}
-		switch {
-		case r.PayloadSize > maxPayload:
-			r.Payload, r.PayloadLeftOut = nil, true
-		case r.Payload == nil:
-			r.Payload = []byte{}
-		}
-		r.Headers = []byte(headers.String)
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("claim outbox rows: %w", err)
-	}
-	slices.SortFunc(out, func(a, b Row) int { return int(a.ID - b.ID) })
-	return out, nil
+	s.heads.set(res.NextCursor)
+	return res.Rows, nil
 }
 
 // MarkDone records PubAcks: each row becomes done with relayed_at = now(),
@@ -230,7 +166,7 @@ func (s *Store) MarkDone(ctx context.Context, owner string, done []Done, del boo
 	if len(done) == 0 {
 		return 0, nil
 	}
-	n, err := s.db.dialect.markDone(ctx, s.db, &s.sql, owner, done, del)
+	n, err := s.exec.MarkDone(ctx, &markDoneParams{Owner: owner, Done: done, Delete: del})
 	if err != nil {
 		return 0, fmt.Errorf("mark %d outbox rows done: %w", len(done), err)
 	}
@@ -244,7 +180,7 @@ func (s *Store) MarkFailed(ctx context.Context, owner string, failures []Failure
 	if len(failures) == 0 {
 		return 0, nil
 	}
-	n, err := s.db.dialect.markFailed(ctx, s.db, &s.sql, owner, failures)
+	n, err := s.exec.MarkFailed(ctx, &markFailedParams{Owner: owner, Failures: failures})
 	if err != nil {
 		return 0, fmt.Errorf("mark %d outbox rows failed: %w", len(failures), err)
 	}
@@ -259,18 +195,11 @@ func (s *Store) MarkFailed(ctx context.Context, owner string, failures []Failure
 // A requeue proves only that no result was recorded in time, not that the
 // publish failed: the next publish carries the same Nats-Msg-Id.
 func (s *Store) RequeueInflightOlderThan(ctx context.Context, timeout time.Duration) (int, error) {
-	n, err := s.db.dialect.requeue(ctx, s.db, &s.sql, timeout)
+	n, err := s.exec.Requeue(ctx, &requeueParams{OlderThan: timeout})
 	if err != nil {
 		return 0, fmt.Errorf("requeue in-flight outbox rows: %w", err)
 	}
 	return n, nil
-}
-
-// execRequeue is the requeue of the dialects whose requeue is one
-// statement with the "now minus timeout" parameter.
-func execRequeue(ctx context.Context, d dialect, db *DB, s *statements, olderThan time.Duration) (int, error) {
-	n, err := db.exec(ctx, s.requeue, d.ago(olderThan))
-	return int(n), err
 }
 
 // Stats is a snapshot of the table.
@@ -314,23 +243,16 @@ func (s *Store) Stats(ctx context.Context, recent int) (Stats, error) {
 	for _, status := range Statuses {
 		st.Rows[status] = 0
 	}
-	rows, err := s.db.SQL.QueryContext(ctx, s.sql.stats)
+	counts, err := s.exec.CountByStatus(ctx)
 	if err != nil {
 		return st, fmt.Errorf("count outbox rows: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var status string
-		var n int64
-		var oldest, now time.Time
-		if err := rows.Scan(&status, &n, dbTime{&oldest}, dbTime{&now}); err != nil {
-			return st, fmt.Errorf("count outbox rows: scan: %w", err)
-		}
-		st.Rows[Status(status)] = n
-		if oldest.IsZero() {
+	for _, c := range counts.Rows {
+		st.Rows[c.Status] = c.Count
+		if c.Oldest.IsZero() {
 			continue
 		}
-		switch age := max(now.Sub(oldest), 0); Status(status) {
+		switch age := max(counts.Now.Sub(c.Oldest), 0); c.Status {
 		case StatusPending:
 			st.OldestPending = age
 			st.OldestUnsettled = max(st.OldestUnsettled, age)
@@ -338,41 +260,23 @@ func (s *Store) Stats(ctx context.Context, recent int) (Stats, error) {
 			st.OldestUnsettled = max(st.OldestUnsettled, age)
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return st, fmt.Errorf("count outbox rows: %w", err)
-	}
 	if recent <= 0 {
 		return st, nil
 	}
 	if st.Rows[StatusFailed] > 0 {
-		var e RowError
-		var msg sql.NullString
-		var created, now time.Time
-		err := s.db.SQL.QueryRowContext(ctx, s.sql.oldestFailed).Scan(&e.ID, &e.Subject, &e.Attempts, &msg, dbTime{&created}, dbTime{&now})
-		switch {
-		case errors.Is(err, sql.ErrNoRows): // relayed meanwhile
-		case err != nil:
+		e, ok, err := s.exec.OldestFailed(ctx)
+		if err != nil {
 			return st, fmt.Errorf("read the oldest failed outbox row: %w", err)
-		default:
-			e.Status, e.LastError, e.Age = StatusFailed, msg.String, max(now.Sub(created), 0)
+		}
+		if ok { // else relayed meanwhile
 			st.OldestFailed = &e
 		}
 	}
-	errRows, err := s.db.SQL.QueryContext(ctx, s.sql.recentErrors, recent)
+	st.RecentErrors, err = s.exec.RecentErrors(ctx, &recentErrorsParams{Limit: recent})
 	if err != nil {
 		return st, fmt.Errorf("list failed outbox rows: %w", err)
 	}
-	defer errRows.Close()
-	for errRows.Next() {
-		var e RowError
-		var msg sql.NullString
-		if err := errRows.Scan(&e.ID, &e.Status, &e.Attempts, &msg); err != nil {
-			return st, fmt.Errorf("list failed outbox rows: scan: %w", err)
-		}
-		e.LastError = msg.String
-		st.RecentErrors = append(st.RecentErrors, e)
-	}
-	return st, errRows.Err()
+	return st, nil
 }
 
 // Entry is a row to insert.
@@ -469,41 +373,28 @@ func (s *Store) Enqueue(ctx context.Context, e Entry) (int64, error) {
 	if e.OrderingKey != "" {
 		ordering = sql.NullString{String: e.OrderingKey, Valid: true}
 	}
-	var id int64
-	if ins, ok := s.db.dialect.(inserter); ok {
-		id, err = ins.insert(ctx, s.db, &s.sql, e.IdempotencyKey, e.Subject, e.Payload, string(headers), ordering)
-	} else {
-		err = s.db.write(ctx, func(q querier) error {
-			return q.QueryRowContext(ctx, s.sql.insert, e.IdempotencyKey, e.Subject, e.Payload, string(headers), ordering).Scan(&id)
-		})
-	}
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, fmt.Errorf("idempotency key %q: %w", e.IdempotencyKey, ErrAlreadyEnqueued)
-	}
+	id, inserted, err := s.exec.Insert(ctx, &insertParams{IdempotencyKey: e.IdempotencyKey, Subject: e.Subject,
+		Payload: e.Payload, Headers: string(headers), OrderingKey: ordering})
 	if err != nil {
 		return 0, fmt.Errorf("insert outbox row: %w", err)
 	}
+	if !inserted {
+		return 0, fmt.Errorf("idempotency key %q: %w", e.IdempotencyKey, ErrAlreadyEnqueued)
+	}
 	return id, nil
-}
-
-// inserter is a dialect whose INSERT cannot return the new id (MySQL has
-// no INSERT … RETURNING). insert takes the arguments of statements.insert
-// and returns the new id, or sql.ErrNoRows when the key exists.
-type inserter interface {
-	insert(ctx context.Context, db *DB, s *statements, args ...any) (int64, error)
 }
 
 // RetryDead puts the permanent_failed rows among ids back to pending, with
 // attempts reset to 0 and last_error kept. Ids of rows in another state
 // are ignored. It returns how many rows moved.
 func (s *Store) RetryDead(ctx context.Context, ids []int64) (int, error) {
-	return s.exec(ctx, "retry dead letters", s.sql.retryIDs, s.db.dialect.idList(ids))
+	return s.retry(ctx, "retry dead letters", &retryParams{From: StatusPermanentFailed, IDs: ids})
 }
 
 // RetryAllDead puts every permanent_failed row back to pending, like
 // RetryDead. It returns how many rows moved.
 func (s *Store) RetryAllDead(ctx context.Context) (int, error) {
-	return s.exec(ctx, "retry dead letters", s.sql.retryAll)
+	return s.retry(ctx, "retry dead letters", &retryParams{From: StatusPermanentFailed, All: true})
 }
 
 // RetryFailed makes the failed rows among ids claimable now, with their
@@ -511,39 +402,38 @@ func (s *Store) RetryAllDead(ctx context.Context) (int, error) {
 // need not wait. Ids of rows in another state are ignored. It returns how
 // many rows changed.
 func (s *Store) RetryFailed(ctx context.Context, ids []int64) (int, error) {
-	return s.exec(ctx, "retry failed rows", s.sql.retryFailedIDs, s.db.dialect.idList(ids))
+	return s.retry(ctx, "retry failed rows", &retryParams{From: StatusFailed, IDs: ids})
 }
 
 // RetryAllFailed makes every failed row claimable now, like RetryFailed.
 func (s *Store) RetryAllFailed(ctx context.Context) (int, error) {
-	return s.exec(ctx, "retry failed rows", s.sql.retryAllFailed)
+	return s.retry(ctx, "retry failed rows", &retryParams{From: StatusFailed, All: true})
+}
+
+func (s *Store) retry(ctx context.Context, what string, p *retryParams) (int, error) {
+	n, err := s.exec.Retry(ctx, p)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	return n, nil
 }
 
 // Retryable returns the ids of the failed rows and of the dead letters
 // (permanent_failed) whose subject match accepts, in id order.
 func (s *Store) Retryable(ctx context.Context, match func(subject string) bool) (failed, dead []int64, err error) {
-	rows, err := s.db.SQL.QueryContext(ctx, s.sql.retryable)
+	rows, err := s.exec.Retryable(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list failed outbox rows: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var id int64
-		var subject, status string
-		if err := rows.Scan(&id, &subject, &status); err != nil {
-			return nil, nil, fmt.Errorf("list failed outbox rows: scan: %w", err)
-		}
-		if !match(subject) {
+	for _, r := range rows {
+		if !match(r.Subject) {
 			continue
 		}
-		if Status(status) == StatusPermanentFailed {
-			dead = append(dead, id)
+		if r.Status == StatusPermanentFailed {
+			dead = append(dead, r.ID)
 		} else {
-			failed = append(failed, id)
+			failed = append(failed, r.ID)
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("list failed outbox rows: %w", err)
 	}
 	return failed, dead, nil
 }
@@ -554,8 +444,8 @@ func (s *Store) Retryable(ctx context.Context, match func(subject string) bool) 
 // waiting out a backoff, or queued behind its key's head, is not
 // claimable.
 func (s *Store) Stalled(ctx context.Context, age time.Duration) (bool, error) {
-	var stalled bool
-	if err := s.db.SQL.QueryRowContext(ctx, s.sql.stalled, s.db.dialect.ago(age)).Scan(&stalled); err != nil {
+	stalled, err := s.exec.Stalled(ctx, &stalledParams{Age: age})
+	if err != nil {
 		return false, fmt.Errorf("look for claimable outbox rows: %w", err)
 	}
 	return stalled, nil
@@ -573,38 +463,25 @@ func (s *Store) PurgeDoneOlderThan(ctx context.Context, age time.Duration, batch
 	}
 	total := 0
 	for {
-		n, err := s.exec(ctx, "purge done rows", s.sql.purge, s.db.dialect.ago(age), batch)
+		n, err := s.exec.Purge(ctx, &purgeParams{OlderThan: age, Limit: batch})
+		if err != nil {
+			return total, fmt.Errorf("purge done rows: %w", err)
+		}
 		total += n
-		if err != nil || n < batch {
-			return total, err
+		if n < batch {
+			return total, nil
 		}
 	}
-}
-
-func (s *Store) exec(ctx context.Context, what, query string, args ...any) (int, error) {
-	n, err := s.db.exec(ctx, query, args...)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", what, err)
-	}
-	return int(n), nil
 }
 
 // StatusOf returns the status of row id, and false when there is no such
 // row. One query per row: for operators' commands, not for the relay.
 func (s *Store) StatusOf(ctx context.Context, id int64) (Status, bool, error) {
-	q := "SELECT status FROM " + s.table.String() + " WHERE id = ?"
-	if s.db.dialect.name() == "postgres" {
-		q = strings.Replace(q, "?", "$1", 1)
-	}
-	var st string
-	err := s.db.SQL.QueryRowContext(ctx, q, id).Scan(&st)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", false, nil
-	}
+	st, ok, err := s.exec.RowStatus(ctx, &rowStatusParams{ID: id})
 	if err != nil {
 		return "", false, fmt.Errorf("read status of row %d: %w", id, err)
 	}
-	return Status(st), true, nil
+	return st, ok, nil
 }
 
 // RelayedStream returns the stream recorded on a relayed (done) row of
@@ -613,15 +490,7 @@ func (s *Store) StatusOf(ctx context.Context, id int64) (Status, bool, error) {
 // resolve (an account subject mapping). One query, for the rare rows in
 // doubt whose stream is not known otherwise.
 func (s *Store) RelayedStream(ctx context.Context, subject string) (string, error) {
-	q := "SELECT stream FROM " + s.table.String() + " WHERE subject = ? AND status = 'done' AND stream IS NOT NULL AND stream <> '' LIMIT 1"
-	if s.db.dialect.name() == "postgres" {
-		q = strings.Replace(q, "?", "$1", 1)
-	}
-	var stream string
-	err := s.db.SQL.QueryRowContext(ctx, q, subject).Scan(&stream)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", nil
-	}
+	stream, err := s.exec.RelayedStream(ctx, &relayedStreamParams{Subject: subject})
 	if err != nil {
 		return "", fmt.Errorf("read the stream of a relayed row of %.80s: %w", subject, err)
 	}

@@ -87,9 +87,9 @@ type dialect interface {
 
 func dialectOf(db *outbox.DB) (dialect, error) {
 	switch db.Dialect() {
-	case "postgres":
+	case outbox.DialectPostgres:
 		return postgresDialect{}, nil
-	case "mysql":
+	case outbox.DialectMySQL:
 		return mysqlDialect{}, nil
 	}
 	return nil, fmt.Errorf("read Watermill forwarder tables from %s (%s): %w", db.Dialect(), db.Redacted, ErrUnsupportedDatabase)

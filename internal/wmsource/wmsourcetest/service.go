@@ -50,10 +50,10 @@ func NewService(t testing.TB, url string) *Service {
 	s := &Service{Topic: "bt_" + hex.EncodeToString(b), DB: db.SQL}
 	s.business = "orders_" + s.Topic
 	switch db.Dialect() {
-	case "postgres":
+	case outbox.DialectPostgres:
 		s.schema = wmsql.DefaultPostgreSQLSchema{}
 		s.quote = func(n string) string { return `"` + n + `"` }
-	case "mysql":
+	case outbox.DialectMySQL:
 		s.schema = wmsql.DefaultMySQLSchema{}
 		s.quote = func(n string) string { return "`" + n + "`" }
 	default:

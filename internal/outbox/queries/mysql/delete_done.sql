@@ -1,0 +1,3 @@
+{{/* Parameters: ids, attempt arms, owner. */ -}}
+DELETE o FROM {{.Table}} o FORCE INDEX (PRIMARY)
+WHERE id IN (/*ids*/) AND attempts = CASE id /*arms*/ END{{template "fence"}}

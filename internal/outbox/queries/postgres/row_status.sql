@@ -1,0 +1,1 @@
+SELECT status FROM {{.Table}} WHERE id = $1

@@ -1,0 +1,1 @@
+SELECT id, status, attempts, last_error FROM {{.Table}} WHERE status IN ('failed', 'permanent_failed') ORDER BY id DESC LIMIT ?

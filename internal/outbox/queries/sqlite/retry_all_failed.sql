@@ -1,0 +1,1 @@
+UPDATE {{.Table}} SET available_at = {{template "now"}} WHERE status = 'failed'

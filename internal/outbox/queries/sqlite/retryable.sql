@@ -1,0 +1,1 @@
+SELECT id, subject, status FROM {{.Table}} WHERE status IN ('failed', 'permanent_failed') ORDER BY id
