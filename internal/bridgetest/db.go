@@ -1,85 +1,58 @@
 package bridgetest
 
 import (
-	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
-	"net/url"
-	"os"
-	"path/filepath"
 	"testing"
 
-	_ "github.com/jackc/pgx/v5/stdlib"
-	"github.com/stretchr/testify/require"
+	"github.com/outbox-bridge/bridge/internal/bridgetest/testdb"
 )
 
-// PostgresURLEnv names the variable holding the PostgreSQL test server URL.
-const PostgresURLEnv = "BRIDGE_TEST_POSTGRES_URL"
+// The test databases, from testdb (see there).
+const (
+	PostgresURLEnv        = testdb.PostgresURLEnv
+	MySQLURLEnv           = testdb.MySQLURLEnv
+	PostgresLogicalURLEnv = testdb.PostgresLogicalURLEnv
+)
 
-// PostgresURL returns the test server URL. Without it the test is skipped,
-// except under CI (CI=true), where a missing server fails the test: .ci/run
-// always provides one.
+// PostgresURL returns the test server URL: testdb.PostgresURL.
 func PostgresURL(t testing.TB) string {
 	t.Helper()
-	url := os.Getenv(PostgresURLEnv)
-	if url == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set; .ci/run must provide PostgreSQL", PostgresURLEnv)
-		}
-		skipNotice()
-		t.Skipf("%s is not set: PostgreSQL tests need a server (see README, Run the tests)", PostgresURLEnv)
-	}
-	return url
+	return testdb.PostgresURL(t)
 }
 
-// PostgresTable creates a fresh schema in the test server and returns the
-// server URL and a schema-qualified table name in it; the schema is dropped
-// when the test ends. Tests on one server never share a table.
+// PostgresTable creates a fresh schema in the test server:
+// testdb.PostgresTable.
 func PostgresTable(t testing.TB) (url, table string) {
 	t.Helper()
-	url = PostgresURL(t)
-	db, err := sql.Open("pgx", url)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	schema := "t_" + randomHex(6)
-	_, err = db.Exec("CREATE SCHEMA " + schema)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, _ = db.Exec("DROP SCHEMA " + schema + " CASCADE")
-	})
-	return url, schema + ".outbox"
+	return testdb.PostgresTable(t)
 }
 
-// PostgresDatabase creates a fresh database in the test server and returns
-// its URL; the database is dropped, its sessions ended, when the test ends.
-// It is for tests that change database settings (ALTER DATABASE … SET),
-// which must never touch the server's shared database.
+// PostgresDatabase creates a fresh database in the test server:
+// testdb.PostgresDatabase.
 func PostgresDatabase(t testing.TB) string {
 	t.Helper()
-	server := PostgresURL(t)
-	db, err := sql.Open("pgx", server)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	name := "t_" + randomHex(6)
-	_, err = db.Exec("CREATE DATABASE " + name)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, _ = db.Exec("DROP DATABASE " + name + " WITH (FORCE)")
-	})
-	u, err := url.Parse(server)
-	require.NoError(t, err, PostgresURLEnv)
-	u.Path = "/" + name
-	return u.String()
+	return testdb.PostgresDatabase(t)
+}
+
+// MySQLURL returns the test server URL: testdb.MySQLURL.
+func MySQLURL(t testing.TB) string {
+	t.Helper()
+	return testdb.MySQLURL(t)
+}
+
+// MySQLTable creates a fresh database in the test server:
+// testdb.MySQLTable.
+func MySQLTable(t testing.TB) (url, table string) {
+	t.Helper()
+	return testdb.MySQLTable(t)
 }
 
 // SQLiteURL is a database URL for a new SQLite file in a temp dir.
 func SQLiteURL(t testing.TB) string {
 	t.Helper()
-	return "sqlite:" + filepath.Join(t.TempDir(), "outbox.db")
+	return testdb.SQLiteURL(t)
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
+var (
+	skipNotice = testdb.SkipNotice
+	randomHex  = testdb.RandomHex
+)

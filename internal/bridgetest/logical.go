@@ -12,13 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// PostgresLogicalURLEnv names the variable holding the URL of a PostgreSQL
-// server (14+) with wal_level = logical, for the tests of source:
-// postgres-wal: logical replication needs it, and a shared server's
-// wal_level is not the tests' to change. .ci/postgres-logical starts a
-// throwaway one and prints the variable.
-const PostgresLogicalURLEnv = "BRIDGE_TEST_POSTGRES_LOGICAL_URL"
-
 // PostgresLogicalURL returns the logical test server's URL. Without it the
 // test is skipped, saying how to get one, except under CI (CI=true), where
 // .ci/run always provides one and its absence fails the test.

@@ -1,4 +1,4 @@
-package bridgetest
+package testdb
 
 import (
 	"database/sql"
@@ -25,7 +25,7 @@ func MySQLURL(t testing.TB) string {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("%s is not set; .ci/run must provide MariaDB", MySQLURLEnv)
 		}
-		skipNotice()
+		SkipNotice()
 		t.Skipf("%s is not set: MySQL/MariaDB tests need a server (see README, Run the tests)", MySQLURLEnv)
 	}
 	return url
@@ -41,7 +41,7 @@ func MySQLTable(t testing.TB) (url, table string) {
 	db, err := sql.Open("mysql", mysqlDSN(t, url))
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	database := "t_" + randomHex(6)
+	database := "t_" + RandomHex(6)
 	_, err = db.Exec("CREATE DATABASE " + database)
 	require.NoError(t, err)
 	t.Cleanup(func() {

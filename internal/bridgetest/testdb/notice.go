@@ -1,4 +1,4 @@
-package bridgetest
+package testdb
 
 import (
 	"errors"
@@ -12,14 +12,14 @@ import (
 	"sync"
 )
 
-// skipNotice says once per `go test` run which database suites are skipped
+// SkipNotice says once per `go test` run which database suites are skipped
 // and how to run them. go test shows nothing of a passing package but its
 // "ok" line, so a t.Skip alone goes unseen: the notice goes to the terminal
 // (/dev/tty) when there is one, otherwise to stderr (shown with -v or when
 // the package fails). The test binaries of one `go test` run share their
 // parent, the go command: a marker file named after it lets the first
 // binary that skips print the line and the others stay silent.
-var skipNotice = sync.OnceFunc(func() {
+var SkipNotice = sync.OnceFunc(func() {
 	var missing, vars []string
 	if os.Getenv(PostgresURLEnv) == "" {
 		missing, vars = append(missing, "PostgreSQL"), append(vars, PostgresURLEnv+"='postgres://postgres@127.0.0.1:5432/test?sslmode=disable'")
@@ -43,6 +43,13 @@ var skipNotice = sync.OnceFunc(func() {
 	fmt.Fprintf(w, "go test: the %s tests are skipped; to run them: %s%s go test ./... (README, Run the tests)\n",
 		strings.Join(missing, " and "), start, strings.Join(vars, " "))
 })
+
+// PostgresLogicalURLEnv names the variable holding the URL of a PostgreSQL
+// server (14+) with wal_level = logical, for the tests of source:
+// postgres-wal: logical replication needs it, and a shared server's
+// wal_level is not the tests' to change. .ci/postgres-logical starts a
+// throwaway one and prints the variable.
+const PostgresLogicalURLEnv = "BRIDGE_TEST_POSTGRES_LOGICAL_URL"
 
 // firstInRun reports whether no other test binary of this `go test` run has
 // printed the notice: it creates the marker of the run, which fails when
