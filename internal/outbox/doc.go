@@ -10,7 +10,10 @@
 //
 // Main types:
 //   - DB: an open outbox database (PostgreSQL, MySQL/MariaDB or SQLite) and
-//     its dialect; a reader finds a database's SQL in dialect_<name>.go.
+//     its driver (driver.go): one executor method per operation, the SQL in
+//     queries/<dialect>/*.sql, error classes and Capabilities; a reader
+//     finds a database's code in driver_<dialect>.go. Every driver passes
+//     the conformance suite in driver_suite_test.go.
 //   - Store: the table's operations: Claim (ClaimBatch), MarkDone,
 //     MarkFailed, RequeueInflightOlderThan, Stats, Enqueue.
 //   - Subscriber: a Watermill message.Subscriber over a Store.
@@ -20,7 +23,7 @@
 //     PostgreSQL and MySQL/MariaDB), so several relays can share one table;
 //     no transaction is held while a message is published. On MySQL the
 //     ordering condition is evaluated by a non-locking read and only the
-//     chosen rows are locked (see mysqlDialect.claim).
+//     chosen rows are locked (see mysqlExecutor.Claim).
 //   - Every mark is fenced by status, owner and attempt number: a relay whose
 //     lease was taken over cannot overwrite the new owner's result.
 //   - A row with an ordering key is not claimed while an earlier row (smaller
@@ -45,6 +48,7 @@
 // reconnects to the new primary. PostgreSQL statements use no named
 // prepared statement (pgx's cache_describe mode), so the relay works
 // behind a connection pooler in transaction or statement mode, and run at
-// READ COMMITTED whatever the database's default isolation (DB.write).
+// READ COMMITTED whatever the database's default isolation
+// (postgresExecutor.write).
 // DB.CheckWritable tells readiness whether the database accepts writes.
 package outbox

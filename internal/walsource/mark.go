@@ -49,7 +49,7 @@ type markItem struct {
 // relay of source: table), so a done row, a deleted one or a dead letter
 // stays as it is, and a mark written twice (after a restart) changes
 // nothing. coalesce(o.status, ”) keeps the planner on the primary key per
-// array element (see postgresDialect.sqlFor in internal/outbox).
+// array element (see fence in internal/outbox/queries/postgres/_fragments.sql).
 const unsettledRow = "coalesce(o.status, '') IN ('pending', 'failed', 'in_flight')"
 
 // markStatements are the marker's SQL for one table.

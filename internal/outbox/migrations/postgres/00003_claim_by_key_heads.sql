@@ -1,6 +1,6 @@
 -- The claim reads rows without an ordering key from this index, in id
 -- order, and finds the first unsettled row of each ordering key with a
--- skip scan of the ordering index (see postgresDialect.sqlFor). Reading
+-- skip scan of the ordering index (see queries/postgres/claim.sql). Reading
 -- both kinds from one index in id order made each claim walk every row
 -- queued behind an unsettled row of its key: with few keys and a long
 -- backlog, a claim cost time in proportion to the backlog.
