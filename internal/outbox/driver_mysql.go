@@ -258,7 +258,8 @@ func (c mysqlCandidateSet) nextCursor(from string, claimed []Row) sql.NullString
 	return next
 }
 
-// claim leases up to limit rows to owner in one READ COMMITTED transaction:
+// Claim leases up to p.Limit rows to p.Owner in one READ COMMITTED
+// transaction, one statement file per step:
 //
 //  1. candidates: a plain (non-locking) SELECT of the claimable rows,
 //     ordering condition included (claim_candidates.sql, readMySQLCandidates):
@@ -272,7 +273,7 @@ func (c mysqlCandidateSet) nextCursor(from string, claimed []Row) sql.NullString
 //     let a later row of its key through (MySQL 8 documents that a locking
 //     clause does not reach into subqueries, but no plan is promised), so
 //     the condition is kept out of it.
-//  2. lock: SELECT … FOR UPDATE SKIP LOCKED of those candidates by primary
+//  2. lock (claim_lock.sql): SELECT … FOR UPDATE SKIP LOCKED of those candidates by primary
 //     key, re-checking status and available_at on the latest committed
 //     version: a candidate that another relay claimed (or claimed and
 //     settled) since step 1 is skipped or no longer matches. The ordering
@@ -280,8 +281,8 @@ func (c mysqlCandidateSet) nextCursor(from string, claimed []Row) sql.NullString
 //     permanent_failed at step 1 and only a producer's late commit or
 //     `bridge retry` can make it unsettled again — the same window as the
 //     PostgreSQL claim, whose subquery also reads a statement snapshot.
-//  3. update: the locked rows become in_flight under owner.
-//  4. read: the claimed rows.
+//  3. lease (claim_lease.sql): the locked rows become in_flight under owner.
+//  4. read (claim_read.sql): the claimed rows.
 //
 // READ COMMITTED: every statement reads the newest committed data, and
 // InnoDB takes no gap locks, so the claim does not block producers' inserts.
