@@ -79,6 +79,17 @@ func bench(ctx context.Context, s settings) (*results, error) {
 			res.DatabaseCPUUsPerRow = &v
 		}
 	}
+	if slices.Contains(phases, "database") {
+		if s.Source == "postgres-wal" {
+			progress("database: skipped, it measures the table source's claims and marks (--source table)")
+		} else {
+			d, err := e.database(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("database: %w", err)
+			}
+			res.setDatabase(d)
+		}
+	}
 	if slices.Contains(phases, "latency") {
 		l, err := e.latency(ctx, "latency", s.Rate)
 		if err != nil {
@@ -197,8 +208,25 @@ func (e *env) openDB(ctx context.Context) (func(), error) {
 	}, nil
 }
 
-// table creates a migrated outbox table for one phase.
+// table creates a migrated outbox table for one phase, with its
+// publication and replication slot under --source postgres-wal.
 func (e *env) table(ctx context.Context, phase string) (*outbox.Store, error) {
+	store, err := e.plainTable(ctx, phase)
+	if err != nil || e.s.Source != "postgres-wal" {
+		return store, err
+	}
+	// Before the rows are written: the slot delivers what is committed
+	// after it exists.
+	n := walNames(store.Table())
+	if _, _, err := walsource.Setup(ctx, e.db.SQL, n); err != nil {
+		return nil, err
+	}
+	e.slots = append(e.slots, n.Slot)
+	return store, nil
+}
+
+// plainTable creates a migrated outbox table for one phase.
+func (e *env) plainTable(ctx context.Context, phase string) (*outbox.Store, error) {
 	name := "outbox_" + phase
 	switch {
 	case e.schema != "":
@@ -212,15 +240,6 @@ func (e *env) table(ctx context.Context, phase string) (*outbox.Store, error) {
 	}
 	if _, err := outbox.Migrate(ctx, e.db, name); err != nil {
 		return nil, err
-	}
-	if e.s.Source == "postgres-wal" {
-		// Before the rows are written: the slot delivers what is committed
-		// after it exists.
-		n := walNames(name)
-		if _, _, err := walsource.Setup(ctx, e.db.SQL, n); err != nil {
-			return nil, err
-		}
-		e.slots = append(e.slots, n.Slot)
 	}
 	return outbox.NewStore(e.db, name)
 }

@@ -5,6 +5,9 @@
 //	limit     N messages published straight to a stream, asynchronously
 //	bridge    N committed rows drained by the relay (first claim to last mark;
 //	          with --source postgres-wal, first mark to last mark)
+//	database  N committed rows drained by the relay's claims and marks
+//	          alone (no NATS): the database server's CPU, WAL and HOT
+//	          updates per row
 //	latency   commit-to-PubAck time while a producer commits R rows/s for T
 //	baseline  rows relayed by watermill-sql + Watermill's forwarder + a
 //	          synchronous JetStream publisher
@@ -72,9 +75,29 @@ type results struct {
 	RelayCPUUsPerRow    float64  `json:"relay_cpu_us_per_row"`
 	DatabaseCPUUsPerRow *float64 `json:"database_cpu_us_per_row,omitempty"`
 	NATSCPUUsPerRow     float64  `json:"nats_cpu_us_per_row"`
-	Settings            settings `json:"settings"`
-	Versions            versions `json:"versions"`
-	Date                string   `json:"date"`
+	// The database phase (absent when it did not run): rows per second
+	// of the drain; per row, the CPU time (user+system) of the server
+	// task that served it (absent when not on this machine, and on
+	// SQLite), with its time on CPU in each kind of statement; the CPU
+	// time of this process (the Store and driver; SQLite's engine too);
+	// the write-ahead log (PostgreSQL) or InnoDB redo log (MySQL,
+	// MariaDB) the whole server wrote; the share of the table's updates
+	// that were HOT, in per cent, and the checkpoints counted during the
+	// drain (PostgreSQL).
+	DatabasePhaseRowsPerS          float64  `json:"database_phase_rows_per_s,omitempty"`
+	DatabasePhaseCPUUsPerRow       *float64 `json:"database_phase_cpu_us_per_row,omitempty"`
+	DatabasePhaseRequeueUsPerRow   *float64 `json:"database_phase_requeue_us_per_row,omitempty"`
+	DatabasePhaseClaimUsPerRow     *float64 `json:"database_phase_claim_us_per_row,omitempty"`
+	DatabasePhaseMarkUsPerRow      *float64 `json:"database_phase_mark_us_per_row,omitempty"`
+	DatabasePhaseClientCPUUsPerRow *float64 `json:"database_phase_client_cpu_us_per_row,omitempty"`
+	DatabasePhaseWALBytesPerRow    *float64 `json:"database_phase_wal_bytes_per_row,omitempty"`
+	DatabasePhaseHOTUpdatePct      *float64 `json:"database_phase_hot_update_pct,omitempty"`
+	DatabasePhaseCheckpoints       *int64   `json:"database_phase_checkpoints,omitempty"`
+	Settings                       settings `json:"settings"`
+	Versions                       versions `json:"versions"`
+	Date                           string   `json:"date"`
+	// databaseNotMeasured says why DatabasePhaseCPUUsPerRow is absent.
+	databaseNotMeasured string
 }
 
 type versions struct {
@@ -97,7 +120,7 @@ func run(args []string) int {
 	fs.StringVar(&s.DatabaseURL, "database-url", os.Getenv("BRIDGE_TEST_POSTGRES_URL"),
 		"outbox database: postgres://… (a schema bench_* is created and dropped), mysql://… (tables bench_* are created and dropped; no baseline phase) or sqlite:PATH; default $BRIDGE_TEST_POSTGRES_URL, else SQLite in a temp dir")
 	fs.StringVar(&s.NATSURL, "nats-url", "", "NATS server with JetStream; default an in-process server storing in a temp dir")
-	fs.IntVar(&s.Rows, "n", 100000, "rows for the limit and bridge phases")
+	fs.IntVar(&s.Rows, "n", 100000, "rows for the limit, bridge and database phases")
 	fs.IntVar(&s.PayloadBytes, "size", 256, "payload bytes per message")
 	fs.IntVar(&s.BaselineRows, "baseline-n", 20000, "rows for the baseline phase (it is slow; the rate is per second either way)")
 	fs.IntVar(&s.Rate, "rate", 1000, "rows per second committed during the latency phase")
@@ -106,7 +129,7 @@ func run(args []string) int {
 	fs.IntVar(&s.Relays, "relays", 1, "relays draining the bridge phase's table together, each a child process (scale-out)")
 	fs.IntVar(&s.BatchSize, "batch-size", 500, "relay.batch_size of the relay")
 	fs.IntVar(&s.MaxInFlight, "max-in-flight", 2000, "relay.max_in_flight of the relay")
-	fs.StringVar(&s.Phases, "phases", "limit,bridge,latency,baseline", "comma-separated phases to run: limit, bridge, latency, latency-high, baseline")
+	fs.StringVar(&s.Phases, "phases", "limit,bridge,latency,baseline", "comma-separated phases to run: limit, bridge, database, latency, latency-high, baseline")
 	fs.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	fs.BoolVar(&s.DeleteOnRelay, "delete-on-relay", false, "run the relay with relay.delete_on_relay: rows are deleted at their PubAck instead of marked done")
 	fs.IntVar(&s.OrderingKeys, "ordering-keys", 0, "spread the rows of the bridge phase over this many ordering keys (row i gets key o-<i mod K>; 0: no ordering key)")
@@ -193,6 +216,9 @@ func printTable(w io.Writer, r *results) {
 		}
 		fmt.Fprintf(w, "%-10s %10.0f rows/s  %s\n", "bridge", r.BridgeRowsPerS, span)
 	}
+	if r.DatabasePhaseRowsPerS > 0 {
+		fmt.Fprintf(w, "%-10s %10.0f rows/s  the relay's requeue, claim and mark alone, one session, no NATS\n", "database", r.DatabasePhaseRowsPerS)
+	}
 	if r.BaselineRowsPerS > 0 {
 		fmt.Fprintf(w, "%-10s %10.0f rows/s  watermill-sql + forwarder + sync JetStream publish\n", "baseline", r.BaselineRowsPerS)
 	}
@@ -220,5 +246,8 @@ func printTable(w io.Writer, r *results) {
 			db = fmt.Sprintf("%.1f µs", *r.DatabaseCPUUsPerRow)
 		}
 		fmt.Fprintf(w, "CPU per row (bridge phase): relay %.1f µs, database %s, NATS %.1f µs\n", r.RelayCPUUsPerRow, db, r.NATSCPUUsPerRow)
+	}
+	if r.DatabasePhaseRowsPerS > 0 {
+		fmt.Fprintf(w, "per row (database phase): %s\n", r.databasePhaseText())
 	}
 }
