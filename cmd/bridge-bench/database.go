@@ -92,6 +92,9 @@ func (e *env) database(ctx context.Context) (databaseResult, error) {
 	if err != nil {
 		return res, err
 	}
+	// MaxPayload: the NATS server's max_payload; the relay takes off the
+	// least its headers need, which changes nothing for rows of --size
+	// bytes well under it.
 	d := &drainer{
 		store: store, owner: databaseOwner, batch: e.s.BatchSize, maxInFlight: e.s.MaxInFlight,
 		maxBytes: outbox.MaxInFlightBytesDefault, maxPayload: e.nc.MaxPayload(), del: e.s.DeleteOnRelay,
