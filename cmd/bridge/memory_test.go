@@ -24,8 +24,9 @@ import (
 )
 
 // memoryCase is one measurement: rows of payloadBytes each, written to an
-// outbox (kind "sqlite" or "postgres") and relayed to a NATS server whose
-// max_payload is 1 MiB.
+// outbox (kind "sqlite", "postgres", or "postgres-wal": PostgreSQL with
+// wal_level = logical and source: postgres-wal) and relayed to a NATS
+// server whose max_payload is 1 MiB.
 type memoryCase struct {
 	name         string
 	kind         string
@@ -63,6 +64,12 @@ func TestMemoryBoundedByBytes(t *testing.T) {
 		// included, in its own memory; a 200 MB row takes about 400 MiB
 		// there (deployments/README.md, Sizing).
 		{name: "one row of 200 MB over max_payload", kind: "postgres", rows: 1, payloadBytes: 200_000_000, limitMiB: 150},
+		// source: postgres-wal holds what it read from the slot and has
+		// not settled within relay.max_in_flight_bytes too. It cannot
+		// leave a payload unread (the log sends whole rows), but drops one
+		// over max_payload as soon as it is read.
+		{name: "postgres-wal: 300 rows of 900 KB relayed", kind: "postgres-wal", rows: 300, payloadBytes: 900_000, relayed: true, limitMiB: 200},
+		{name: "postgres-wal: 40 rows of 10 MB over max_payload", kind: "postgres-wal", rows: 40, payloadBytes: 10_000_000, limitMiB: 150},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -79,11 +86,18 @@ func measureRelayMemory(t *testing.T, c memoryCase) float64 {
 	srv := bridgetest.StartNATSWithOptions(t, func(o *server.Options) { o.MaxPayload = 1 << 20 })
 	dir := t.TempDir()
 	dbURL, table := bridgetest.SQLiteURL(t), "outbox"
-	if c.kind == "postgres" {
+	switch c.kind {
+	case "postgres":
 		dbURL, table = bridgetest.PostgresTable(t)
+	case "postgres-wal":
+		dbURL, table = bridgetest.PostgresLogicalTable(t)
 	}
 	env := []string{"BRIDGE_DATABASE_URL=" + dbURL, "BRIDGE_DATABASE_TABLE=" + table,
 		"BRIDGE_NATS_URL=" + srv.ClientURL(), "BRIDGE_HTTP_LISTEN=127.0.0.1:0"}
+	if c.kind == "postgres-wal" {
+		slot, publication := bridgetest.WALNames(t, dbURL)
+		env = append(env, "BRIDGE_SOURCE=postgres-wal", "BRIDGE_WAL_SLOT="+slot, "BRIDGE_WAL_PUBLICATION="+publication)
+	}
 	r := runBridge(t, dir, env, "migrate")
 	require.Equal(t, 0, r.code, "bridge migrate\n%s", r)
 
@@ -92,7 +106,7 @@ func measureRelayMemory(t *testing.T, c memoryCase) float64 {
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	q := func(query string) string { // PostgreSQL's placeholders
-		if c.kind == "postgres" {
+		if c.kind != "sqlite" {
 			for i := 1; strings.Contains(query, "?"); i++ {
 				query = strings.Replace(query, "?", "$"+strconv.Itoa(i), 1)
 			}

@@ -168,6 +168,25 @@ var relayHeaderMinBytes = messageHeaderBytes(map[string][]string{
 	HeaderAttempt:        {"1"},
 })
 
+// PayloadMaxBytes is the longest payload a row's message can carry through a
+// NATS server whose max_payload is maxPayload bytes: maxPayload less the
+// smallest headers the relay sets (at least 1). A longer payload can never
+// be published. 0 when maxPayload is unknown (0 or less).
+func PayloadMaxBytes(maxPayload int64) int64 {
+	if maxPayload <= 0 {
+		return 0
+	}
+	return max(maxPayload-relayHeaderMinBytes, 1)
+}
+
+// OverMaxPayload is why a row whose payload of size bytes is longer than
+// PayloadMaxBytes(maxPayload) is a dead letter: the sources settle it from
+// its length, without publishing it.
+func OverMaxPayload(size, maxPayload int64) error {
+	return fmt.Errorf("payload of %d bytes is over the NATS server's max_payload of %d bytes, with the message's headers; "+
+		"dead-lettered from its length", size, maxPayload)
+}
+
 // MinMessageHeaderBytes is the least that the headers of the message of a
 // row with idempotency key key and headers h count against max_payload, as
 // the NATS client counts them (see messageHeaderBytes): h, Nats-Msg-Id

@@ -424,11 +424,7 @@ func (s *Subscriber) payloadLimit() int64 {
 	if s.cfg.MaxPayload == nil {
 		return 0
 	}
-	limit := s.cfg.MaxPayload()
-	if limit <= 0 {
-		return 0
-	}
-	return max(limit-relayHeaderMinBytes, 1)
+	return PayloadMaxBytes(s.cfg.MaxPayload())
 }
 
 // emit hands one row to the router and returns its message, or settles
@@ -440,8 +436,7 @@ func (s *Subscriber) emit(row Row, claimed claimWindow, out chan<- *message.Mess
 		err = CheckSubject(row.Subject)
 	}
 	if err == nil && row.PayloadLeftOut {
-		err = fmt.Errorf("payload of %d bytes is over the NATS server's max_payload of %d bytes, with the message's headers; "+
-			"dead-lettered from its length, the payload was not read", row.PayloadSize, s.cfg.MaxPayload())
+		err = fmt.Errorf("%w, the payload was not read", OverMaxPayload(row.PayloadSize, s.cfg.MaxPayload()))
 	}
 	var msg *message.Message
 	if err == nil {

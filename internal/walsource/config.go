@@ -10,15 +10,16 @@ import (
 
 // Defaults of Config.
 const (
-	MaxInFlightDefault     = 2000
-	AckDeadlineDefault     = 20 * time.Second
-	MaxAttemptsDefault     = 20
-	BackoffInitialDefault  = time.Second
-	BackoffMaxDefault      = 5 * time.Minute
-	DrainTimeoutDefault    = 20 * time.Second
-	SweepIntervalDefault   = time.Minute
-	SweepBatchDefault      = 500
-	InflightTimeoutDefault = 30 * time.Second
+	MaxInFlightDefault      = 2000
+	MaxInFlightBytesDefault = 32 << 20
+	AckDeadlineDefault      = 20 * time.Second
+	MaxAttemptsDefault      = 20
+	BackoffInitialDefault   = time.Second
+	BackoffMaxDefault       = 5 * time.Minute
+	DrainTimeoutDefault     = 20 * time.Second
+	SweepIntervalDefault    = time.Minute
+	SweepBatchDefault       = 500
+	InflightTimeoutDefault  = 30 * time.Second
 	// StatusIntervalDefault is the longest the relay goes without telling
 	// the server its confirmed position (a standby status update); it tells
 	// it sooner, within statusMinInterval, whenever the position moved.
@@ -38,10 +39,22 @@ type Config struct {
 	// ReplicationURL is the postgres:// URL of the replication connection
 	// (replication=database is added). Required.
 	ReplicationURL string
-	// MaxInFlight bounds the rows read from the slot and not yet settled
-	// (published and marked, or dead-lettered); reading pauses at the
-	// bound. Defaults to 2000 rows.
+	// MaxInFlight bounds the rows read (from the slot, or by the sweep)
+	// and not yet settled (published and marked, or dead-lettered);
+	// reading pauses at the bound. Defaults to 2000 rows.
 	MaxInFlight int
+	// MaxInFlightBytes bounds the bytes (payloads and headers) of those
+	// rows that are held in memory: a row's share is given back at its
+	// PubAck (or when it becomes a dead letter). Reading pauses before the
+	// row that would pass the bound, unless nothing is held: one row
+	// always fits. Defaults to 32 MiB.
+	MaxInFlightBytes int64
+	// MaxPayload, when set, returns the NATS server's max_payload in bytes
+	// (nats.Conn.MaxPayload), or 0 when unknown. A row whose payload
+	// cannot fit it with the message's headers becomes a dead letter from
+	// its length: its payload is dropped as soon as it is read. Defaults
+	// to nil: the publish refuses such a row (a dead letter too).
+	MaxPayload func() int64
 	// AckDeadline is how long an emitted message may stay neither acked
 	// nor nacked; then its outcome is unknown and it is published again
 	// (in order). Defaults to 20s.
@@ -91,6 +104,7 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	setDefault(&c.MaxInFlight, MaxInFlightDefault)
+	setDefault(&c.MaxInFlightBytes, MaxInFlightBytesDefault)
 	setDefault(&c.AckDeadline, AckDeadlineDefault)
 	setDefault(&c.MaxAttempts, MaxAttemptsDefault)
 	setDefault(&c.BackoffInitial, BackoffInitialDefault)
@@ -118,6 +132,8 @@ func (c *Config) validate() error {
 		return errors.New("invalid config: ReplicationURL: must not be empty")
 	case c.MaxInFlight < 1:
 		return fmt.Errorf("invalid config: MaxInFlight: %d: must be at least 1", c.MaxInFlight)
+	case c.MaxInFlightBytes < 1:
+		return fmt.Errorf("invalid config: MaxInFlightBytes: %d: must be at least 1", c.MaxInFlightBytes)
 	case c.MaxAttempts < 1:
 		return fmt.Errorf("invalid config: MaxAttempts: %d: must be at least 1", c.MaxAttempts)
 	case c.BackoffInitial > c.BackoffMax:

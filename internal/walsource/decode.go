@@ -1,8 +1,9 @@
 package walsource
 
 import (
+	"bytes"
 	"database/sql"
-	"errors"
+	"encoding/binary"
 	"fmt"
 	"slices"
 
@@ -30,10 +31,6 @@ type column struct {
 	oid   uint32
 }
 
-// errOtherTable marks an insert into a table other than the outbox (a
-// publication that was extended by hand); it is skipped.
-var errOtherTable = errors.New("insert into another table")
-
 func newRelation(m *pglogrepl.RelationMessage) *relation {
 	r := &relation{id: m.RelationID, schema: m.Namespace, name: m.RelationName, columns: make(map[string]column, len(readColumns))}
 	for i, c := range m.Columns {
@@ -57,15 +54,64 @@ type decoded struct {
 	err error
 }
 
+// tupleColumn is one column of a pgoutput tuple: its kind ('n' null,
+// 'u' unchanged TOAST value, 't' text, 'b' binary) and its bytes.
+type tupleColumn struct {
+	kind byte
+	data []byte
+}
+
+// parseInsert reads a pgoutput Insert message of protocol version 1
+// ('I', the relation's OID, 'N', then the tuple: a column count and each
+// column as a kind byte, and for 't' and 'b' a length and that many bytes;
+// PostgreSQL's "Logical Replication Message Formats") into cols, reused.
+// The columns' bytes point into data, which points into the connection's
+// read buffer: valid until the next message is received. Unlike
+// pglogrepl's InsertMessage, nothing is copied: a row is copied once, by
+// decode, and a payload left out is never copied.
+func parseInsert(data []byte, cols []tupleColumn) (rel uint32, _ []tupleColumn, err error) {
+	if len(data) < 8 || data[0] != 'I' || data[5] != 'N' {
+		return 0, cols, fmt.Errorf("pgoutput insert: malformed message (%d bytes)", len(data))
+	}
+	rel = binary.BigEndian.Uint32(data[1:5])
+	n := int(binary.BigEndian.Uint16(data[6:8]))
+	cols = cols[:0]
+	off := 8
+	for i := range n {
+		if off >= len(data) {
+			return 0, cols, fmt.Errorf("pgoutput insert: column %d of %d: message ends", i, n)
+		}
+		c := tupleColumn{kind: data[off]}
+		off++
+		switch c.kind {
+		case pglogrepl.TupleDataTypeNull, pglogrepl.TupleDataTypeToast:
+		case pglogrepl.TupleDataTypeText, pglogrepl.TupleDataTypeBinary:
+			if len(data)-off < 4 {
+				return 0, cols, fmt.Errorf("pgoutput insert: column %d of %d: message ends", i, n)
+			}
+			size := int64(binary.BigEndian.Uint32(data[off : off+4]))
+			off += 4
+			if size > int64(len(data)-off) {
+				return 0, cols, fmt.Errorf("pgoutput insert: column %d of %d: %d bytes, %d left in the message", i, n, size, len(data)-off)
+			}
+			c.data = data[off : off+int(size)]
+			off += int(size)
+		default:
+			return 0, cols, fmt.Errorf("pgoutput insert: column %d of %d: unknown kind %q", i, n, c.kind)
+		}
+		cols = append(cols, c)
+	}
+	return rel, cols, nil
+}
+
 // decode reads an inserted tuple: the columns the source reads, in
 // pgoutput's binary form (or text, should the server send it), decoded by
-// pgx's type map. Every byte is copied: the tuple points into the
-// connection's read buffer.
-func (r *relation) decode(types *pgtype.Map, tuple *pglogrepl.TupleData) (decoded, error) {
+// pgx's type map. Every byte kept is copied: the tuple points into the
+// connection's read buffer. A payload longer than payloadLimit (> 0) is
+// not copied: the row is PayloadLeftOut, with its PayloadSize, and
+// becomes a dead letter (it can never be published).
+func (r *relation) decode(types *pgtype.Map, tuple []tupleColumn, payloadLimit int64) (decoded, error) {
 	var d decoded
-	if tuple == nil {
-		return d, errors.New("insert without a tuple")
-	}
 	for _, name := range readColumns {
 		if _, ok := r.columns[name]; !ok {
 			return d, fmt.Errorf("table %s.%s has no column %s: not a bridge table (run `bridge migrate`)", r.schema, r.name, name)
@@ -79,12 +125,11 @@ func (r *relation) decode(types *pgtype.Map, tuple *pglogrepl.TupleData) (decode
 	var ordering pgtype.Text
 	var attempts pgtype.Int4
 	var created pgtype.Timestamptz
-	var payload []byte
 	for _, c := range []struct {
 		name string
 		dst  any
 	}{
-		{"idempotency_key", &key}, {"subject", &subject}, {"payload", &payload}, {"headers", &headers},
+		{"idempotency_key", &key}, {"subject", &subject}, {"headers", &headers},
 		{"ordering_key", &ordering}, {"status", &status}, {"attempts", &attempts}, {"created_at", &created},
 	} {
 		if err := r.scan(types, tuple, c.name, c.dst); err != nil {
@@ -92,11 +137,11 @@ func (r *relation) decode(types *pgtype.Map, tuple *pglogrepl.TupleData) (decode
 			return d, nil
 		}
 	}
-	d.row.IdempotencyKey, d.row.Subject = key.String, subject.String
-	d.row.Payload = payload // a copy (pgtype copies bytea)
-	if d.row.Payload == nil {
-		d.row.Payload = []byte{}
+	if err := r.payload(types, tuple, payloadLimit, &d.row); err != nil {
+		d.err = err
+		return d, nil
 	}
+	d.row.IdempotencyKey, d.row.Subject = key.String, subject.String
 	d.row.Headers = []byte(headers.String)
 	d.row.OrderingKey = sql.NullString{String: ordering.String, Valid: ordering.Valid}
 	d.row.Attempt = int(attempts.Int32)
@@ -105,15 +150,47 @@ func (r *relation) decode(types *pgtype.Map, tuple *pglogrepl.TupleData) (decode
 	return d, nil
 }
 
-// scan decodes one column into dst.
-func (r *relation) scan(types *pgtype.Map, tuple *pglogrepl.TupleData, name string, dst any) error {
-	c := r.columns[name]
-	if c.index >= len(tuple.Columns) {
-		return fmt.Errorf("column %s: tuple has %d columns", name, len(tuple.Columns))
+// payload reads the payload column into row: Payload and PayloadSize, or
+// PayloadLeftOut when it is longer than payloadLimit (> 0). A bytea in
+// binary form (what the server sends with binary 'true') is its bytes,
+// copied once; any other form goes through the type map.
+func (r *relation) payload(types *pgtype.Map, tuple []tupleColumn, payloadLimit int64, row *outbox.Row) error {
+	c := r.columns["payload"]
+	if c.index < len(tuple) && tuple[c.index].kind == pglogrepl.TupleDataTypeBinary && c.oid == pgtype.ByteaOID {
+		data := tuple[c.index].data
+		row.PayloadSize = int64(len(data))
+		if payloadLimit > 0 && row.PayloadSize > payloadLimit {
+			row.PayloadLeftOut = true
+			return nil
+		}
+		row.Payload = bytes.Clone(data)
+		if row.Payload == nil {
+			row.Payload = []byte{}
+		}
+		return nil
 	}
-	col := tuple.Columns[c.index]
+	var payload []byte
+	if err := r.scan(types, tuple, "payload", &payload); err != nil {
+		return err
+	}
+	row.Payload, row.PayloadSize = payload, int64(len(payload))
+	if payloadLimit > 0 && row.PayloadSize > payloadLimit {
+		row.Payload, row.PayloadLeftOut = nil, true
+	} else if row.Payload == nil {
+		row.Payload = []byte{}
+	}
+	return nil
+}
+
+// scan decodes one column into dst.
+func (r *relation) scan(types *pgtype.Map, tuple []tupleColumn, name string, dst any) error {
+	c := r.columns[name]
+	if c.index >= len(tuple) {
+		return fmt.Errorf("column %s: tuple has %d columns", name, len(tuple))
+	}
+	col := tuple[c.index]
 	var format int16
-	switch col.DataType {
+	switch col.kind {
 	case pglogrepl.TupleDataTypeBinary:
 		format = pgtype.BinaryFormatCode
 	case pglogrepl.TupleDataTypeText:
@@ -121,10 +198,15 @@ func (r *relation) scan(types *pgtype.Map, tuple *pglogrepl.TupleData, name stri
 	case pglogrepl.TupleDataTypeNull:
 		return types.Scan(c.oid, pgtype.BinaryFormatCode, nil, dst)
 	default: // 'u', an unchanged TOAST value: not sent for inserts
-		return fmt.Errorf("column %s: no value in the insert (kind %q)", name, col.DataType)
+		return fmt.Errorf("column %s: no value in the insert (kind %q)", name, col.kind)
 	}
-	if err := types.Scan(c.oid, format, col.Data, dst); err != nil {
+	if err := types.Scan(c.oid, format, col.data, dst); err != nil {
 		return fmt.Errorf("column %s: %w", name, err)
 	}
 	return nil
 }
+
+// rowSize is what a row read takes in the subscriber's memory, as
+// relay.max_in_flight_bytes counts it (the table source's rule): the
+// payload read and the headers.
+func rowSize(r *outbox.Row) int64 { return int64(len(r.Payload)) + int64(len(r.Headers)) }

@@ -15,8 +15,10 @@ import (
 // (retryable; permanent, also counted by bridge_rows_dead_total;
 // unavailable: NATS was unreachable; held: the stream refused the row for
 // now; neither counted as an attempt),
-// bridge_rows_dead_total and the gauge bridge_inflight_rows (messages
-// awaiting their outcome). Its own: bridge_wal_rows_read_total,
+// bridge_rows_dead_total and the gauges bridge_inflight_rows (messages
+// awaiting their outcome) and bridge_inflight_bytes (payloads and headers
+// of the rows read and not yet settled that are held, bounded by
+// MaxInFlightBytes). Its own: bridge_wal_rows_read_total,
 // bridge_wal_rows_swept_total, bridge_wal_stream_restarts_total and the
 // gauge bridge_wal_slot_lag_seconds (see LagSeconds).
 func (s *Subscriber) Collectors() []prometheus.Collector {
@@ -39,6 +41,8 @@ func (s *Subscriber) Collectors() []prometheus.Collector {
 		counter("bridge_wal_stream_restarts_total", "Replication streams started again after an interruption.", c.Restarts.Load, nil),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bridge_inflight_rows", Help: "Messages handed to the publisher and awaiting their outcome."},
 			func() float64 { return float64(s.emitted.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bridge_inflight_bytes", Help: "Bytes (payloads and headers) of the rows read from the replication slot (or by the sweep) and not yet settled that the relay holds; bounded by relay.max_in_flight_bytes."},
+			func() float64 { _, b := s.budget.held(); return float64(b) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bridge_wal_slot_lag_seconds",
 			Help: "Age (commit time, database clock) of the oldest row read from the replication slot and not yet relayed; 0 when none waits."},
 			s.LagSeconds),

@@ -59,7 +59,11 @@ type entry struct {
 	decodeErr error
 	swept     bool // found by the sweep, not read from the slot
 	state     entryState
-	inWindow  bool
+	// charged: the entry holds one row of the budget, from its read until
+	// it leaves the window; size: the bytes of the budget it holds, until
+	// its payload is no longer needed (PubAck, dead letter).
+	charged   bool
+	size      int64
 	attempts  int       // publish attempts so far, the row's attempts column included
 	lastErr   string    // why the last attempt failed
 	firstEmit time.Time // when the row was first handed to the publisher; zero before
@@ -87,7 +91,6 @@ type pipeline struct {
 	// head is the first live entry of win; next is where the search for
 	// the next entry to emit starts.
 	head, next int
-	unsettled  int // rows in the window not settled
 
 	halted        bool      // a failure holds the queue
 	retryAt       time.Time // when a halted queue may go on
@@ -100,15 +103,17 @@ type pipeline struct {
 	txXid        uint32
 	txLSN        pglogrepl.LSN
 	lastTurn     *sink.Turn
-	// adopt holds, across a stream restart, the rows of the old window by
-	// id: a row read again takes its entry back with its state, so a row
-	// already published is not published again.
+	// adopt holds, across a stream restart, the unsettled rows of the old
+	// window by id, without their payloads: a row read again takes its
+	// entry back with its state, so a row already published is not
+	// published again.
 	adopt map[int64]*entry
-	// popped are the settled rows that left the window after the last
-	// confirmed position: the rows of a transaction whose commit has not
-	// arrived yet. A restart sends them again with their transaction, so
-	// they are adopted too.
-	popped []*entry
+	// popped are the ids of the settled rows that left the window after
+	// the last confirmed position: the rows of a transaction whose commit
+	// has not arrived yet. A restart sends them again with their
+	// transaction; they then go to resent, whose rows are skipped when
+	// they are read again.
+	popped, resent idRuns
 
 	watermark *sweepRequest // a sweep waiting for its watermark
 	appending *sweepRequest // swept rows waiting for room in the window
@@ -127,17 +132,18 @@ func (p *pipeline) run(out chan<- *message.Message) {
 			p.reset()
 		}
 		p.resume()
-		if p.appending != nil && p.unsettled < s.cfg.MaxInFlight {
-			p.appendSwept(*p.appending)
-			p.appending = nil
+		if p.appending != nil {
+			p.appendSwept()
 		}
 		p.emit(out)
 		if p.closing && s.emitted.Load() == 0 {
 			return
 		}
 
+		// The reader takes each row's share of the budget before it hands
+		// the row over: what waits here is within the bound.
 		var events <-chan event
-		if !p.closing && !p.restarting && p.unsettled < s.cfg.MaxInFlight {
+		if !p.closing && !p.restarting {
 			events = s.events
 		}
 		var sweeps <-chan sweepRequest
@@ -193,17 +199,30 @@ func (p *pipeline) handle(ev event) {
 		// it did not get the last status update.
 		p.skipTx = uint64(ev.lsn) < s.confirmed.Load()
 	case evRow:
+		size := rowSize(&ev.row.row)
 		if p.skipTx {
+			s.budget.give(1, size)
 			return
 		}
 		s.Counters.Read.Add(1)
-		if e, ok := p.adopt[ev.row.row.ID]; ok {
-			delete(p.adopt, ev.row.row.ID)
-			e.txTime, e.xid, e.txLSN = p.txTime, p.txXid, p.txLSN
-			p.push(e)
+		id := ev.row.row.ID
+		if p.resent.contains(id) { // settled before the stream restarted
+			s.budget.give(1, size)
 			return
 		}
-		p.push(&entry{row: ev.row.row, decodeErr: ev.row.err, txTime: p.txTime, xid: p.txXid, txLSN: p.txLSN, attempts: ev.row.row.Attempt})
+		e, ok := p.adopt[id]
+		if ok {
+			delete(p.adopt, id)
+			e.row, e.decodeErr = ev.row.row, ev.row.err
+			e.txTime, e.xid, e.txLSN = p.txTime, p.txXid, p.txLSN
+		} else {
+			e = &entry{row: ev.row.row, decodeErr: ev.row.err, txTime: p.txTime, xid: p.txXid, txLSN: p.txLSN, attempts: ev.row.row.Attempt}
+		}
+		e.charged, e.size = true, size
+		if e.state != queued {
+			p.drop(e) // published or dead before the restart
+		}
+		p.push(e)
 	case evCommit:
 		p.inTx = false
 		if p.skipTx {
@@ -229,14 +248,27 @@ func (p *pipeline) handle(ev event) {
 
 // push appends a row entry to the window.
 func (p *pipeline) push(e *entry) {
-	e.inWindow = true
-	if e.state != settled {
-		p.unsettled++
-	}
 	if e.state == emitted { // cannot happen: a restart waits for every outcome
 		e.state = queued
 	}
 	p.win = append(p.win, e)
+}
+
+// drop gives back the bytes e holds, and its payload: once it is published
+// or dead, only its id and outcome matter.
+func (p *pipeline) drop(e *entry) {
+	p.s.budget.give(0, e.size)
+	e.size = 0
+	e.row.Payload, e.row.Headers = nil, nil
+}
+
+// release gives back all e holds of the budget, as it leaves the window.
+func (p *pipeline) release(e *entry) {
+	p.drop(e)
+	if e.charged {
+		p.s.budget.give(1, 0)
+		e.charged = false
+	}
 }
 
 // mark appends a position: confirmed once every row before it is settled.
@@ -268,12 +300,13 @@ func (p *pipeline) popSettled() {
 			if uint64(e.lsn) > s.confirmed.Load() {
 				s.confirmed.Store(uint64(e.lsn))
 			}
-			clear(p.popped)
 			p.popped = p.popped[:0]
-		} else if !e.swept {
-			p.popped = append(p.popped, e)
+		} else {
+			p.release(e)
+			if !e.swept {
+				p.popped.add(e.row.ID, e.txLSN)
+			}
 		}
-		e.inWindow = false
 		p.win[p.head] = nil
 		p.head++
 	}
@@ -301,9 +334,7 @@ func (p *pipeline) settle() {
 			continue
 		}
 		e.state = settled
-		if e.inWindow {
-			p.unsettled--
-		}
+		p.drop(e)
 	}
 }
 
@@ -359,6 +390,9 @@ func (p *pipeline) message(e *entry) (*message.Message, bool) {
 	if err == nil {
 		err = outbox.CheckSubject(e.row.Subject)
 	}
+	if err == nil && e.row.PayloadLeftOut {
+		err = outbox.OverMaxPayload(e.row.PayloadSize, s.cfg.MaxPayload())
+	}
 	row := e.row
 	row.Attempt = e.attempts + 1
 	var msg *message.Message
@@ -391,6 +425,7 @@ func (p *pipeline) outcome(o outcome) {
 	case o.acked:
 		stream, seq, dup := outbox.Published(o.msg)
 		e.state = acked
+		p.drop(e)
 		s.marks.push(markItem{e: e, kind: markDone, id: e.row.ID, xid: e.xid, attempts: e.attempts, stream: stream, seq: seq, duplicate: dup})
 	case o.released:
 		e.state, e.attempts = queued, e.attempts-1
@@ -515,6 +550,7 @@ func (p *pipeline) reconcile() {
 	for id, stored := range found {
 		e := byID[id]
 		e.state = acked
+		p.drop(e)
 		s.marks.push(markItem{e: e, kind: markDone, id: id, xid: e.xid, attempts: e.attempts, stream: stored.Stream, seq: stored.Seq})
 	}
 }
@@ -522,6 +558,7 @@ func (p *pipeline) reconcile() {
 // dead makes e a dead letter.
 func (p *pipeline) dead(e *entry, reason string) {
 	e.state = dead
+	p.drop(e)
 	p.s.logger.Warn("row is a dead letter", slog.Int64("row_id", e.row.ID), slog.Int("attempt", e.attempts), slog.String("error", reason))
 	p.s.marks.push(markItem{e: e, kind: markDead, id: e.row.ID, xid: e.xid, attempts: e.attempts, reason: reason})
 }
@@ -536,37 +573,41 @@ func (p *pipeline) restart() {
 }
 
 // reset empties the window for a new stream session: the server sends
-// again every transaction after its confirmed position. Rows of the old
-// window wait in adopt, so that a row read again keeps what happened to
-// it (published, dead, attempts); swept rows, which the stream does not
-// send, stay in the window.
+// again every transaction after its confirmed position. Unsettled rows of
+// the old window wait in adopt, so that a row read again keeps what
+// happened to it (published, dead, attempts); settled ones go to resent,
+// so that they are skipped; swept rows, which the stream does not send,
+// stay in the window.
 func (p *pipeline) reset() {
-	// Rows adopted at an earlier restart and not read again yet stay
-	// (restarts can follow each other faster than the rows come back),
-	// unless their transaction is confirmed: the server will not send it.
-	adopt := make(map[int64]*entry, len(p.win)-p.head+len(p.popped)+len(p.adopt))
+	// Rows adopted (or settled) at an earlier restart and not read again
+	// yet stay (restarts can follow each other faster than the rows come
+	// back), unless their transaction is confirmed: the server will not
+	// send it.
+	confirmed := p.s.confirmed.Load()
+	adopt := make(map[int64]*entry, len(p.win)-p.head+len(p.adopt))
 	for id, e := range p.adopt {
-		if uint64(e.txLSN) >= p.s.confirmed.Load() {
+		if uint64(e.txLSN) >= confirmed {
 			adopt[id] = e
 		}
 	}
-	var keep []*entry
-	p.unsettled = 0
-	for _, e := range p.popped {
-		adopt[e.row.ID] = e
-	}
-	clear(p.popped)
+	p.resent.keep(pglogrepl.LSN(confirmed))
+	p.resent = append(p.resent, p.popped...)
 	p.popped = p.popped[:0]
+	var keep []*entry
 	for _, e := range p.win[p.head:] {
-		e.inWindow = false
 		switch {
 		case e.marker:
 		case e.swept:
 			keep = append(keep, e)
+		case e.state == settled:
+			p.release(e)
+			p.resent.add(e.row.ID, e.txLSN)
 		default:
+			p.release(e) // its payload comes again with it
 			adopt[e.row.ID] = e
 		}
 	}
+	p.resent.normalize()
 	p.adopt = adopt
 	p.win, p.head, p.next = nil, 0, 0
 	if p.watermark != nil {
@@ -603,16 +644,24 @@ func (p *pipeline) sweep(r sweepRequest) {
 		p.watermark = &r
 		return
 	}
-	if p.unsettled >= p.s.cfg.MaxInFlight {
-		p.appending = &r
-		return
-	}
-	p.appendSwept(r)
+	p.appending = &r
+	p.appendSwept()
 }
 
-func (p *pipeline) appendSwept(r sweepRequest) {
-	for _, row := range r.rows {
-		p.push(&entry{row: row, swept: true, txTime: row.CreatedAt, attempts: row.Attempt})
+// appendSwept appends the swept rows that wait, while the budget has room
+// for them; meanwhile the reader waits behind them.
+func (p *pipeline) appendSwept() {
+	r, b := p.appending, p.s.budget
+	for len(r.rows) > 0 {
+		size := rowSize(&r.rows[0])
+		if !b.take(size, true) {
+			b.setSwept(true)
+			return
+		}
+		p.push(&entry{row: r.rows[0], swept: true, txTime: r.rows[0].CreatedAt, attempts: r.rows[0].Attempt, charged: true, size: size})
+		r.rows = r.rows[1:]
 	}
+	b.setSwept(false)
 	close(r.appended)
+	p.appending = nil
 }

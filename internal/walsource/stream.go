@@ -140,6 +140,7 @@ type reader struct {
 	conn      *pgconn.PgConn
 	relations map[uint32]*relation
 	types     *pgtype.Map
+	cols      []tupleColumn // scratch of parseInsert
 	inTx      bool
 
 	deadline       time.Time
@@ -214,6 +215,9 @@ func (r *reader) copyData(ctx context.Context, data []byte) error {
 
 // logical handles one pgoutput message.
 func (r *reader) logical(ctx context.Context, data []byte) error {
+	if len(data) > 0 && data[0] == byte(pglogrepl.MessageTypeInsert) {
+		return r.insert(ctx, data)
+	}
 	msg, err := pglogrepl.Parse(data)
 	if err != nil {
 		return fmt.Errorf("parse pgoutput message: %w", err)
@@ -228,30 +232,75 @@ func (r *reader) logical(ctx context.Context, data []byte) error {
 	case *pglogrepl.CommitMessage:
 		r.inTx = false
 		return r.push(ctx, event{kind: evCommit, lsn: m.TransactionEndLSN})
-	case *pglogrepl.InsertMessage:
-		rel, ok := r.relations[m.RelationID]
-		if !ok {
-			return fmt.Errorf("insert into relation %d before its description", m.RelationID)
-		}
-		if !rel.is(s.table) {
-			return nil // the publication was extended by hand
-		}
-		d, err := rel.decode(r.types, m.Tuple)
-		if err != nil {
-			return fmt.Errorf("read an inserted row of %s: %w", s.cfg.Table, err)
-		}
-		switch d.status {
-		case "pending", "failed", "":
-		default:
-			return nil // inserted settled (done, a dead letter): nothing to relay
-		}
-		return r.push(ctx, event{kind: evRow, row: d})
 	case *pglogrepl.LogicalDecodingMessage:
 		if m.Prefix == s.watermarkPrefix() {
 			return r.push(ctx, event{kind: evWatermark, token: string(m.Content)})
 		}
 	}
 	return nil // updates, deletes and truncates are not published; origins and types do not matter
+}
+
+// insert reads an inserted row. A row of the outbox table to relay waits
+// for its share of the budget before it goes to the pipeline.
+func (r *reader) insert(ctx context.Context, data []byte) error {
+	s := r.s
+	rel, cols, err := parseInsert(data, r.cols)
+	r.cols = cols
+	if err != nil {
+		return err
+	}
+	relation, ok := r.relations[rel]
+	if !ok {
+		return fmt.Errorf("insert into relation %d before its description", rel)
+	}
+	if !relation.is(s.table) {
+		return nil // the publication was extended by hand
+	}
+	d, err := relation.decode(r.types, cols, s.payloadLimit())
+	clear(r.cols) // the tuple points into the read buffer
+	if err != nil {
+		return fmt.Errorf("read an inserted row of %s: %w", s.cfg.Table, err)
+	}
+	switch d.status {
+	case "pending", "failed", "":
+	default:
+		return nil // inserted settled (done, a dead letter): nothing to relay
+	}
+	size := rowSize(&d.row)
+	if err := r.take(ctx, size); err != nil {
+		return err
+	}
+	if err := r.push(ctx, event{kind: evRow, row: d}); err != nil {
+		s.budget.give(1, size) // the row will be read again
+		return err
+	}
+	return nil
+}
+
+// take waits until the budget has room for a row of size bytes and takes
+// it, keeping the connection alive and the confirmed position current
+// meanwhile.
+func (r *reader) take(ctx context.Context, size int64) error {
+	b := r.s.budget
+	if b.take(size, false) {
+		return nil
+	}
+	tick := time.NewTicker(statusMinInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-b.freed:
+			if b.take(size, false) {
+				return nil
+			}
+		case <-tick.C:
+			if err := r.maybeSendStatus(); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return errStopped
+		}
+	}
 }
 
 // maybeSendStatus tells the server the confirmed position when it moved

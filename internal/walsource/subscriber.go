@@ -73,6 +73,7 @@ type Subscriber struct {
 	marks    *queue[markItem]
 	settled  *queue[*entry]
 	sweeps   chan sweepRequest
+	budget   *budget
 
 	confirmed   atomic.Uint64 // the slot position confirmed to the server (or to be)
 	oldestTx    atomic.Int64  // commit time (unix ns) of the oldest unsettled row read from the slot; 0: none
@@ -155,6 +156,7 @@ func NewSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, logg
 		marks:        newQueue[markItem](),
 		settled:      newQueue[*entry](),
 		sweeps:       make(chan sweepRequest),
+		budget:       newBudget(int64(cfg.MaxInFlight), cfg.MaxInFlightBytes),
 		closing:      make(chan struct{}),
 		drainExpired: make(chan struct{}),
 		stopReader:   make(chan struct{}),
@@ -282,6 +284,15 @@ func (s *Subscriber) LagSeconds() float64 {
 	}
 	now := time.Now().UnixNano() + s.clockOffset.Load()
 	return max(float64(now-oldest)/1e9, 0)
+}
+
+// payloadLimit is the longest payload a row may have: longer, it can
+// never be published (see outbox.PayloadMaxBytes); 0 when unknown.
+func (s *Subscriber) payloadLimit() int64 {
+	if s.cfg.MaxPayload == nil {
+		return 0
+	}
+	return outbox.PayloadMaxBytes(s.cfg.MaxPayload())
 }
 
 // Confirmed is the slot position the relay has confirmed (or is about to).

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/outbox-bridge/bridge/internal/outbox"
@@ -66,7 +67,7 @@ func (s *Subscriber) sweep(ctx context.Context) error {
 	}
 	after := int64(0)
 	for {
-		rows, err := s.pendingRows(ctx, after)
+		rows, more, err := s.pendingRows(ctx, after)
 		if err != nil || len(rows) == 0 {
 			return err
 		}
@@ -107,7 +108,7 @@ func (s *Subscriber) sweep(ctx context.Context) error {
 			}
 			s.Counters.Swept.Add(int64(len(sweep)))
 		}
-		if len(rows) < s.cfg.SweepBatch {
+		if !more {
 			return nil
 		}
 	}
@@ -137,32 +138,53 @@ func (s *Subscriber) watermark(ctx context.Context) (map[int64]bool, bool) {
 	}
 }
 
-// pendingRows reads up to SweepBatch pending or failed rows with an id
-// above after, whose available_at has passed, in id order.
-func (s *Subscriber) pendingRows(ctx context.Context, after int64) ([]outbox.Row, error) {
-	rows, err := s.db.SQL.QueryContext(ctx, `SELECT id, idempotency_key, subject, payload, headers::text, ordering_key, attempts, created_at
-FROM `+s.cfg.Table+` WHERE status IN ('pending', 'failed') AND available_at <= now() AND id > $1 ORDER BY id LIMIT $2`, after, s.cfg.SweepBatch)
+// pendingRows reads pending or failed rows with an id above after, whose
+// available_at has passed, in id order: up to SweepBatch rows, and within
+// MaxInFlightBytes (payloads and headers; at least one row), as the table
+// source's claim does. A payload longer than the payload limit is not
+// read: the row is PayloadLeftOut, and becomes a dead letter from its
+// length. more says whether rows may be left after these.
+func (s *Subscriber) pendingRows(ctx context.Context, after int64) (out []outbox.Row, more bool, err error) {
+	limit := s.payloadLimit()
+	if limit <= 0 {
+		limit = math.MaxInt64
+	}
+	rows, err := s.db.SQL.QueryContext(ctx, `SELECT id, idempotency_key, subject, CASE WHEN octet_length(payload) <= $4::bigint THEN payload END,
+	headers::text, ordering_key, attempts, created_at, octet_length(payload), candidates
+FROM (
+	SELECT c.*, count(*) OVER () AS candidates, row_number() OVER w AS n,
+		sum(CASE WHEN octet_length(c.payload) <= $4::bigint THEN octet_length(c.payload) ELSE 0 END + octet_length(c.headers::text)) OVER w AS total
+	FROM (SELECT id, idempotency_key, subject, payload, headers, ordering_key, attempts, created_at FROM `+s.cfg.Table+`
+		WHERE status IN ('pending', 'failed') AND available_at <= now() AND id > $1 ORDER BY id LIMIT $2) c
+	WINDOW w AS (ORDER BY id ROWS UNBOUNDED PRECEDING)
+) f
+WHERE n = 1 OR total <= $3::bigint
+ORDER BY id`, after, s.cfg.SweepBatch, s.cfg.MaxInFlightBytes, limit)
 	if err != nil {
-		return nil, fmt.Errorf("sweep: read pending rows: %w", err)
+		return nil, false, fmt.Errorf("sweep: read pending rows: %w", err)
 	}
 	defer rows.Close()
-	var out []outbox.Row
+	var candidates int
 	for rows.Next() {
 		var r outbox.Row
 		var headers sql.NullString
-		if err := rows.Scan(&r.ID, &r.IdempotencyKey, &r.Subject, &r.Payload, &headers, &r.OrderingKey, &r.Attempt, &r.CreatedAt); err != nil {
-			return nil, fmt.Errorf("sweep: read pending rows: %w", err)
+		if err := rows.Scan(&r.ID, &r.IdempotencyKey, &r.Subject, &r.Payload, &headers, &r.OrderingKey, &r.Attempt, &r.CreatedAt,
+			&r.PayloadSize, &candidates); err != nil {
+			return nil, false, fmt.Errorf("sweep: read pending rows: %w", err)
 		}
-		if r.Payload == nil {
+		switch {
+		case r.PayloadSize > limit:
+			r.Payload, r.PayloadLeftOut = nil, true
+		case r.Payload == nil:
 			r.Payload = []byte{}
 		}
 		r.Headers, r.CreatedAt = []byte(headers.String), r.CreatedAt.UTC()
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sweep: read pending rows: %w", err)
+		return nil, false, fmt.Errorf("sweep: read pending rows: %w", err)
 	}
-	return out, nil
+	return out, len(out) < candidates || candidates == s.cfg.SweepBatch, nil
 }
 
 // stillPending returns which of ids are still pending or failed.

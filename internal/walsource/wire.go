@@ -36,21 +36,23 @@ func NamesOf(cfg *config.Config) Names {
 func ProvideSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, nc *nats.Conn, reconciler outbox.Reconciler, cfg *config.Config, logger *slog.Logger) (*Subscriber, error) {
 	r := cfg.Relay
 	return NewSubscriber(ctx, db, store, logger, Config{
-		Names:           NamesOf(cfg),
-		ReplicationURL:  cfg.ReplicationURLOrDefault(),
-		MaxInFlight:     r.MaxInFlight,
-		AckDeadline:     r.AckDeadline,
-		MaxAttempts:     r.MaxAttempts,
-		BackoffInitial:  r.BackoffInitial,
-		BackoffMax:      r.BackoffMax,
-		DeleteOnRelay:   r.DeleteOnRelay,
-		Namespace:       cfg.Dedup.Namespace,
-		DrainTimeout:    max(cfg.ShutdownTimeout-3*time.Second, cfg.ShutdownTimeout/2),
-		SweepInterval:   cfg.WAL.SweepInterval,
-		SweepBatch:      r.BatchSize,
-		InflightTimeout: r.InflightTimeout,
-		Connected:       nc.IsConnected,
-		Reconciler:      reconciler,
+		Names:            NamesOf(cfg),
+		ReplicationURL:   cfg.ReplicationURLOrDefault(),
+		MaxInFlight:      r.MaxInFlight,
+		MaxInFlightBytes: int64(r.MaxInFlightBytes),
+		MaxPayload:       nc.MaxPayload,
+		AckDeadline:      r.AckDeadline,
+		MaxAttempts:      r.MaxAttempts,
+		BackoffInitial:   r.BackoffInitial,
+		BackoffMax:       r.BackoffMax,
+		DeleteOnRelay:    r.DeleteOnRelay,
+		Namespace:        cfg.Dedup.Namespace,
+		DrainTimeout:     max(cfg.ShutdownTimeout-3*time.Second, cfg.ShutdownTimeout/2),
+		SweepInterval:    cfg.WAL.SweepInterval,
+		SweepBatch:       r.BatchSize,
+		InflightTimeout:  r.InflightTimeout,
+		Connected:        nc.IsConnected,
+		Reconciler:       reconciler,
 	})
 }
 
