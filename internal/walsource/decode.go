@@ -13,17 +13,33 @@ import (
 	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
-// The columns of the bridge table the source reads from an insert; the
-// others (and any a service added) are ignored.
-var readColumns = []string{"id", "idempotency_key", "subject", "payload", "headers", "ordering_key", "status", "attempts", "created_at"}
+// The columns of the bridge table the source reads from an insert, by
+// position in readColumns; the others (and any a service added) are
+// ignored.
+const (
+	colID = iota
+	colIdempotencyKey
+	colSubject
+	colPayload
+	colHeaders
+	colOrderingKey
+	colStatus
+	colAttempts
+	colCreatedAt
+	readCount
+)
+
+var readColumns = [readCount]string{"id", "idempotency_key", "subject", "payload", "headers", "ordering_key", "status", "attempts", "created_at"}
 
 // relation is an outbox table as described by a pgoutput Relation
-// message, with the position of each column the source reads.
+// message, with the position and type of each column the source reads.
 type relation struct {
 	id      uint32
 	schema  string
 	name    string
-	columns map[string]column
+	columns [readCount]column
+	// missing names a column the source reads that the table lacks.
+	missing string
 }
 
 type column struct {
@@ -32,10 +48,19 @@ type column struct {
 }
 
 func newRelation(m *pglogrepl.RelationMessage) *relation {
-	r := &relation{id: m.RelationID, schema: m.Namespace, name: m.RelationName, columns: make(map[string]column, len(readColumns))}
+	r := &relation{id: m.RelationID, schema: m.Namespace, name: m.RelationName}
+	for i := range r.columns {
+		r.columns[i].index = -1
+	}
 	for i, c := range m.Columns {
-		if slices.Contains(readColumns, c.Name) {
-			r.columns[c.Name] = column{index: i, oid: c.DataType}
+		if k := slices.Index(readColumns[:], c.Name); k >= 0 {
+			r.columns[k] = column{index: i, oid: c.DataType}
+		}
+	}
+	for k, c := range r.columns {
+		if c.index < 0 {
+			r.missing = readColumns[k]
+			break
 		}
 	}
 	return r
@@ -112,12 +137,10 @@ func parseInsert(data []byte, cols []tupleColumn) (rel uint32, _ []tupleColumn, 
 // becomes a dead letter (it can never be published).
 func (r *relation) decode(types *pgtype.Map, tuple []tupleColumn, payloadLimit int64) (decoded, error) {
 	var d decoded
-	for _, name := range readColumns {
-		if _, ok := r.columns[name]; !ok {
-			return d, fmt.Errorf("table %s.%s has no column %s: not a bridge table (run `bridge migrate`)", r.schema, r.name, name)
-		}
+	if r.missing != "" {
+		return d, fmt.Errorf("table %s.%s has no column %s: not a bridge table (run `bridge migrate`)", r.schema, r.name, r.missing)
 	}
-	if err := r.scan(types, tuple, "id", &d.row.ID); err != nil {
+	if err := r.scan(types, tuple, colID, &d.row.ID); err != nil {
 		return d, err // without an id the row cannot even be dead-lettered
 	}
 	var key, subject, status pgtype.Text
@@ -126,13 +149,13 @@ func (r *relation) decode(types *pgtype.Map, tuple []tupleColumn, payloadLimit i
 	var attempts pgtype.Int4
 	var created pgtype.Timestamptz
 	for _, c := range []struct {
-		name string
-		dst  any
+		col int
+		dst any
 	}{
-		{"idempotency_key", &key}, {"subject", &subject}, {"headers", &headers},
-		{"ordering_key", &ordering}, {"status", &status}, {"attempts", &attempts}, {"created_at", &created},
+		{colIdempotencyKey, &key}, {colSubject, &subject}, {colHeaders, &headers},
+		{colOrderingKey, &ordering}, {colStatus, &status}, {colAttempts, &attempts}, {colCreatedAt, &created},
 	} {
-		if err := r.scan(types, tuple, c.name, c.dst); err != nil {
+		if err := r.scan(types, tuple, c.col, c.dst); err != nil {
 			d.err = err
 			return d, nil
 		}
@@ -155,7 +178,7 @@ func (r *relation) decode(types *pgtype.Map, tuple []tupleColumn, payloadLimit i
 // binary form (what the server sends with binary 'true') is its bytes,
 // copied once; any other form goes through the type map.
 func (r *relation) payload(types *pgtype.Map, tuple []tupleColumn, payloadLimit int64, row *outbox.Row) error {
-	c := r.columns["payload"]
+	c := r.columns[colPayload]
 	if c.index < len(tuple) && tuple[c.index].kind == pglogrepl.TupleDataTypeBinary && c.oid == pgtype.ByteaOID {
 		data := tuple[c.index].data
 		row.PayloadSize = int64(len(data))
@@ -170,7 +193,7 @@ func (r *relation) payload(types *pgtype.Map, tuple []tupleColumn, payloadLimit 
 		return nil
 	}
 	var payload []byte
-	if err := r.scan(types, tuple, "payload", &payload); err != nil {
+	if err := r.scan(types, tuple, colPayload, &payload); err != nil {
 		return err
 	}
 	row.Payload, row.PayloadSize = payload, int64(len(payload))
@@ -182,15 +205,15 @@ func (r *relation) payload(types *pgtype.Map, tuple []tupleColumn, payloadLimit 
 	return nil
 }
 
-// scan decodes one column into dst.
-func (r *relation) scan(types *pgtype.Map, tuple []tupleColumn, name string, dst any) error {
-	c := r.columns[name]
+// scan decodes column col (an index of readColumns) into dst.
+func (r *relation) scan(types *pgtype.Map, tuple []tupleColumn, col int, dst any) error {
+	c, name := r.columns[col], readColumns[col]
 	if c.index >= len(tuple) {
 		return fmt.Errorf("column %s: tuple has %d columns", name, len(tuple))
 	}
-	col := tuple[c.index]
+	t := tuple[c.index]
 	var format int16
-	switch col.kind {
+	switch t.kind {
 	case pglogrepl.TupleDataTypeBinary:
 		format = pgtype.BinaryFormatCode
 	case pglogrepl.TupleDataTypeText:
@@ -198,9 +221,9 @@ func (r *relation) scan(types *pgtype.Map, tuple []tupleColumn, name string, dst
 	case pglogrepl.TupleDataTypeNull:
 		return types.Scan(c.oid, pgtype.BinaryFormatCode, nil, dst)
 	default: // 'u', an unchanged TOAST value: not sent for inserts
-		return fmt.Errorf("column %s: no value in the insert (kind %q)", name, col.kind)
+		return fmt.Errorf("column %s: no value in the insert (kind %q)", name, t.kind)
 	}
-	if err := types.Scan(c.oid, format, col.data, dst); err != nil {
+	if err := types.Scan(c.oid, format, t.data, dst); err != nil {
 		return fmt.Errorf("column %s: %w", name, err)
 	}
 	return nil

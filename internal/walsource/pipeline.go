@@ -117,6 +117,9 @@ type pipeline struct {
 
 	watermark *sweepRequest // a sweep waiting for its watermark
 	appending *sweepRequest // swept rows waiting for room in the window
+	// backlog is the rest of a batch of events whose handling a restart
+	// interrupted: handled once the restart is complete.
+	backlog []event
 }
 
 // run handles events, outcomes, marks and sweeps until the subscriber
@@ -131,6 +134,9 @@ func (p *pipeline) run(out chan<- *message.Message) {
 		if p.restarting && s.emitted.Load() == 0 {
 			p.reset()
 		}
+		if !p.restarting && len(p.backlog) > 0 {
+			p.handleAll(p.backlog)
+		}
 		p.resume()
 		if p.appending != nil {
 			p.appendSwept()
@@ -142,8 +148,8 @@ func (p *pipeline) run(out chan<- *message.Message) {
 
 		// The reader takes each row's share of the budget before it hands
 		// the row over: what waits here is within the bound.
-		var events <-chan event
-		if !p.closing && !p.restarting {
+		var events <-chan []event
+		if !p.closing && !p.restarting && len(p.backlog) == 0 {
 			events = s.events
 		}
 		var sweeps <-chan sweepRequest
@@ -168,8 +174,8 @@ func (p *pipeline) run(out chan<- *message.Message) {
 			closing = nil
 		}
 		select {
-		case ev := <-events:
-			p.handle(ev)
+		case evs := <-events:
+			p.handleAll(evs)
 		case o := <-s.outcomes:
 			p.outcome(o)
 		case <-s.settled.ready:
@@ -186,6 +192,19 @@ func (p *pipeline) run(out chan<- *message.Message) {
 			close(s.drainExpired)
 		}
 	}
+}
+
+// handleAll takes a batch of events from the reader, in order, until a
+// restart begins: the rest waits in backlog.
+func (p *pipeline) handleAll(evs []event) {
+	for i, ev := range evs {
+		p.handle(ev)
+		if p.restarting {
+			p.backlog = evs[i+1:]
+			return
+		}
+	}
+	p.backlog = nil
 }
 
 // handle takes one event from the reader.

@@ -17,6 +17,16 @@ import (
 // reader sends its status updates and notices a stop.
 const readTimeout = 100 * time.Millisecond
 
+// The reader hands events to the pipeline in batches of up to
+// eventBatchMax, and at most eventQueue batches wait: one channel
+// operation per batch instead of per row. A batch goes as soon as the
+// reader has nothing more buffered to read, so that it never waits for
+// the server with events in hand.
+const (
+	eventBatchMax = 512
+	eventQueue    = 8
+)
+
 // errStopped ends a session because the subscriber stops.
 var errStopped = errors.New("stopped")
 
@@ -119,10 +129,9 @@ func (s *Subscriber) session(again bool) (started bool, err error) {
 		return false, fmt.Errorf("start replication from slot %s at %s: %w", s.cfg.Slot, start, err)
 	}
 	r := &reader{s: s, conn: conn, relations: map[uint32]*relation{}, types: pgtype.NewMap()}
+	defer r.discard()
 	if again {
-		if err := r.push(ctx, event{kind: evRestart}); err != nil {
-			return true, err
-		}
+		r.push(event{kind: evRestart})
 	}
 	s.state.Store(&streamState{streaming: true})
 	s.logger.Info("streaming from replication slot", slog.String("from", start.String()), slog.String("publication", s.cfg.Publication))
@@ -142,6 +151,7 @@ type reader struct {
 	types     *pgtype.Map
 	cols      []tupleColumn // scratch of parseInsert
 	inTx      bool
+	batch     []event // events not yet handed to the pipeline
 
 	deadline       time.Time
 	lastStatus     time.Time
@@ -156,6 +166,11 @@ func (r *reader) run(ctx context.Context) error {
 		}
 		if ctx.Err() != nil {
 			return errStopped
+		}
+		if r.conn.Frontend().ReadBufferLen() == 0 || len(r.batch) >= eventBatchMax {
+			if err := r.flush(ctx); err != nil {
+				return err
+			}
 		}
 		if now := time.Now(); r.deadline.Sub(now) < readTimeout/2 {
 			r.deadline = now.Add(readTimeout)
@@ -200,7 +215,7 @@ func (r *reader) copyData(ctx context.Context, data []byte) error {
 		// transaction's changes), the transaction's commit may lie before
 		// it while its rest is still to come: not a position to confirm.
 		if !r.inTx {
-			return r.push(ctx, event{kind: evPosition, lsn: k.ServerWALEnd})
+			r.push(event{kind: evPosition, lsn: k.ServerWALEnd})
 		}
 		return nil
 	case pglogrepl.XLogDataByteID:
@@ -228,13 +243,13 @@ func (r *reader) logical(ctx context.Context, data []byte) error {
 		r.relations[m.RelationID] = newRelation(m)
 	case *pglogrepl.BeginMessage:
 		r.inTx = true
-		return r.push(ctx, event{kind: evBegin, lsn: m.FinalLSN, at: m.CommitTime, xid: m.Xid})
+		r.push(event{kind: evBegin, lsn: m.FinalLSN, at: m.CommitTime, xid: m.Xid})
 	case *pglogrepl.CommitMessage:
 		r.inTx = false
-		return r.push(ctx, event{kind: evCommit, lsn: m.TransactionEndLSN})
+		r.push(event{kind: evCommit, lsn: m.TransactionEndLSN})
 	case *pglogrepl.LogicalDecodingMessage:
 		if m.Prefix == s.watermarkPrefix() {
-			return r.push(ctx, event{kind: evWatermark, token: string(m.Content)})
+			r.push(event{kind: evWatermark, token: string(m.Content)})
 		}
 	}
 	return nil // updates, deletes and truncates are not published; origins and types do not matter
@@ -266,24 +281,24 @@ func (r *reader) insert(ctx context.Context, data []byte) error {
 	default:
 		return nil // inserted settled (done, a dead letter): nothing to relay
 	}
-	size := rowSize(&d.row)
-	if err := r.take(ctx, size); err != nil {
+	if err := r.take(ctx, rowSize(&d.row)); err != nil {
 		return err
 	}
-	if err := r.push(ctx, event{kind: evRow, row: d}); err != nil {
-		s.budget.give(1, size) // the row will be read again
-		return err
-	}
+	r.push(event{kind: evRow, row: d})
 	return nil
 }
 
 // take waits until the budget has room for a row of size bytes and takes
 // it, keeping the connection alive and the confirmed position current
-// meanwhile.
+// meanwhile. The events in hand go to the pipeline first: their rows may
+// be what holds the room.
 func (r *reader) take(ctx context.Context, size int64) error {
 	b := r.s.budget
 	if b.take(size, false) {
 		return nil
+	}
+	if err := r.flush(ctx); err != nil {
+		return err
 	}
 	tick := time.NewTicker(statusMinInterval)
 	defer tick.Stop()
@@ -328,12 +343,21 @@ func (r *reader) sendStatus() error {
 	return nil
 }
 
-// push hands ev to the pipeline. While the pipeline does not take it (its
-// window is full, or it is draining), the reader keeps the connection
-// alive and the confirmed position current with status updates.
-func (r *reader) push(ctx context.Context, ev event) error {
+// push adds ev to the batch in hand; see flush.
+func (r *reader) push(ev event) { r.batch = append(r.batch, ev) }
+
+// flush hands the batch in hand to the pipeline. While the pipeline does
+// not take it (its window is full, or it is draining), the reader keeps
+// the connection alive and the confirmed position current with status
+// updates.
+func (r *reader) flush(ctx context.Context) error {
+	if len(r.batch) == 0 {
+		return nil
+	}
+	batch := r.batch
 	select {
-	case r.s.events <- ev:
+	case r.s.events <- batch:
+		r.batch = make([]event, 0, len(batch))
 		return nil
 	default:
 	}
@@ -341,7 +365,8 @@ func (r *reader) push(ctx context.Context, ev event) error {
 	defer tick.Stop()
 	for {
 		select {
-		case r.s.events <- ev:
+		case r.s.events <- batch:
+			r.batch = make([]event, 0, len(batch))
 			return nil
 		case <-tick.C:
 			if err := r.maybeSendStatus(); err != nil {
@@ -351,4 +376,15 @@ func (r *reader) push(ctx context.Context, ev event) error {
 			return errStopped
 		}
 	}
+}
+
+// discard gives back the budget of the rows in the batch in hand, when
+// the session ends: the next session reads them again.
+func (r *reader) discard() {
+	for _, ev := range r.batch {
+		if ev.kind == evRow {
+			r.s.budget.give(1, rowSize(&ev.row.row))
+		}
+	}
+	r.batch = nil
 }

@@ -68,7 +68,7 @@ type Subscriber struct {
 	// Counters are the subscriber's running totals.
 	Counters Counters
 
-	events   chan event
+	events   chan []event
 	outcomes chan outcome
 	marks    *queue[markItem]
 	settled  *queue[*entry]
@@ -151,7 +151,7 @@ func NewSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, logg
 	s := &Subscriber{
 		db: db, store: store, cfg: cfg, repl: repl, table: table,
 		logger:       logger.With(slog.String("component", "postgres-wal"), slog.String("table", cfg.Table), slog.String("slot", cfg.Slot)),
-		events:       make(chan event, 1024),
+		events:       make(chan []event, eventQueue),
 		outcomes:     make(chan outcome, cfg.MaxInFlight),
 		marks:        newQueue[markItem](),
 		settled:      newQueue[*entry](),
