@@ -38,15 +38,16 @@ const (
 )
 
 // IsConfigError reports whether err is bad configuration, which no retry
-// fixes (exit status 2): a *config.Error (among them a stream spec of the
-// configuration that cannot deduplicate the relay's republishes), a
+// fixes (exit status 2): config.ErrInvalid (a *config.Error, among them a
+// stream spec of the configuration that cannot deduplicate the relay's
+// republishes, or a constructor's "invalid config: <field>: <why>"), a
 // database URL that cannot be parsed, an outbox entry that is refused, or
 // source: postgres-wal on a server whose wal_level is not logical. An
 // existing stream found unsafe is not one: its rows are held back (see
 // dedup.Guard), so that a stream edited by an operator does not make every
 // restart of the relay exit.
 func IsConfigError(err error) bool {
-	return config.IsError(err) || errors.Is(err, outbox.ErrUnknownScheme) || errors.Is(err, outbox.ErrInvalidEntry) ||
+	return errors.Is(err, config.ErrInvalid) || errors.Is(err, outbox.ErrUnknownScheme) || errors.Is(err, outbox.ErrInvalidEntry) ||
 		errors.Is(err, walsource.ErrWALLevel)
 }
 

@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/outbox-bridge/bridge/producer/internal/sqlname"
@@ -37,6 +38,10 @@ type Config struct {
 	MaxPayload int64
 }
 
+// ErrInvalidConfig is wrapped by the errors of New for a bad Config (the
+// name the consumer module gives the same error).
+var ErrInvalidConfig = errors.New("invalid config")
+
 // Writer writes outbox rows in its caller's transactions. It holds no
 // connection and is safe for concurrent use; build one with New and share it.
 type Writer struct {
@@ -50,9 +55,11 @@ type Writer struct {
 // New returns a Writer for cfg. Zero fields take their defaults
 // (TableDefault, DialectDefault).
 //
-// It fails with "invalid config: Table: …" when the table is not an SQL
-// identifier optionally qualified as schema.table, and with "invalid config:
-// Dialect: …" for a dialect other than Postgres, MySQL and SQLite.
+// It fails with an error wrapping ErrInvalidConfig: "invalid config: Table:
+// …" when the table is not an SQL identifier optionally qualified as
+// schema.table, "invalid config: Dialect: …" for a dialect other than
+// Postgres, MySQL and SQLite, "invalid config: MaxPayload: …" for a
+// negative MaxPayload.
 func New(cfg Config) (*Writer, error) {
 	if cfg.Table == "" {
 		cfg.Table = TableDefault
@@ -61,14 +68,14 @@ func New(cfg Config) (*Writer, error) {
 		cfg.Dialect = DialectDefault
 	}
 	if err := sqlname.Check(cfg.Table); err != nil {
-		return nil, fmt.Errorf("invalid config: Table: %w", err)
+		return nil, fmt.Errorf("%w: Table: %w", ErrInvalidConfig, err)
 	}
 	impl, ok := dialects[cfg.Dialect]
 	if !ok {
-		return nil, fmt.Errorf("invalid config: Dialect: %q is not one of %q, %q, %q", string(cfg.Dialect), Postgres, MySQL, SQLite)
+		return nil, fmt.Errorf("%w: Dialect: %q is not one of %q, %q, %q", ErrInvalidConfig, string(cfg.Dialect), Postgres, MySQL, SQLite)
 	}
 	if cfg.MaxPayload < 0 {
-		return nil, fmt.Errorf("invalid config: MaxPayload: %d: must be 0 (not checked) or the server's max_payload in bytes", cfg.MaxPayload)
+		return nil, fmt.Errorf("%w: MaxPayload: %d: must be 0 (not checked) or the server's max_payload in bytes", ErrInvalidConfig, cfg.MaxPayload)
 	}
 	return &Writer{table: cfg.Table, dialect: cfg.Dialect, impl: impl, insert: impl.insertSQL(cfg.Table), maxPayload: cfg.MaxPayload}, nil
 }

@@ -48,10 +48,12 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		{producer.Config{Table: "order"}, `invalid config: Table: "order" is a reserved word`},
 		{producer.Config{Dialect: "oracle"}, `invalid config: Dialect: "oracle" is not one of "postgres", "mysql", "sqlite"`},
 		{producer.Config{Dialect: "Postgres"}, `invalid config: Dialect: "Postgres"`},
+		{producer.Config{MaxPayload: -1}, `invalid config: MaxPayload: -1`},
 	} {
 		w, err := producer.New(tc.cfg)
 		require.Error(t, err, "%+v", tc.cfg)
 		require.Nil(t, w)
 		require.ErrorContains(t, err, tc.want)
+		require.ErrorIs(t, err, producer.ErrInvalidConfig, "%+v", tc.cfg)
 	}
 }

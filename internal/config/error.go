@@ -5,6 +5,13 @@ import (
 	"fmt"
 )
 
+// ErrInvalid is matched by errors.Is for every configuration error of the
+// bridge: an *Error from Load and Validate, and the "invalid config:
+// <field>: <why>" errors of the constructors (outbox.NewSubscriber,
+// walsource.NewSubscriber, wmsource.NewSubscriber, sink.New, …), which
+// wrap it.
+var ErrInvalid = errors.New("invalid config")
+
 // Error is a bad configuration value: the key, the value given and what would be accepted.
 // Load and Validate return it; a caller maps it to exit code 2.
 type Error struct {
@@ -28,6 +35,9 @@ func (e *Error) Error() string {
 	}
 	return fmt.Sprintf("invalid config: %s: %q: %s", e.Key, e.Value, e.Allowed)
 }
+
+// Is makes errors.Is(err, ErrInvalid) true.
+func (e *Error) Is(target error) bool { return target == ErrInvalid }
 
 // IsError reports whether err is or wraps an *Error.
 func IsError(err error) bool {

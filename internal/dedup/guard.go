@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-bridge/bridge/internal/config"
 )
 
 // GuardMode says what the duplicate-window guard does about an unsafe
@@ -111,7 +113,7 @@ func NewGuard(js jetstream.JetStream, mode GuardMode, horizon time.Duration, str
 	switch mode {
 	case GuardRefuse, GuardWarn, GuardOff:
 	default:
-		return nil, fmt.Errorf("invalid config: dedup.guard: %q: must be refuse, warn or off", mode)
+		return nil, fmt.Errorf("%w: dedup.guard: %q: must be refuse, warn or off", config.ErrInvalid, mode)
 	}
 	return &Guard{js: js, mode: mode, horizon: horizon, logger: logger, routes: routes, seen: slices.Clone(streams),
 		ensured: slices.Clone(streams), logged: map[string]bool{}, verdicts: map[string]*verdict{}, unchecked: map[string]error{}}, nil

@@ -13,12 +13,15 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-bridge/bridge/internal/config"
 )
 
-// Defaults of ReconcilerConfig.
+// Defaults of ReconcilerConfig: those of dedup.reconcile_max_messages and
+// dedup.reconcile_timeout.
 const (
-	ReconcileMaxMessagesDefault = 100000
-	ReconcileTimeoutDefault     = 30 * time.Second
+	ReconcileMaxMessagesDefault = config.ReconcileMaxMessagesDefault
+	ReconcileTimeoutDefault     = config.ReconcileTimeoutDefault
 	// clockSkew is subtracted from a scan's start time: first_claimed_at is
 	// the database's clock, message timestamps are the NATS server's.
 	clockSkew = time.Minute

@@ -76,7 +76,7 @@ func claimSQL(t *testing.T, table, limit string) string {
 	require.NoError(t, err)
 	window := strconv.Itoa(4 * n) // keyWindow
 	return strings.NewReplacer("$1", "'plan-test'", "$2", limit, "$3", "''", "$4", window,
-		"$5", strconv.Itoa(outbox.MaxInFlightBytesDefault), "$6", strconv.Itoa(1<<20)).Replace(sqlText)
+		"$5", strconv.FormatInt(outbox.MaxInFlightBytesDefault, 10), "$6", strconv.Itoa(1<<20)).Replace(sqlText)
 }
 
 // TestClaimReadsOnlyTheHeadsOfOrderingKeys: with 10,000 rows queued behind

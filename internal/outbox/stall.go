@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -8,12 +9,15 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outbox-bridge/bridge/internal/config"
 )
 
-// Defaults of StallConfig.
+// Defaults of StallConfig: those of relay.stall_after and
+// relay.stall_unhealthy_after.
 const (
-	StallAfterDefault          = time.Minute
-	StallUnhealthyAfterDefault = 5 * time.Minute
+	StallAfterDefault          = config.StallAfterDefault
+	StallUnhealthyAfterDefault = config.StallUnhealthyAfterDefault
 )
 
 // StallConfig configures a StallWatch.
@@ -51,8 +55,8 @@ type StallWatch struct {
 // NewStallWatch watches the claims of sub on store. The config is copied;
 // zero fields take their defaults.
 func NewStallWatch(store *Store, sub *Subscriber, logger *slog.Logger, cfg StallConfig) *StallWatch {
-	setDefault(&cfg.After, StallAfterDefault)
-	setDefault(&cfg.UnhealthyAfter, StallUnhealthyAfterDefault)
+	cfg.After = cmp.Or(cfg.After, StallAfterDefault)
+	cfg.UnhealthyAfter = cmp.Or(cfg.UnhealthyAfter, StallUnhealthyAfterDefault)
 	return &StallWatch{store: store, sub: sub, cfg: cfg, logger: logger.With(slog.String("component", "outbox"))}
 }
 

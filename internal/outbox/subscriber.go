@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,26 +16,29 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/telemetry"
 )
 
-// Defaults of SubscriberConfig.
+// Defaults of SubscriberConfig: those of the relay.* keys (package config),
+// and the subscriber's own.
 const (
-	BatchSizeDefault        = 500
-	MaxInFlightDefault      = 2000
-	MaxInFlightBytesDefault = 32 << 20
-	PollIntervalDefault     = 250 * time.Millisecond
-	InflightTimeoutDefault  = 30 * time.Second
-	AckDeadlineDefault      = 20 * time.Second
-	MaxAttemptsDefault      = 20
-	BackoffInitialDefault   = time.Second
-	BackoffMaxDefault       = 5 * time.Minute
+	BatchSizeDefault        = config.BatchSizeDefault
+	MaxInFlightDefault      = config.MaxInFlightDefault
+	MaxInFlightBytesDefault = int64(config.MaxInFlightBytesDefault)
+	PollIntervalDefault     = config.PollIntervalDefault
+	InflightTimeoutDefault  = config.InflightTimeoutDefault
+	AckDeadlineDefault      = config.AckDeadlineDefault
+	MaxAttemptsDefault      = config.MaxAttemptsDefault
+	BackoffInitialDefault   = config.BackoffInitialDefault
+	BackoffMaxDefault       = config.BackoffMaxDefault
 	DrainTimeoutDefault     = 20 * time.Second
 	HoldBackDefault         = 15 * time.Second
 )
 
-// ErrClosed is returned by Subscribe after Close.
+// ErrClosed is returned by Subscribe after Close, by this subscriber and
+// by the other sources' (walsource).
 var ErrClosed = errors.New("outbox subscriber closed")
 
 // SubscriberConfig configures a Subscriber.
@@ -107,43 +111,36 @@ type SubscriberConfig struct {
 }
 
 func (c *SubscriberConfig) setDefaults() {
-	setDefault(&c.BatchSize, BatchSizeDefault)
-	setDefault(&c.MaxInFlight, MaxInFlightDefault)
-	setDefault(&c.MaxInFlightBytes, MaxInFlightBytesDefault)
-	setDefault(&c.PollInterval, PollIntervalDefault)
-	setDefault(&c.InflightTimeout, InflightTimeoutDefault)
-	setDefault(&c.AckDeadline, AckDeadlineDefault)
-	setDefault(&c.MaxAttempts, MaxAttemptsDefault)
-	setDefault(&c.BackoffInitial, BackoffInitialDefault)
-	setDefault(&c.BackoffMax, BackoffMaxDefault)
-	setDefault(&c.DrainTimeout, DrainTimeoutDefault)
-	setDefault(&c.HoldBack, HoldBackDefault)
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.MaxInFlight = cmp.Or(c.MaxInFlight, MaxInFlightDefault)
+	c.MaxInFlightBytes = cmp.Or(c.MaxInFlightBytes, MaxInFlightBytesDefault)
+	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.InflightTimeout = cmp.Or(c.InflightTimeout, InflightTimeoutDefault)
+	c.AckDeadline = cmp.Or(c.AckDeadline, AckDeadlineDefault)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
+	c.BackoffInitial = cmp.Or(c.BackoffInitial, BackoffInitialDefault)
+	c.BackoffMax = cmp.Or(c.BackoffMax, BackoffMaxDefault)
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
+	c.HoldBack = cmp.Or(c.HoldBack, HoldBackDefault)
 	if c.Tracer == nil {
 		c.Tracer = noop.NewTracerProvider().Tracer("")
-	}
-}
-
-func setDefault[T comparable](field *T, def T) {
-	var zero T
-	if *field == zero {
-		*field = def
 	}
 }
 
 func (c *SubscriberConfig) validate() error {
 	switch {
 	case c.Owner == "":
-		return errors.New("invalid config: Owner: must not be empty")
+		return fmt.Errorf("%w: Owner: must not be empty", config.ErrInvalid)
 	case c.BatchSize < 1:
-		return fmt.Errorf("invalid config: BatchSize: %d: must be at least 1", c.BatchSize)
+		return fmt.Errorf("%w: BatchSize: %d: must be at least 1", config.ErrInvalid, c.BatchSize)
 	case c.MaxInFlight < 1:
-		return fmt.Errorf("invalid config: MaxInFlight: %d: must be at least 1", c.MaxInFlight)
+		return fmt.Errorf("%w: MaxInFlight: %d: must be at least 1", config.ErrInvalid, c.MaxInFlight)
 	case c.MaxInFlightBytes < 1:
-		return fmt.Errorf("invalid config: MaxInFlightBytes: %d: must be at least 1", c.MaxInFlightBytes)
+		return fmt.Errorf("%w: MaxInFlightBytes: %d: must be at least 1", config.ErrInvalid, c.MaxInFlightBytes)
 	case c.AckDeadline >= c.InflightTimeout:
-		return fmt.Errorf("invalid config: AckDeadline: %s: must be shorter than InflightTimeout (%s)", c.AckDeadline, c.InflightTimeout)
+		return fmt.Errorf("%w: AckDeadline: %s: must be shorter than InflightTimeout (%s)", config.ErrInvalid, c.AckDeadline, c.InflightTimeout)
 	case c.BackoffInitial > c.BackoffMax:
-		return fmt.Errorf("invalid config: BackoffInitial: %s: must not exceed BackoffMax (%s)", c.BackoffInitial, c.BackoffMax)
+		return fmt.Errorf("%w: BackoffInitial: %s: must not exceed BackoffMax (%s)", config.ErrInvalid, c.BackoffInitial, c.BackoffMax)
 	}
 	return nil
 }

@@ -12,11 +12,13 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-bridge/bridge/internal/config"
 )
 
 // PublishTimeoutDefault is the wait for one PubAck when the caller's
-// context has no deadline.
-const PublishTimeoutDefault = 5 * time.Second
+// context has no deadline: relay.publish_timeout's default.
+const PublishTimeoutDefault = config.PublishTimeoutDefault
 
 // ErrClosed is returned by Publish after Close.
 var ErrClosed = errors.New("jetstream publisher closed")
@@ -160,13 +162,13 @@ var _ message.Publisher = (*Publisher)(nil)
 // of concurrent publishes. The config is copied; zero fields take defaults.
 func New(js jetstream.JetStream, cfg Config) (*Publisher, error) {
 	if js == nil {
-		return nil, errors.New("invalid config: js: must not be nil")
+		return nil, fmt.Errorf("%w: js: must not be nil", config.ErrInvalid)
 	}
 	if cfg.PublishTimeout == 0 {
 		cfg.PublishTimeout = PublishTimeoutDefault
 	}
 	if cfg.PublishTimeout < 0 {
-		return nil, fmt.Errorf("invalid config: PublishTimeout: %s: must be positive", cfg.PublishTimeout)
+		return nil, fmt.Errorf("%w: PublishTimeout: %s: must be positive", config.ErrInvalid, cfg.PublishTimeout)
 	}
 	if cfg.Marshaler == nil {
 		cfg.Marshaler = MetadataMarshaler{}

@@ -1,25 +1,27 @@
 package walsource
 
 import (
-	"errors"
+	"cmp"
 	"fmt"
 	"time"
 
+	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
-// Defaults of Config.
+// Defaults of Config: those of the relay.* and wal.* keys (package
+// config), the table source's, and the source's own.
 const (
-	MaxInFlightDefault      = 2000
-	MaxInFlightBytesDefault = 32 << 20
-	AckDeadlineDefault      = 20 * time.Second
-	MaxAttemptsDefault      = 20
-	BackoffInitialDefault   = time.Second
-	BackoffMaxDefault       = 5 * time.Minute
-	DrainTimeoutDefault     = 20 * time.Second
-	SweepIntervalDefault    = time.Minute
-	SweepBatchDefault       = 500
-	InflightTimeoutDefault  = 30 * time.Second
+	MaxInFlightDefault      = config.MaxInFlightDefault
+	MaxInFlightBytesDefault = int64(config.MaxInFlightBytesDefault)
+	AckDeadlineDefault      = config.AckDeadlineDefault
+	MaxAttemptsDefault      = config.MaxAttemptsDefault
+	BackoffInitialDefault   = config.BackoffInitialDefault
+	BackoffMaxDefault       = config.BackoffMaxDefault
+	DrainTimeoutDefault     = outbox.DrainTimeoutDefault
+	SweepIntervalDefault    = config.WALSweepIntervalDefault
+	SweepBatchDefault       = config.BatchSizeDefault
+	InflightTimeoutDefault  = config.InflightTimeoutDefault
 	// StatusIntervalDefault is the longest the relay goes without telling
 	// the server its confirmed position (a standby status update); it tells
 	// it sooner, within statusMinInterval, whenever the position moved.
@@ -103,18 +105,18 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	setDefault(&c.MaxInFlight, MaxInFlightDefault)
-	setDefault(&c.MaxInFlightBytes, MaxInFlightBytesDefault)
-	setDefault(&c.AckDeadline, AckDeadlineDefault)
-	setDefault(&c.MaxAttempts, MaxAttemptsDefault)
-	setDefault(&c.BackoffInitial, BackoffInitialDefault)
-	setDefault(&c.BackoffMax, BackoffMaxDefault)
-	setDefault(&c.DrainTimeout, DrainTimeoutDefault)
-	setDefault(&c.SweepInterval, SweepIntervalDefault)
-	setDefault(&c.SweepBatch, SweepBatchDefault)
-	setDefault(&c.InflightTimeout, InflightTimeoutDefault)
-	setDefault(&c.StatusInterval, StatusIntervalDefault)
-	setDefault(&c.HoldBack, outbox.HoldBackDefault)
+	c.MaxInFlight = cmp.Or(c.MaxInFlight, MaxInFlightDefault)
+	c.MaxInFlightBytes = cmp.Or(c.MaxInFlightBytes, MaxInFlightBytesDefault)
+	c.AckDeadline = cmp.Or(c.AckDeadline, AckDeadlineDefault)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
+	c.BackoffInitial = cmp.Or(c.BackoffInitial, BackoffInitialDefault)
+	c.BackoffMax = cmp.Or(c.BackoffMax, BackoffMaxDefault)
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
+	c.SweepInterval = cmp.Or(c.SweepInterval, SweepIntervalDefault)
+	c.SweepBatch = cmp.Or(c.SweepBatch, SweepBatchDefault)
+	c.InflightTimeout = cmp.Or(c.InflightTimeout, InflightTimeoutDefault)
+	c.StatusInterval = cmp.Or(c.StatusInterval, StatusIntervalDefault)
+	c.HoldBack = cmp.Or(c.HoldBack, outbox.HoldBackDefault)
 	if c.Connected == nil {
 		c.Connected = func() bool { return true }
 	}
@@ -123,30 +125,23 @@ func (c *Config) setDefaults() {
 func (c *Config) validate() error {
 	switch {
 	case c.Table == "":
-		return errors.New("invalid config: Table: must not be empty")
+		return fmt.Errorf("%w: Table: must not be empty", config.ErrInvalid)
 	case c.Slot == "":
-		return errors.New("invalid config: Slot: must not be empty")
+		return fmt.Errorf("%w: Slot: must not be empty", config.ErrInvalid)
 	case c.Publication == "":
-		return errors.New("invalid config: Publication: must not be empty")
+		return fmt.Errorf("%w: Publication: must not be empty", config.ErrInvalid)
 	case c.ReplicationURL == "":
-		return errors.New("invalid config: ReplicationURL: must not be empty")
+		return fmt.Errorf("%w: ReplicationURL: must not be empty", config.ErrInvalid)
 	case c.MaxInFlight < 1:
-		return fmt.Errorf("invalid config: MaxInFlight: %d: must be at least 1", c.MaxInFlight)
+		return fmt.Errorf("%w: MaxInFlight: %d: must be at least 1", config.ErrInvalid, c.MaxInFlight)
 	case c.MaxInFlightBytes < 1:
-		return fmt.Errorf("invalid config: MaxInFlightBytes: %d: must be at least 1", c.MaxInFlightBytes)
+		return fmt.Errorf("%w: MaxInFlightBytes: %d: must be at least 1", config.ErrInvalid, c.MaxInFlightBytes)
 	case c.MaxAttempts < 1:
-		return fmt.Errorf("invalid config: MaxAttempts: %d: must be at least 1", c.MaxAttempts)
+		return fmt.Errorf("%w: MaxAttempts: %d: must be at least 1", config.ErrInvalid, c.MaxAttempts)
 	case c.BackoffInitial > c.BackoffMax:
-		return fmt.Errorf("invalid config: BackoffInitial: %s: must not exceed BackoffMax (%s)", c.BackoffInitial, c.BackoffMax)
+		return fmt.Errorf("%w: BackoffInitial: %s: must not exceed BackoffMax (%s)", config.ErrInvalid, c.BackoffInitial, c.BackoffMax)
 	case c.SweepBatch < 1:
-		return fmt.Errorf("invalid config: SweepBatch: %d: must be at least 1", c.SweepBatch)
+		return fmt.Errorf("%w: SweepBatch: %d: must be at least 1", config.ErrInvalid, c.SweepBatch)
 	}
 	return nil
-}
-
-func setDefault[T comparable](field *T, def T) {
-	var zero T
-	if *field == zero {
-		*field = def
-	}
 }

@@ -22,9 +22,6 @@ import (
 // markFlushTimeout bounds the wait for the last marks at shutdown.
 const markFlushTimeout = 5 * time.Second
 
-// ErrClosed is returned by Subscribe after Close.
-var ErrClosed = errors.New("postgres-wal subscriber closed")
-
 // Counters are running totals of a Subscriber, safe to read at any time.
 type Counters struct {
 	Read         atomic.Int64 // rows read from the slot (again after a restart)
@@ -172,12 +169,12 @@ func NewSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, logg
 // Subscribe starts reading the slot and returns the channel of emitted
 // messages. It is closed after ctx ends or Close is called, once the
 // emitted messages' outcomes are in (or DrainTimeout passed), their marks
-// are written and the final position is confirmed. Errors: ErrClosed; an
+// are written and the final position is confirmed. Errors: outbox.ErrClosed; an
 // error when called twice.
 func (s *Subscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.Message, error) {
 	select {
 	case <-s.closing:
-		return nil, ErrClosed
+		return nil, outbox.ErrClosed
 	default:
 	}
 	if !s.subscribed.CompareAndSwap(false, true) {

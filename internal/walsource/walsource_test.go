@@ -615,3 +615,16 @@ func TestDeleteOnRelayAndRowsAlreadyGone(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestSubscribeAfterClose: Subscribe after Close fails with
+// outbox.ErrClosed, the sentinel every source returns.
+func TestSubscribeAfterClose(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sub, err := walsource.NewSubscriber(context.Background(), e.db, e.store, logger, walsource.Config{Names: e.names, ReplicationURL: e.url})
+	require.NoError(t, err)
+	require.NoError(t, sub.Close())
+	_, err = sub.Subscribe(context.Background(), "outbox")
+	require.ErrorIs(t, err, outbox.ErrClosed)
+}

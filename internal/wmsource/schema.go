@@ -1,6 +1,7 @@
 package wmsource
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 
+	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
@@ -20,10 +22,6 @@ const ConsumerGroup = "outbox-bridge"
 // ErrUnsupportedDatabase is returned (wrapped) for a database that
 // watermill-sql has no schema for: SQLite.
 var ErrUnsupportedDatabase = errors.New("watermill-sql supports PostgreSQL and MySQL only")
-
-// ErrNoTable is returned (wrapped) at start when a table of the topic is
-// missing; the message says who creates it.
-var ErrNoTable = errors.New("watermill table does not exist")
 
 // Why the relay reads with the default (non-queue) schema and offsets
 // adapters, and why any SubscribeBatchSize is safe with them. Read from
@@ -122,9 +120,9 @@ type SubscriberConfig struct {
 
 // Defaults of SubscriberConfig.
 const (
-	BatchSizeDefault     = 500
-	PollIntervalDefault  = 250 * time.Millisecond
-	AckDeadlineDefault   = 20 * time.Second
+	BatchSizeDefault     = config.BatchSizeDefault
+	PollIntervalDefault  = config.PollIntervalDefault
+	AckDeadlineDefault   = config.AckDeadlineDefault
 	RetryIntervalDefault = time.Second
 )
 
@@ -134,18 +132,18 @@ const (
 // service's publisher creates the messages table, `bridge migrate` the
 // offsets table. It checks that both tables exist.
 //
-// Errors: ErrUnsupportedDatabase (SQLite), ErrNoTable, "invalid config:
+// Errors: ErrUnsupportedDatabase (SQLite), outbox.ErrNoTable, "invalid config:
 // <field>: <why>", or the database's error.
 func NewSubscriber(ctx context.Context, db *outbox.DB, cfg SubscriberConfig, wlog watermill.LoggerAdapter) (*wmsql.Subscriber, error) {
-	setDefault(&cfg.BatchSize, BatchSizeDefault)
-	setDefault(&cfg.PollInterval, PollIntervalDefault)
-	setDefault(&cfg.AckDeadline, AckDeadlineDefault)
-	setDefault(&cfg.RetryInterval, RetryIntervalDefault)
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, BatchSizeDefault)
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, PollIntervalDefault)
+	cfg.AckDeadline = cmp.Or(cfg.AckDeadline, AckDeadlineDefault)
+	cfg.RetryInterval = cmp.Or(cfg.RetryInterval, RetryIntervalDefault)
 	if cfg.Topic == "" {
-		return nil, errors.New("invalid config: Topic: must not be empty")
+		return nil, fmt.Errorf("%w: Topic: must not be empty", config.ErrInvalid)
 	}
 	if cfg.BatchSize < 1 {
-		return nil, fmt.Errorf("invalid config: BatchSize: %d: must be at least 1", cfg.BatchSize)
+		return nil, fmt.Errorf("%w: BatchSize: %d: must be at least 1", config.ErrInvalid, cfg.BatchSize)
 	}
 	d, err := dialectOf(db)
 	if err != nil {
@@ -172,7 +170,7 @@ func NewSubscriber(ctx context.Context, db *outbox.DB, cfg SubscriberConfig, wlo
 	return sub, nil
 }
 
-// CheckTables returns a wrapped ErrNoTable naming the table and who
+// CheckTables returns a wrapped outbox.ErrNoTable naming the table and who
 // creates it when watermill_<topic> or watermill_offsets_<topic> is
 // missing.
 func CheckTables(ctx context.Context, db *outbox.DB, topic string) error {
@@ -189,7 +187,7 @@ func CheckTables(ctx context.Context, db *outbox.DB, topic string) error {
 			return fmt.Errorf("look up table %s in %s: %w", t.name, db.Redacted, err)
 		}
 		if !ok {
-			return fmt.Errorf("%w: %s in %s: %s", ErrNoTable, t.name, db.Redacted, t.creator)
+			return fmt.Errorf("%w: %s in %s: %s", outbox.ErrNoTable, t.name, db.Redacted, t.creator)
 		}
 	}
 	return nil
@@ -220,11 +218,4 @@ func Migrate(ctx context.Context, db *outbox.DB, topic string) (created, message
 		return false, false, fmt.Errorf("look up table %s: %w", MessagesTable(topic), err)
 	}
 	return !existed, messagesTable, nil
-}
-
-func setDefault[T comparable](field *T, def T) {
-	var zero T
-	if *field == zero {
-		*field = def
-	}
 }

@@ -1,0 +1,94 @@
+package bridge_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/stretchr/testify/require"
+
+	bridge "github.com/outbox-bridge/bridge"
+	"github.com/outbox-bridge/bridge/internal/bridgetest"
+	"github.com/outbox-bridge/bridge/internal/config"
+	"github.com/outbox-bridge/bridge/internal/dedup"
+	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/sink"
+	"github.com/outbox-bridge/bridge/internal/walsource"
+	"github.com/outbox-bridge/bridge/internal/wmsource"
+)
+
+// TestConfigErrorsWrapErrInvalid: every configuration error, a bad key of
+// the configuration as much as a bad field given to a constructor, is
+// errors.Is(err, config.ErrInvalid), keeps its "invalid config: <field>:"
+// text, and is a configuration error of `bridge run` (exit status 2).
+func TestConfigErrorsWrapErrInvalid(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	db, err := outbox.Open(ctx, bridgetest.SQLiteURL(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	store, err := outbox.NewStore(db, "outbox")
+	require.NoError(t, err)
+
+	cfg := config.Default()
+	cfg.Relay.BatchSize = 0
+	// The constructors validate their config before they use their other
+	// arguments: the nil ones are never reached.
+	for name, build := range map[string]func() error{
+		"config.Validate": cfg.Validate,
+		"outbox.NewSubscriber": func() error {
+			_, err := outbox.NewSubscriber(store, logger, outbox.SubscriberConfig{})
+			return err
+		},
+		"walsource.NewSubscriber": func() error {
+			_, err := walsource.NewSubscriber(ctx, nil, nil, logger, walsource.Config{})
+			return err
+		},
+		"wmsource.NewSubscriber": func() error {
+			_, err := wmsource.NewSubscriber(ctx, nil, wmsource.SubscriberConfig{}, watermill.NopLogger{})
+			return err
+		},
+		"sink.New": func() error {
+			_, err := sink.New(nil, sink.Config{})
+			return err
+		},
+		"dedup.NewGuard": func() error {
+			_, err := dedup.NewGuard(nil, "sometimes", 0, nil, nil, logger)
+			return err
+		},
+	} {
+		err := build()
+		require.Error(t, err, name)
+		require.ErrorIs(t, err, config.ErrInvalid, name)
+		require.ErrorContains(t, err, "invalid config: ", name)
+		require.True(t, bridge.IsConfigError(err), "%s: %v", name, err)
+	}
+	require.False(t, errors.Is(outbox.ErrNoTable, config.ErrInvalid))
+}
+
+// TestSentinelsAcrossSources: a missing table is outbox.ErrNoTable for the
+// table source and the watermill-forwarder source alike; a Subscribe after
+// Close is outbox.ErrClosed (for source: postgres-wal, see
+// walsource's TestSubscribeAfterClose).
+func TestSentinelsAcrossSources(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, table := bridgetest.PostgresTable(t)
+	db, err := outbox.Open(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	store, err := outbox.NewStore(db, table)
+	require.NoError(t, err)
+	require.ErrorIs(t, store.CheckSchema(ctx), outbox.ErrNoTable, "source: table")
+	require.ErrorIs(t, wmsource.CheckTables(ctx, db, "no_such_topic"), outbox.ErrNoTable, "source: watermill-forwarder")
+
+	sub, err := outbox.NewSubscriber(store, slog.New(slog.NewTextHandler(io.Discard, nil)), outbox.SubscriberConfig{Owner: "t"})
+	require.NoError(t, err)
+	require.NoError(t, sub.Close())
+	_, err = sub.Subscribe(ctx, "outbox")
+	require.ErrorIs(t, err, outbox.ErrClosed)
+}
