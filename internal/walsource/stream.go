@@ -21,7 +21,8 @@ const readTimeout = 100 * time.Millisecond
 // eventBatchMax, and at most eventQueue batches wait: one channel
 // operation per batch instead of per row. A batch goes as soon as the
 // reader has nothing more buffered to read, so that it never waits for
-// the server with events in hand.
+// the server with events in hand (or after readTimeout, while the rest of
+// a long message is on its way).
 const (
 	eventBatchMax = 512
 	eventQueue    = 8
@@ -181,6 +182,11 @@ func (r *reader) run(ctx context.Context) error {
 		raw, err := r.conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if pgconn.Timeout(err) {
+				// The rest of a long message is on its way: the
+				// events before it do not wait for it.
+				if err := r.flush(ctx); err != nil {
+					return err
+				}
 				continue
 			}
 			return fmt.Errorf("receive from replication slot: %w", err)
