@@ -10,12 +10,15 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -627,4 +630,77 @@ func TestSubscribeAfterClose(t *testing.T) {
 	require.NoError(t, sub.Close())
 	_, err = sub.Subscribe(context.Background(), "outbox")
 	require.ErrorIs(t, err, outbox.ErrClosed)
+}
+
+// TestBudgetBoundsWhatIsHeld: with relay.max_in_flight_bytes at 16 KiB and
+// rows of 4 KB, the bytes held (bridge_inflight_bytes, sampled all along)
+// never pass the bound, and every row is relayed once: 200 swept rows
+// (written before the slot) and 200 read from the slot, in commit order
+// after them. With a bound of 1 byte, which no row fits, rows go one at a
+// time and all are relayed too.
+func TestBudgetBoundsWhatIsHeld(t *testing.T) {
+	t.Parallel()
+	for _, bound := range []int64{16 << 10, 1} {
+		t.Run(strconv.FormatInt(bound, 10), func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			ctx := context.Background()
+			payload := make([]byte, 4000)
+			insert := func(from, to int) {
+				tx, err := e.prod.Begin()
+				require.NoError(t, err)
+				for i := from; i < to; i++ {
+					_, err := tx.Exec(`INSERT INTO `+e.names.Table+` (idempotency_key, subject, payload) VALUES ($1, 'events.wal', $2)`, "k-"+strconv.Itoa(i), payload)
+					require.NoError(t, err)
+				}
+				require.NoError(t, tx.Commit())
+			}
+			insert(0, 200)
+			bridgetest.DropSlot(t, e.url, e.names.Slot) // the slot will not deliver these: swept
+			_, _, err := walsource.Setup(ctx, e.db.SQL, e.names)
+			require.NoError(t, err)
+
+			r := e.relay(t, walsource.Config{MaxInFlightBytes: bound, SweepInterval: 100 * time.Millisecond})
+			var held prometheus.Collector
+			for _, c := range r.sub.Collectors() {
+				if g, ok := c.(prometheus.GaugeFunc); ok && strings.Contains(g.Desc().String(), `"bridge_inflight_bytes"`) {
+					held = g
+				}
+			}
+			require.NotNil(t, held)
+			var most float64
+			stop := make(chan struct{})
+			sampled := make(chan struct{})
+			go func() {
+				defer close(sampled)
+				for {
+					most = max(most, testutil.ToFloat64(held))
+					select {
+					case <-stop:
+						return
+					case <-time.After(time.Millisecond):
+					}
+				}
+			}()
+			for i := 200; i < 400; i += 20 {
+				insert(i, i+20)
+			}
+			e.waitDone(t, 400, 60*time.Second)
+			close(stop)
+			<-sampled
+			t.Logf("bound %d B: at most %.0f B held", bound, most)
+			require.Positive(t, most, "rows were held")
+			require.LessOrEqual(t, most, float64(max(bound, int64(len(payload))+2)), "bytes held (one row when none fits)")
+			require.Equal(t, int64(200), r.sub.Counters.Swept.Load())
+			ids := e.streamIDsOf(t, "EVENTS")
+			require.Len(t, ids, 400, "each row once")
+			var fromSlot []int64
+			for _, id := range ids {
+				if id > 200 {
+					fromSlot = append(fromSlot, id)
+				}
+			}
+			require.True(t, slices.IsSorted(fromSlot), "the slot's rows in commit order")
+		})
+	}
 }
