@@ -23,6 +23,10 @@
 //     deduplicated by Nats-Msg-Id.
 //   - A retryable failure holds the rows after it; rows that can never be
 //     published, or fail relay.max_attempts times, become dead letters.
+//   - What it read and has not settled stays within MaxInFlight rows and
+//     MaxInFlightBytes bytes of payloads and headers, but for one row
+//     (budget.go); a payload over the NATS server's max_payload is never
+//     kept.
 //
 // How it works, and what the source seam should make of its joints:
 // docs/POSTGRES-WAL.md.
