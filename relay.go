@@ -44,8 +44,9 @@ type Relay struct {
 
 // Run relays until ctx ends, then drains: claiming stops, publishes in
 // progress finish or are released and marks are flushed. Beside the relay
-// run the duplicate-window guard, the stream keeper, the stall watch, the
-// PostgreSQL listener and retention. It returns nil after a clean drain, and an
+// run the duplicate-window guard, the stream keeper, the stall watch and
+// the PostgreSQL listener; the subscriber runs in-flight recovery and
+// retention. It returns nil after a clean drain, and an
 // error wrapping daemon.ErrConnectionClosed, after the same drain, when
 // the NATS connection was closed for good.
 func (r *Relay) Run(ctx context.Context) error {
@@ -64,12 +65,6 @@ func (r *Relay) Run(ctx context.Context) error {
 	if r.Store.DB().Capabilities().SupportsNotify {
 		services = append(services, func(ctx context.Context) {
 			outbox.ListenPostgres(ctx, r.Store.DB(), r.Store.Table(), r.Subscriber.Wake, r.Logger)
-		})
-	}
-	if !r.Config.Relay.DeleteOnRelay {
-		retention := r.Config.Relay.Retention
-		services = append(services, func(ctx context.Context) {
-			outbox.RunRetention(ctx, r.Store, retention, min(max(retention/10, time.Second), time.Minute), r.Logger)
 		})
 	}
 	r.Health.Running(r.Probes)

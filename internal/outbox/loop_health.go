@@ -101,13 +101,18 @@ var ErrStatementTimeout = errors.New("the database did not answer within the sta
 // (see DB.Abandon), so that the next statement runs on a new session,
 // which reaches the server the address points to now.
 func (s *Subscriber) statement(ctx context.Context, h *loopHealth, fn func(ctx context.Context) error) error {
-	limit := s.cfg.statementTimeout()
+	return runStatement(ctx, s.store.DB(), s.cfg.statementTimeout(), h, fn)
+}
+
+// runStatement is Subscriber.statement for any of the table source's
+// services: fn runs on db within limit, its outcome recorded in h.
+func runStatement(ctx context.Context, db *DB, limit time.Duration, h *loopHealth, fn func(ctx context.Context) error) error {
 	sctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	h.begin()
 	err := fn(sctx)
 	if err != nil && sctx.Err() != nil && ctx.Err() == nil {
-		s.store.DB().Abandon()
+		db.Abandon()
 		err = fmt.Errorf("%w (%s, a third of relay.inflight_timeout, at least 5s; the sessions opened until now are replaced): %w", ErrStatementTimeout, limit, err)
 	}
 	if ctx.Err() == nil {

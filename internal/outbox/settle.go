@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 )
 
@@ -218,4 +219,26 @@ func (s *Subscriber) logFailures(failures []Failure) {
 		s.logger.Info("rows released without counting the attempt", slog.Int("rows", len(released)),
 			slog.Int64("first_row_id", released[0].ID), slog.String("reason", released[0].Err))
 	}
+}
+
+// completer is the service that writes settlements (settleLoop). It does
+// not end with its context: Stop closes the settlement channel, and the
+// loop returns once it has written every settlement queued before. Stop it
+// after the last settlement was queued (after the drain).
+type completer struct {
+	startStop
+	sub       *Subscriber
+	closeOnce sync.Once
+}
+
+// Start runs the settle loop until Stop.
+func (c *completer) Start(ctx context.Context) {
+	c.start(ctx, func(context.Context) { c.sub.settleLoop() })
+}
+
+// Stop closes the settlement channel and waits for the settlements queued
+// to be written.
+func (c *completer) Stop() {
+	c.closeOnce.Do(func() { close(c.sub.settleCh) })
+	c.startStop.Stop()
 }

@@ -69,8 +69,14 @@ type SubscriberConfig struct {
 	// asked for. A settled row or Wake ends the wait early. Defaults to 250ms.
 	PollInterval time.Duration
 	// InflightTimeout is the lease length: in_flight rows older than this
-	// are requeued at the start of every tick. Defaults to 30s.
+	// are requeued by in-flight recovery (the rescuer), which runs when the
+	// subscriber starts and then every RescueInterval. Defaults to 30s.
 	InflightTimeout time.Duration
+	// RescueInterval is how often in-flight recovery runs: a lease that
+	// ended is requeued within about InflightTimeout + RescueInterval.
+	// Defaults to a tenth of InflightTimeout, between 100ms and 5s (3s
+	// for the default InflightTimeout).
+	RescueInterval time.Duration
 	// AckDeadline is how long an emitted message may stay neither acked nor
 	// nacked; then it is settled as a retryable failure. Must be shorter
 	// than InflightTimeout. Defaults to 20s.
@@ -84,6 +90,10 @@ type SubscriberConfig struct {
 	// DeleteOnRelay deletes a row at its PubAck instead of marking it done.
 	// Defaults to false.
 	DeleteOnRelay bool
+	// Retention, when set, runs retention while the subscriber runs: done
+	// rows older than it (database clock) are deleted, every tenth of it
+	// (between 1s and 1m). Defaults to 0: done rows are kept.
+	Retention time.Duration
 	// Namespace prefixes every Nats-Msg-Id (see dedup.MsgID). Defaults to "".
 	Namespace string
 	// DrainTimeout bounds how long Close waits for emitted messages to be
@@ -116,6 +126,7 @@ func (c *SubscriberConfig) setDefaults() {
 	c.MaxInFlightBytes = cmp.Or(c.MaxInFlightBytes, MaxInFlightBytesDefault)
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.InflightTimeout = cmp.Or(c.InflightTimeout, InflightTimeoutDefault)
+	c.RescueInterval = cmp.Or(c.RescueInterval, rescueInterval(c.InflightTimeout))
 	c.AckDeadline = cmp.Or(c.AckDeadline, AckDeadlineDefault)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
 	c.BackoffInitial = cmp.Or(c.BackoffInitial, BackoffInitialDefault)
@@ -141,6 +152,10 @@ func (c *SubscriberConfig) validate() error {
 		return fmt.Errorf("%w: AckDeadline: %s: must be shorter than InflightTimeout (%s)", config.ErrInvalid, c.AckDeadline, c.InflightTimeout)
 	case c.BackoffInitial > c.BackoffMax:
 		return fmt.Errorf("%w: BackoffInitial: %s: must not exceed BackoffMax (%s)", config.ErrInvalid, c.BackoffInitial, c.BackoffMax)
+	case c.RescueInterval < 0:
+		return fmt.Errorf("%w: RescueInterval: %s: must not be negative", config.ErrInvalid, c.RescueInterval)
+	case c.Retention < 0:
+		return fmt.Errorf("%w: Retention: %s: must not be negative", config.ErrInvalid, c.Retention)
 	}
 	return nil
 }
@@ -172,12 +187,14 @@ func (c *Counters) add(prev *Counters) {
 // Subscriber is a Watermill message.Subscriber over an outbox table. One
 // Subscribe call per Subscriber; the topic is informational (the table).
 //
-// It claims rows in ticks (in-flight recovery, then a claim of up to
-// BatchSize rows while fewer than MaxInFlight messages are unsettled and
-// they hold less than MaxInFlightBytes),
-// emits one message per row, and settles each row when its message is
-// acked (done) or nacked or past AckDeadline (failed or permanent_failed).
-// Settlements are written in batches.
+// It claims rows in ticks (a claim of up to BatchSize rows while fewer
+// than MaxInFlight messages are unsettled and they hold less than
+// MaxInFlightBytes), emits one message per row, and settles each row when
+// its message is acked (done) or nacked or past AckDeadline (failed or
+// permanent_failed). Beside the claim loop run its services (service.go),
+// started by Subscribe and stopped as it closes: the completer writes the
+// settlements in batches (settle.go), the rescuer requeues expired leases
+// (rescuer.go) and retention deletes old done rows (retention.go).
 type Subscriber struct {
 	store  *Store
 	cfg    SubscriberConfig
@@ -197,6 +214,20 @@ type Subscriber struct {
 	// claims and marks are the recent record of the claim loop and of
 	// the settlement writes, for readiness.
 	claims, marks loopHealth
+
+	// completer writes settlements; maintenance are the services that run
+	// while claims do: the rescuer, and retention when configured.
+	completer   *completer
+	rescuer     *rescuer
+	maintenance []service
+
+	// Test signals (testsignal.go), enabled by tests only: claimed
+	// receives the rows of each claim, draining the start of the drain.
+	claimed  testSignal[int]
+	draining testSignal[struct{}]
+	// drainExpiry, when a test sets it, ends the drain when it fires, in
+	// place of DrainTimeout.
+	drainExpiry <-chan time.Time
 
 	closing      chan struct{}
 	drainExpired chan struct{}
@@ -233,6 +264,12 @@ func NewSubscriber(store *Store, logger *slog.Logger, cfg SubscriberConfig) (*Su
 		hardCancel:   hardCancel,
 	}
 	s.lastClaim.Store(time.Now().UnixNano())
+	s.completer = &completer{sub: s}
+	s.rescuer = newRescuer(store, &s.cfg, &s.Counters.Requeued, s.logger)
+	s.maintenance = []service{s.rescuer}
+	if cfg.Retention > 0 {
+		s.maintenance = append(s.maintenance, newRetention(store, cfg.Retention, s.logger))
+	}
 	return s, nil
 }
 
@@ -262,11 +299,10 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		return nil, errors.New("outbox subscriber: Subscribe called twice; one Subscriber serves one handler")
 	}
 	out := make(chan *message.Message)
-	settled := make(chan struct{})
-	go func() {
-		defer close(settled)
-		s.settleLoop()
-	}()
+	s.completer.Start(s.hardCtx)
+	for _, m := range s.maintenance {
+		m.Start(s.hardCtx)
+	}
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -278,9 +314,11 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		defer close(s.done)
 		defer close(out)
 		s.claimLoop(out)
+		for _, m := range s.maintenance {
+			m.Stop()
+		}
 		s.drain()
-		close(s.settleCh)
-		<-settled
+		s.completer.Stop()
 		s.hardCancel()
 	}()
 	return out, nil
@@ -346,9 +384,8 @@ func (s *Subscriber) claimLoop(out chan<- *message.Message) {
 	}
 }
 
-// tick recovers stale leases, then claims as many rows as there is room
-// for and emits them. It reports whether the claim was full, i.e. more rows
-// may be waiting.
+// tick claims as many rows as there is room for and emits them. It
+// reports whether the claim was full, i.e. more rows may be waiting.
 func (s *Subscriber) tick(ctx context.Context, out chan<- *message.Message) (full bool, err error) {
 	room := s.cfg.MaxInFlight - int(s.outstanding.Load())
 	byteRoom := s.cfg.MaxInFlightBytes - s.outstandingBytes.Load()
@@ -357,21 +394,6 @@ func (s *Subscriber) tick(ctx context.Context, out chan<- *message.Message) (ful
 	}
 	if s.cfg.CanClaim != nil && !s.cfg.CanClaim() {
 		return false, nil
-	}
-	// A failed requeue does not stop the claim: it is tried again before
-	// the next one, and other rows can flow meanwhile. When the database is
-	// down, the claim fails too.
-	var requeued int
-	err = s.statement(ctx, &s.claims, func(ctx context.Context) (err error) {
-		requeued, err = s.store.RequeueInflightOlderThan(ctx, s.cfg.InflightTimeout)
-		return err
-	})
-	if err != nil && ctx.Err() == nil {
-		s.logger.Warn("in-flight recovery failed; claiming anyway", slog.Any("error", err))
-	}
-	if requeued > 0 {
-		s.Counters.Requeued.Add(int64(requeued))
-		s.logger.Warn("requeued in-flight rows past their lease", slog.Int("rows", requeued), slog.Duration("inflight_timeout", s.cfg.InflightTimeout))
 	}
 	limit := min(s.cfg.BatchSize, room)
 	start := time.Now()
@@ -393,6 +415,7 @@ func (s *Subscriber) tick(ctx context.Context, out chan<- *message.Message) (ful
 	if len(rows) > 0 {
 		s.lastClaim.Store(time.Now().UnixNano())
 	}
+	s.claimed.signal(len(rows))
 	claimed := claimWindow{start, time.Now()}
 	rows = s.reconcile(ctx, rows, start)
 	batch := make([]watched, 0, len(rows))
@@ -561,12 +584,17 @@ func (s *Subscriber) release(rows []Row) {
 // then makes the stragglers release themselves and waits a little more for
 // those writes.
 func (s *Subscriber) drain() {
-	timer := time.NewTimer(s.cfg.DrainTimeout)
-	defer timer.Stop()
+	s.draining.signal(struct{}{})
+	expired := s.drainExpiry
+	if expired == nil {
+		timer := time.NewTimer(s.cfg.DrainTimeout)
+		defer timer.Stop()
+		expired = timer.C
+	}
 	for s.outstanding.Load() > 0 {
 		select {
 		case <-s.wake:
-		case <-timer.C:
+		case <-expired:
 			s.logger.Warn("drain timeout: releasing unsettled rows", slog.Int64("rows", s.outstanding.Load()), slog.Duration("drain_timeout", s.cfg.DrainTimeout))
 			close(s.drainExpired)
 			s.waitSettled(5 * time.Second)

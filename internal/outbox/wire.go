@@ -79,6 +79,7 @@ func ProvideStore(ctx context.Context, db *DB, cfg *config.Config, logger *slog.
 }
 
 // ProvideSubscriber builds the subscriber from relay.* and dedup.namespace.
+// It runs retention (relay.retention) unless relay.delete_on_relay is set.
 // It drains for shutdown_timeout less 3 s, leaving the router time to stop.
 func ProvideSubscriber(store *Store, cfg *config.Config, logger *slog.Logger, gate ClaimGate, limit PayloadLimit, tracer trace.Tracer, reconciler Reconciler) (*Subscriber, error) {
 	r := cfg.Relay
@@ -95,6 +96,7 @@ func ProvideSubscriber(store *Store, cfg *config.Config, logger *slog.Logger, ga
 		BackoffInitial:   r.BackoffInitial,
 		BackoffMax:       r.BackoffMax,
 		DeleteOnRelay:    r.DeleteOnRelay,
+		Retention:        keptFor(r),
 		Namespace:        cfg.Dedup.Namespace,
 		DrainTimeout:     max(cfg.ShutdownTimeout-3*time.Second, cfg.ShutdownTimeout/2),
 		CanClaim:         gate,
@@ -116,4 +118,13 @@ func ProvideStallWatch(store *Store, sub *Subscriber, cfg *config.Config, logger
 // ProvideTableCollector reads the table's counts and lag at most every 15 s.
 func ProvideTableCollector(store *Store) *TableCollector {
 	return NewTableCollector(store, 15*time.Second)
+}
+
+// keptFor is relay.retention, or 0 (no retention) when relayed rows are
+// deleted at once (relay.delete_on_relay).
+func keptFor(r config.Relay) time.Duration {
+	if r.DeleteOnRelay {
+		return 0
+	}
+	return r.Retention
 }

@@ -3,7 +3,6 @@ package walsource
 import (
 	"context"
 	"log/slog"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -52,7 +51,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	if !r.Config.Relay.DeleteOnRelay {
 		retention := r.Config.Relay.Retention
 		services = append(services, func(ctx context.Context) {
-			outbox.RunRetention(ctx, r.Store, retention, min(max(retention/10, time.Second), time.Minute), r.Logger)
+			outbox.RunRetention(ctx, r.Store, retention, r.Logger)
 		})
 	}
 	r.Health.Running(r.Probes)

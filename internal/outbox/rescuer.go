@@ -1,0 +1,102 @@
+package outbox
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+)
+
+// Bounds of the rescuer's interval (rescueInterval).
+const (
+	rescueIntervalMin = 100 * time.Millisecond
+	rescueIntervalMax = 5 * time.Second
+)
+
+// rescueInterval is how often in-flight recovery runs for leases of
+// inflightTimeout, unless SubscriberConfig.RescueInterval says otherwise:
+// a tenth of the lease, between 100 ms and 5 s (3 s for the default
+// relay.inflight_timeout of 30 s). A lease that ended is requeued within
+// about inflightTimeout plus this interval after its claim, at the cost of
+// one requeue statement (three on MySQL) per relay and interval.
+func rescueInterval(inflightTimeout time.Duration) time.Duration {
+	return min(max(inflightTimeout/10, rescueIntervalMin), rescueIntervalMax)
+}
+
+// rescuer is the table source's in-flight recovery, a service of the
+// Subscriber: once when it starts and then every interval, it requeues the
+// rows in_flight whose lease (InflightTimeout, database clock) has ended —
+// rows of a relay that crashed, froze or lost its database — so that the
+// next claim, of any relay, takes them again (Store.RequeueInflightOlderThan).
+// It runs whether or not its relay claims (a full in-flight window, NATS
+// down): the rows it moves may be claimed by another relay.
+//
+// A failed requeue is logged and tried again at the next interval; it does
+// not count against readiness, which follows the claims and settlement
+// writes.
+type rescuer struct {
+	startStop
+	store    *Store
+	timeout  time.Duration // the lease: InflightTimeout
+	interval time.Duration
+	limit    time.Duration // the statement deadline: SubscriberConfig.statementTimeout
+	logger   *slog.Logger
+	requeued *atomic.Int64 // Counters.Requeued
+	health   loopHealth
+
+	// rescued, when enabled by a test, receives the rows each run moved.
+	rescued testSignal[int]
+}
+
+func newRescuer(store *Store, cfg *SubscriberConfig, requeued *atomic.Int64, logger *slog.Logger) *rescuer {
+	return &rescuer{
+		store: store, timeout: cfg.InflightTimeout, interval: cfg.RescueInterval, limit: cfg.statementTimeout(),
+		logger: logger, requeued: requeued,
+	}
+}
+
+// Start runs in-flight recovery now and then every interval until Stop or
+// until ctx ends.
+func (r *rescuer) Start(ctx context.Context) { r.start(ctx, r.run) }
+
+func (r *rescuer) run(ctx context.Context) {
+	ticker := time.NewTicker(r.interval)
+	defer ticker.Stop()
+	for {
+		r.rescue(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+// rescue requeues the rows whose lease ended. A driver may move a bounded
+// number of rows per call (MySQL: mysqlBatchMax), so it calls again at once
+// while a call moved rows.
+func (r *rescuer) rescue(ctx context.Context) {
+	var total int
+	for ctx.Err() == nil {
+		var n int
+		err := runStatement(ctx, r.store.DB(), r.limit, &r.health, func(ctx context.Context) (err error) {
+			n, err = r.store.RequeueInflightOlderThan(ctx, r.timeout)
+			return err
+		})
+		if err != nil {
+			if ctx.Err() == nil {
+				r.logger.Warn("in-flight recovery failed; trying again later", slog.Any("error", err), slog.Duration("retry_in", r.interval))
+			}
+			break
+		}
+		if n == 0 {
+			break
+		}
+		total += n
+		r.requeued.Add(int64(n))
+	}
+	if total > 0 {
+		r.logger.Warn("requeued in-flight rows past their lease", slog.Int("rows", total), slog.Duration("inflight_timeout", r.timeout))
+	}
+	r.rescued.signal(total)
+}

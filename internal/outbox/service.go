@@ -1,0 +1,67 @@
+package outbox
+
+import (
+	"context"
+	"sync"
+)
+
+// service is one of the table source's jobs that run beside its claim
+// loop, each in its own goroutine: the completer (settle.go: writes
+// settlements in batches), the rescuer (rescuer.go: in-flight recovery)
+// and retention (retention.go: deletes old done rows). The Subscriber
+// starts them in Subscribe and stops them as it closes, all the same way
+// (after river's rivershared/startstop).
+type service interface {
+	// Start runs the service in its own goroutine until Stop; the
+	// maintenance services (rescuer, retention) end with ctx too.
+	// Starting a running service does nothing.
+	Start(ctx context.Context)
+	// Stop ends the service and returns once its goroutine has returned.
+	// Stopping a service that is not running does nothing; a stopped
+	// service may be started again.
+	Stop()
+}
+
+// startStop is the start/stop half of a service, embedded by each: it
+// runs the service's loop in a goroutine with a context that Stop cancels,
+// and Stop waits for the loop to return.
+type startStop struct {
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+	stopped chan struct{} // closed when run returned; nil when not started
+}
+
+// start runs run(ctx') in a new goroutine, ctx' ending with ctx or at
+// Stop, unless the service runs already.
+func (ss *startStop) start(ctx context.Context, run func(ctx context.Context)) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.stopped != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stopped := make(chan struct{})
+	ss.cancel, ss.stopped = cancel, stopped
+	go func() {
+		defer close(stopped)
+		run(ctx)
+	}()
+}
+
+// Stop cancels the context of the running loop and waits for it to
+// return.
+func (ss *startStop) Stop() {
+	ss.mu.Lock()
+	cancel, stopped := ss.cancel, ss.stopped
+	ss.mu.Unlock()
+	if stopped == nil {
+		return
+	}
+	cancel()
+	<-stopped
+	ss.mu.Lock()
+	if ss.stopped == stopped {
+		ss.cancel, ss.stopped = nil, nil
+	}
+	ss.mu.Unlock()
+}
