@@ -92,8 +92,11 @@ func TestClaimLeavesOutPayloadsOverMaxPayload(t *testing.T) {
 // than fit, plus the one row a claim always takes; acked, they make room
 // for the rest.
 func TestSubscriberBoundsBytesInFlight(t *testing.T) {
-	t.Parallel()
-	s := setup(t, "sqlite")
+	onEveryDatabase(t, subscriberBoundsBytesInFlight)
+}
+
+func subscriberBoundsBytesInFlight(t *testing.T, kind string) {
+	s := setup(t, kind)
 	const rows = 12
 	for i := range rows {
 		enqueuePayload(t, s, fmt.Sprint("k", i), 1000)

@@ -19,8 +19,14 @@ import (
 // Ready names the error. Before, a producer inserting every few
 // milliseconds made the relay claim, fail and log at that rate.
 func TestFailedClaimsWaitOutTheirBackoff(t *testing.T) {
-	t.Parallel()
-	store := setup(t, "sqlite")
+	onEveryDatabase(t, failedClaimsWaitOutTheirBackoff)
+}
+
+// missingTable is how each database says that a table does not exist.
+var missingTable = map[string]string{"sqlite": "no such table", "postgres": "does not exist", "mysql": "doesn't exist"}
+
+func failedClaimsWaitOutTheirBackoff(t *testing.T, kind string) {
+	store := setup(t, kind)
 	_, err := store.DB().SQL.Exec("DROP TABLE " + store.Table())
 	require.NoError(t, err)
 	var logs bridgetest.SyncBuffer
@@ -44,5 +50,5 @@ func TestFailedClaimsWaitOutTheirBackoff(t *testing.T) {
 	require.GreaterOrEqual(t, failed, 3)
 	require.LessOrEqual(t, failed, 9, "claims retried at the rate of Wake, not after their backoff")
 	require.ErrorContains(t, sub.Ready(ctx), "claims failing")
-	require.ErrorContains(t, sub.Ready(ctx), "no such table")
+	require.ErrorContains(t, sub.Ready(ctx), missingTable[kind])
 }

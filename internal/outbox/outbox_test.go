@@ -340,8 +340,11 @@ func TestSubscriberBacksOffThenDeadLetters(t *testing.T) {
 }
 
 func TestSubscriberSettlesOnAckDeadline(t *testing.T) {
-	t.Parallel()
-	s := setup(t, "sqlite")
+	onEveryDatabase(t, subscriberSettlesOnAckDeadline)
+}
+
+func subscriberSettlesOnAckDeadline(t *testing.T, kind string) {
+	s := setup(t, kind)
 	id := enqueue(t, s, "k", "")
 	runSubscriber(t, s, outbox.SubscriberConfig{AckDeadline: 50 * time.Millisecond, BackoffInitial: time.Hour, BackoffMax: time.Hour},
 		func(*message.Message) {}) // never acks
@@ -353,8 +356,11 @@ func TestSubscriberSettlesOnAckDeadline(t *testing.T) {
 // a claimed batch and acks the others: they are marked done while the
 // first is still awaiting its outcome, not after it.
 func TestSubscriberSettlesBehindASlowMessage(t *testing.T) {
-	t.Parallel()
-	s := setup(t, "sqlite")
+	onEveryDatabase(t, subscriberSettlesBehindASlowMessage)
+}
+
+func subscriberSettlesBehindASlowMessage(t *testing.T, kind string) {
+	s := setup(t, kind)
 	ids := make([]int64, 10)
 	for i := range ids {
 		ids[i] = enqueue(t, s, fmt.Sprint("k", i), "")
@@ -380,9 +386,10 @@ func TestSubscriberSettlesBehindASlowMessage(t *testing.T) {
 	require.Eventually(t, func() bool { return get(t, s, ids[0]).status == "done" }, 10*time.Second, 10*time.Millisecond)
 }
 
-func TestSubscriberRefundsUnavailable(t *testing.T) {
-	t.Parallel()
-	s := setup(t, "sqlite")
+func TestSubscriberRefundsUnavailable(t *testing.T) { onEveryDatabase(t, subscriberRefundsUnavailable) }
+
+func subscriberRefundsUnavailable(t *testing.T, kind string) {
+	s := setup(t, kind)
 	id := enqueue(t, s, "k", "")
 	nacks := make(chan struct{}, 100)
 	sub := runSubscriber(t, s, outbox.SubscriberConfig{MaxAttempts: 2}, func(m *message.Message) {
@@ -400,9 +407,10 @@ func TestSubscriberRefundsUnavailable(t *testing.T) {
 	require.Equal(t, int64(5), sub.Counters.Released.Load())
 }
 
-func TestSubscriberDrainsOnClose(t *testing.T) {
-	t.Parallel()
-	s := setup(t, "sqlite")
+func TestSubscriberDrainsOnClose(t *testing.T) { onEveryDatabase(t, subscriberDrainsOnClose) }
+
+func subscriberDrainsOnClose(t *testing.T, kind string) {
+	s := setup(t, kind)
 	for i := range 50 {
 		enqueue(t, s, fmt.Sprint("k", i), "")
 	}
