@@ -64,11 +64,11 @@ func TestNotificationWakesTheRelay(t *testing.T) {
 
 func waitDone(t *testing.T, store *outbox.Store, n int64) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	bridgetest.WaitFor(t, 5*time.Second, func() bool {
 		st, err := store.Stats(context.Background(), 0)
 		require.NoError(t, err)
 		return st.Rows[outbox.StatusDone] == n
-	}, 5*time.Second, 5*time.Millisecond, "row not relayed within 5s although the poll interval is 1h: no notification")
+	}, "row not relayed within 5s although the poll interval is 1h: no notification")
 }
 
 // newRelay builds the relay of cfg as wire assembles it, with a health

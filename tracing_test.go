@@ -82,11 +82,11 @@ func TestTraceContextAndSpans(t *testing.T) {
 	require.NoError(t, err)
 	_, err = relay.Store.Enqueue(ctx, outbox.Entry{IdempotencyKey: "untraced", Subject: "events.t", Payload: []byte("y")})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
+	bridgetest.WaitFor(t, 10*time.Second, func() bool {
 		st, err := relay.Store.Stats(ctx, 0)
 		require.NoError(t, err)
 		return st.Rows[outbox.StatusDone] == 2
-	}, 10*time.Second, 10*time.Millisecond)
+	})
 	stop()
 	require.NoError(t, <-done)
 	cleanup() // flushes the spans

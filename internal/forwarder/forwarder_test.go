@@ -178,11 +178,11 @@ func (b *bundle) commit(t *testing.T, rows []produced) {
 // (C translated to Go) runs many times slower under the race detector.
 func (b *bundle) waitDone(t *testing.T, n int64) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	bridgetest.WaitFor(t, 300*time.Second, func() bool {
 		st, err := b.store.Stats(context.Background(), 0)
 		require.NoError(t, err)
 		return st.Rows[outbox.StatusDone] == n
-	}, 300*time.Second, 20*time.Millisecond)
+	})
 }
 
 func payloadFor(i int) []byte {

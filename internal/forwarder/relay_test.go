@@ -213,11 +213,11 @@ func TestRowsThatCannotBePublishedAreDeadLetters(t *testing.T) {
 	}
 	b.startRelay(t, "relay-1")
 	b.waitDone(t, good)
-	require.Eventually(t, func() bool {
+	bridgetest.WaitFor(t, 10*time.Second, func() bool {
 		st, err := b.store.Stats(context.Background(), 0)
 		require.NoError(t, err)
 		return st.Rows[outbox.StatusPermanentFailed] == int64(len(poison))
-	}, 10*time.Second, 20*time.Millisecond)
+	})
 
 	for key, p := range poison {
 		var lastError string

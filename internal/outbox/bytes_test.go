@@ -149,8 +149,7 @@ func TestSubscriberDeadLettersFromLength(t *testing.T) {
 				outbox.SetPublished(m, "S", 1, false)
 				m.Ack()
 			})
-			require.Eventually(t, func() bool { return get(t, s, over).status == "permanent_failed" && get(t, s, fits).status == "done" },
-				10*time.Second, 10*time.Millisecond)
+			bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, over).status == "permanent_failed" && get(t, s, fits).status == "done" })
 			require.Equal(t, "fits", <-emitted)
 			require.Empty(t, emitted, "the row over max_payload was never emitted")
 			lastError := get(t, s, over).lastError.String

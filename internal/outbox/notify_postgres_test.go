@@ -77,7 +77,7 @@ func TestListenPostgresLogsRestore(t *testing.T) {
 	require.Equal(t, 1, killed)
 
 	waitWake("after listening again")
-	require.Eventually(t, func() bool { return len(messages(t, &logs)) >= 2 }, 30*time.Second, 10*time.Millisecond)
+	bridgetest.WaitFor(t, 30*time.Second, func() bool { return len(messages(t, &logs)) >= 2 })
 	require.Equal(t, []string{
 		"WARN outbox notifications interrupted; polling meanwhile",
 		"INFO outbox notifications restored",

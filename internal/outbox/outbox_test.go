@@ -158,11 +158,11 @@ func TestFencingRejectsMarksOfALostLease(t *testing.T) {
 
 			// Relay A stalls past its lease (any age > 0 here; SQLite's
 			// clock has millisecond steps); B takes the row over.
-			require.Eventually(t, func() bool {
+			bridgetest.WaitFor(t, 5*time.Second, func() bool {
 				n, err := s.RequeueInflightOlderThan(ctx, 0)
 				require.NoError(t, err)
 				return n == 1
-			}, 5*time.Second, time.Millisecond)
+			})
 			r := get(t, s, id)
 			require.Equal(t, "failed", r.status)
 			require.Equal(t, "requeued after inflight timeout", r.lastError.String)
@@ -258,11 +258,11 @@ func TestRetryAndPurge(t *testing.T) {
 			n, err = s.PurgeDoneOlderThan(ctx, time.Hour, 10)
 			require.NoError(t, err)
 			require.Zero(t, n, "relayed just now")
-			require.Eventually(t, func() bool { // older than 0: once the clock ticked
+			bridgetest.WaitFor(t, 5*time.Second, func() bool { // older than 0: once the clock ticked
 				n, err := s.PurgeDoneOlderThan(ctx, 0, 1)
 				require.NoError(t, err)
 				return n == 1
-			}, 5*time.Second, time.Millisecond)
+			})
 			st, err := s.Stats(ctx, 5)
 			require.NoError(t, err)
 			require.Equal(t, int64(2), st.Rows[outbox.StatusPending])
@@ -330,7 +330,7 @@ func TestSubscriberBacksOffThenDeadLetters(t *testing.T) {
 					outbox.SetFailed(m, errors.New("no responders: stream offline"), outbox.Retryable)
 					m.Nack()
 				})
-			require.Eventually(t, func() bool { return get(t, s, id).status == "permanent_failed" }, 10*time.Second, 10*time.Millisecond)
+			bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, id).status == "permanent_failed" })
 			r := get(t, s, id)
 			require.Equal(t, 3, r.attempts)
 			require.Contains(t, r.lastError.String, "gave up after 3 attempts")
@@ -348,7 +348,7 @@ func subscriberSettlesOnAckDeadline(t *testing.T, kind string) {
 	id := enqueue(t, s, "k", "")
 	runSubscriber(t, s, outbox.SubscriberConfig{AckDeadline: 50 * time.Millisecond, BackoffInitial: time.Hour, BackoffMax: time.Hour},
 		func(*message.Message) {}) // never acks
-	require.Eventually(t, func() bool { return get(t, s, id).status == "failed" }, 10*time.Second, 10*time.Millisecond)
+	bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, id).status == "failed" })
 	require.Contains(t, get(t, s, id).lastError.String, "ack deadline")
 }
 
@@ -373,17 +373,17 @@ func subscriberSettlesBehindASlowMessage(t *testing.T, kind string) {
 		outbox.SetPublished(m, "S", 1, false)
 		m.Ack()
 	})
-	require.Eventually(t, func() bool {
+	bridgetest.WaitFor(t, 10*time.Second, func() bool {
 		for _, id := range ids[1:] {
 			if get(t, s, id).status != "done" {
 				return false
 			}
 		}
 		return true
-	}, 10*time.Second, 10*time.Millisecond, "the acked messages behind the slow one were not settled")
+	}, "the acked messages behind the slow one were not settled")
 	require.Equal(t, "in_flight", get(t, s, ids[0]).status)
 	close(release)
-	require.Eventually(t, func() bool { return get(t, s, ids[0]).status == "done" }, 10*time.Second, 10*time.Millisecond)
+	bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, ids[0]).status == "done" })
 }
 
 func TestSubscriberRefundsUnavailable(t *testing.T) { onEveryDatabase(t, subscriberRefundsUnavailable) }
@@ -402,7 +402,7 @@ func subscriberRefundsUnavailable(t *testing.T, kind string) {
 		outbox.SetPublished(m, "S", 1, false)
 		m.Ack()
 	})
-	require.Eventually(t, func() bool { return get(t, s, id).status == "done" }, 10*time.Second, 10*time.Millisecond)
+	bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, id).status == "done" })
 	require.Equal(t, 1, get(t, s, id).attempts, "five unavailable attempts did not count against max_attempts 2")
 	require.Equal(t, int64(5), sub.Counters.Released.Load())
 }
@@ -414,28 +414,30 @@ func subscriberDrainsOnClose(t *testing.T, kind string) {
 	for i := range 50 {
 		enqueue(t, s, fmt.Sprint("k", i), "")
 	}
-	release := make(chan struct{})
 	sub, err := outbox.NewSubscriber(s, slog.New(slog.NewTextHandler(io.Discard, nil)), outbox.SubscriberConfig{
-		Owner: "r", MaxInFlight: 10, DrainTimeout: 200 * time.Millisecond,
+		Owner: "r", MaxInFlight: 10,
 	})
 	require.NoError(t, err)
+	// The drain gives up when the test says, not after a DrainTimeout
+	// that a slow machine could pass before the five acks are written.
+	draining, expire := outbox.DrainSignal(sub), outbox.ManualDrain(sub)
 	msgs, err := sub.Subscribe(context.Background(), "outbox")
 	require.NoError(t, err)
 	var got []*message.Message
 	for range 10 {
 		got = append(got, <-msgs)
 	}
-	// Five finish during the drain; five never do and are released.
-	go func() {
-		<-release
-		for _, m := range got[:5] {
-			outbox.SetPublished(m, "S", 1, false)
-			m.Ack()
-		}
-	}()
 	closed := make(chan error)
 	go func() { closed <- sub.Close() }()
-	close(release)
+	// Five finish during the drain; five never do and are released when
+	// it gives up.
+	draining.Wait(t)
+	for _, m := range got[:5] {
+		outbox.SetPublished(m, "S", 1, false)
+		m.Ack()
+	}
+	bridgetest.WaitFor(t, 10*time.Second, func() bool { return sub.Counters.Relayed.Load() == 5 }, "the five acked during the drain were not settled")
+	expire()
 	// A tick may have emitted one more batch just before Close began;
 	// such messages are nacked like any the router would fail.
 	for m := range msgs {

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-bridge/bridge/internal/bridgetest"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
@@ -104,7 +105,7 @@ func TestRescuerRequeuesOnItsOwnInterval(t *testing.T) {
 			// A subscriber that starts requeues it at once.
 			sub = relayAll(t, s, cfg, func(sub *outbox.Subscriber) { rescued = outbox.RescueSignal(sub) })
 			require.Equal(t, 1, rescued.Wait(t), "the expired lease requeued at start")
-			waitFor(t, func() bool { return get(t, s, first).status == "done" }, "the requeued row relayed")
+			bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, first).status == "done" }, "the requeued row relayed")
 			require.Equal(t, int64(1), sub.Counters.Requeued.Load())
 			require.NoError(t, sub.Close())
 
@@ -120,7 +121,7 @@ func TestRescuerRequeuesOnItsOwnInterval(t *testing.T) {
 			for moved := 0; moved == 0; moved = rescued.Wait(t) {
 			}
 			require.Less(t, time.Since(start), 5*time.Second, "requeued within a few intervals")
-			waitFor(t, func() bool { return get(t, s, second).status == "done" }, "the requeued row relayed")
+			bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, second).status == "done" }, "the requeued row relayed")
 			require.Equal(t, int64(1), sub.Counters.Requeued.Load())
 			st, err := s.Stats(ctx, 0)
 			require.NoError(t, err)
@@ -143,7 +144,7 @@ func TestSubscriberRunsRetention(t *testing.T) {
 			require.NoError(t, err)
 			backdate(t, s, "relayed_at", old)
 			relayAll(t, s, outbox.SubscriberConfig{Retention: time.Hour}, func(*outbox.Subscriber) {})
-			waitFor(t, func() bool {
+			bridgetest.WaitFor(t, 10*time.Second, func() bool {
 				st, err := s.Stats(context.Background(), 0)
 				require.NoError(t, err)
 				return st.Rows[outbox.StatusDone] == 1

@@ -91,11 +91,11 @@ func testLogger() *slog.Logger {
 // messages.
 func (b *relayBundle) waitRelayed(t *testing.T, n int64) []jetstream.Msg {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	bridgetest.WaitFor(t, 60*time.Second, func() bool {
 		st, err := b.store.Stats(context.Background(), 0)
 		require.NoError(t, err)
 		return st.Rows[outbox.StatusDone] == n
-	}, 60*time.Second, 20*time.Millisecond)
+	})
 	return bridgetest.Messages(t, b.js, "EVENTS")
 }
 

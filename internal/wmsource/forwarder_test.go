@@ -211,7 +211,7 @@ func streamMsgs(t *testing.T, js jetstream.JetStream, stream string) uint64 {
 // waitStream waits until stream holds n messages.
 func waitStream(t *testing.T, js jetstream.JetStream, stream string, n uint64) {
 	t.Helper()
-	require.Eventually(t, func() bool { return streamMsgs(t, js, stream) >= n }, waitLimit, 10*time.Millisecond,
+	bridgetest.WaitFor(t, waitLimit, func() bool { return streamMsgs(t, js, stream) >= n },
 		"stream %s should reach %d messages", stream, n)
 	require.Equal(t, n, streamMsgs(t, js, stream))
 }
@@ -251,7 +251,7 @@ func TestForwarderRelaysEveryCommittedEnvelopeOnce(t *testing.T) {
 			waitStream(t, b.js, "EVENTS", uint64(len(p.committed)))
 			offsets := b.svc.Offsets(t)
 			require.Len(t, offsets, len(p.committed), "rolled-back transactions left no row")
-			require.Eventually(t, func() bool { return b.svc.OffsetAcked(t) == offsets[len(offsets)-1] }, waitLimit, 10*time.Millisecond,
+			bridgetest.WaitFor(t, waitLimit, func() bool { return b.svc.OffsetAcked(t) == offsets[len(offsets)-1] },
 				"the consumer group's offset reaches the last message")
 			require.NoError(t, r.stop())
 			b.verify(t, p)
@@ -325,7 +325,7 @@ func TestForwarderStopInTheMiddleOfABatch(t *testing.T) {
 
 			second := b.start(t, relayOptions{batchSize: batch})
 			waitStream(t, b.js, "EVENTS", total)
-			require.Eventually(t, func() bool { return b.svc.OffsetAcked(t) == offsets[total-1] }, waitLimit, 10*time.Millisecond)
+			bridgetest.WaitFor(t, waitLimit, func() bool { return b.svc.OffsetAcked(t) == offsets[total-1] })
 			require.NoError(t, second.stop())
 			b.verify(t, p)
 			republished := uint64(second.f.Counters.Deduplicated.Load())
@@ -366,7 +366,7 @@ func TestForwarderSkipsWhatCanNeverBePublished(t *testing.T) {
 
 	waitStream(t, b.js, "EVENTS", 2)
 	offsets := b.svc.Offsets(t)
-	require.Eventually(t, func() bool { return b.svc.OffsetAcked(t) == offsets[len(offsets)-1] }, waitLimit, 10*time.Millisecond,
+	bridgetest.WaitFor(t, waitLimit, func() bool { return b.svc.OffsetAcked(t) == offsets[len(offsets)-1] },
 		"skipped messages do not hold back the queue")
 	require.NoError(t, r.stop())
 	msgs := bridgetest.Messages(t, b.js, "EVENTS")
@@ -399,7 +399,7 @@ func TestForwarderIdempotencyKeyFromMetadata(t *testing.T) {
 		require.NoError(t, b.svc.Publish(ctx, true, "events.order", m))
 	}
 	offsets := b.svc.Offsets(t)
-	require.Eventually(t, func() bool { return b.svc.OffsetAcked(t) == offsets[len(offsets)-1] }, waitLimit, 10*time.Millisecond)
+	bridgetest.WaitFor(t, waitLimit, func() bool { return b.svc.OffsetAcked(t) == offsets[len(offsets)-1] })
 	require.NoError(t, r.stop())
 
 	msgs := bridgetest.Messages(t, b.js, "EVENTS")
