@@ -187,9 +187,10 @@ const (
 )
 
 // drainer plays one relay against store, without NATS, as
-// outbox.Subscriber drives the same Store: before every claim the
-// in-flight recovery (RequeueInflightOlderThan with the default lease),
-// then a claim (ClaimBatch) of up to batch rows while fewer than
+// outbox.Subscriber drives the same Store: the in-flight recovery
+// (RequeueInflightOlderThan with the default lease) first and then every
+// rescue interval (outbox.RescueIntervalFor: 3 s), as the subscriber's
+// rescuer runs it; a claim (ClaimBatch) of up to batch rows while fewer than
 // maxInFlight rows and maxBytes of payloads and headers are in flight.
 // Each claimed batch counts as published at once and is marked done (or
 // deleted, with del) as one MarkDone, oldest first, when the in-flight
@@ -240,7 +241,20 @@ func (d *drainer) run(ctx context.Context) error {
 	var leases []lease
 	inFlight, inBytes := 0, int64(0)
 	var seq uint64
+	var nextRequeue time.Time
 	for {
+		if now := time.Now(); !now.Before(nextRequeue) {
+			err := d.statement(ctx, stepRequeue, func(ctx context.Context) error {
+				n, err := d.store.RequeueInflightOlderThan(ctx, outbox.InflightTimeoutDefault)
+				d.counts.requeues++
+				d.counts.requeued += int64(n)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			nextRequeue = now.Add(outbox.RescueIntervalFor(outbox.InflightTimeoutDefault))
+		}
 		room, byteRoom := d.maxInFlight-inFlight, d.maxBytes-inBytes
 		if room <= 0 || byteRoom <= 0 {
 			if err := d.mark(ctx, leases[0]); err != nil {
@@ -249,17 +263,8 @@ func (d *drainer) run(ctx context.Context) error {
 			inFlight, inBytes, leases = inFlight-len(leases[0].done), inBytes-leases[0].bytes, leases[1:]
 			continue
 		}
-		err := d.statement(ctx, stepRequeue, func(ctx context.Context) error {
-			n, err := d.store.RequeueInflightOlderThan(ctx, outbox.InflightTimeoutDefault)
-			d.counts.requeues++
-			d.counts.requeued += int64(n)
-			return err
-		})
-		if err != nil {
-			return err
-		}
 		var rows []outbox.Row
-		err = d.statement(ctx, stepClaim, func(ctx context.Context) (err error) {
+		err := d.statement(ctx, stepClaim, func(ctx context.Context) (err error) {
 			rows, err = d.store.ClaimBatch(ctx, outbox.ClaimParams{Owner: d.owner, Limit: min(d.batch, room), MaxBytes: byteRoom, MaxPayload: d.maxPayload})
 			d.counts.claims++
 			d.counts.claimed += int64(len(rows))

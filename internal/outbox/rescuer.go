@@ -7,19 +7,19 @@ import (
 	"time"
 )
 
-// Bounds of the rescuer's interval (rescueInterval).
+// Bounds of the rescuer's interval (RescueIntervalFor).
 const (
 	rescueIntervalMin = 100 * time.Millisecond
 	rescueIntervalMax = 5 * time.Second
 )
 
-// rescueInterval is how often in-flight recovery runs for leases of
+// RescueIntervalFor is how often in-flight recovery runs for leases of
 // inflightTimeout, unless SubscriberConfig.RescueInterval says otherwise:
 // a tenth of the lease, between 100 ms and 5 s (3 s for the default
 // relay.inflight_timeout of 30 s). A lease that ended is requeued within
 // about inflightTimeout plus this interval after its claim, at the cost of
 // one requeue statement (three on MySQL) per relay and interval.
-func rescueInterval(inflightTimeout time.Duration) time.Duration {
+func RescueIntervalFor(inflightTimeout time.Duration) time.Duration {
 	return min(max(inflightTimeout/10, rescueIntervalMin), rescueIntervalMax)
 }
 

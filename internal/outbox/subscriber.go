@@ -126,7 +126,7 @@ func (c *SubscriberConfig) setDefaults() {
 	c.MaxInFlightBytes = cmp.Or(c.MaxInFlightBytes, MaxInFlightBytesDefault)
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.InflightTimeout = cmp.Or(c.InflightTimeout, InflightTimeoutDefault)
-	c.RescueInterval = cmp.Or(c.RescueInterval, rescueInterval(c.InflightTimeout))
+	c.RescueInterval = cmp.Or(c.RescueInterval, RescueIntervalFor(c.InflightTimeout))
 	c.AckDeadline = cmp.Or(c.AckDeadline, AckDeadlineDefault)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
 	c.BackoffInitial = cmp.Or(c.BackoffInitial, BackoffInitialDefault)
