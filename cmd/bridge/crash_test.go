@@ -263,38 +263,62 @@ func TestCrashFrozenRelayMarksNothingItLost(t *testing.T) {
 		require.NoError(t, e.db.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE application_name = 'bridge relay-a' AND state <> 'idle'`).Scan(&k))
 		return k
 	}
-	t.Cleanup(func() { _ = a.cmd.Process.Signal(syscall.SIGCONT) })
-	var frozenWith int
-	for try := 0; try < 20 && frozenWith == 0; try++ {
-		poll(t, 60*time.Second, func() bool { return e.count(t, "done") > 0 && ownedByA() > 0 }, "relay-a never held a lease")
-		require.NoError(t, a.cmd.Process.Signal(syscall.SIGSTOP))
-		poll(t, 10*time.Second, func() bool { return busyA() == 0 }, "relay-a's statements did not finish")
-		if frozenWith = ownedByA(); frozenWith == 0 {
-			require.NoError(t, a.cmd.Process.Signal(syscall.SIGCONT))
-		}
-	}
-	require.Positive(t, frozenWith, "relay-a never froze holding a lease")
-
-	// relay-b requeues relay-a's rows once their 3 s lease is over and
-	// relays everything.
-	b := e.relay(t, "relay-b")
-	e.waitDone(t, total, 120*time.Second, b)
-	require.Zero(t, ownedByA())
-
-	require.NoError(t, a.cmd.Process.Signal(syscall.SIGCONT))
-	client := &http.Client{Timeout: 2 * time.Second}
-	poll(t, 30*time.Second, func() bool {
+	fencedA := func() float64 {
+		client := &http.Client{Timeout: 2 * time.Second}
 		resp, err := client.Get("http://" + httpA + "/metrics")
 		if err != nil {
-			return false
+			return 0
 		}
 		defer resp.Body.Close()
-		var body strings.Builder
-		_, _ = fmt.Fprint(&body, readAll(resp))
-		return metricValue(body.String(), "bridge_marks_fenced_total") > 0
-	}, "relay-a never reported a fenced mark after SIGCONT")
-	t.Logf("relay-a was frozen holding %d rows; its marks after SIGCONT were fenced", frozenWith)
-	e.verify(t, total)
+		return metricValue(readAll(resp), "bridge_marks_fenced_total")
+	}
+	t.Cleanup(func() { _ = a.cmd.Process.Signal(syscall.SIGCONT) })
+
+	// A round: freeze relay-a holding leases, let relay-b requeue them once
+	// their 3 s lease is over and relay everything, wake relay-a, and wait
+	// for its marks to be fenced. A freeze that falls after a claim
+	// committed and before relay-a read its result leaves relay-a nothing to
+	// mark: that claim fails its statement deadline on waking (the rows were
+	// never published by relay-a, so there is nothing to fence), and the
+	// round is run again with new rows.
+	var b *process
+	rows := total
+	for round := 1; ; round++ {
+		var frozenWith int
+		for try := 0; try < 20 && frozenWith == 0; try++ {
+			poll(t, 60*time.Second, func() bool { return e.count(t, "done") > 0 && ownedByA() > 0 }, "relay-a never held a lease")
+			require.NoError(t, a.cmd.Process.Signal(syscall.SIGSTOP))
+			poll(t, 10*time.Second, func() bool { return busyA() == 0 }, "relay-a's statements did not finish")
+			if frozenWith = ownedByA(); frozenWith == 0 {
+				require.NoError(t, a.cmd.Process.Signal(syscall.SIGCONT))
+			}
+		}
+		require.Positive(t, frozenWith, "relay-a never froze holding a lease")
+		logged := len(a.stderr.String())
+
+		if b == nil {
+			b = e.relay(t, "relay-b")
+		}
+		e.waitDone(t, rows, 120*time.Second, b)
+		require.Zero(t, ownedByA())
+
+		require.NoError(t, a.cmd.Process.Signal(syscall.SIGCONT))
+		deadline := time.Now().Add(30 * time.Second)
+		for fencedA() == 0 && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if fencedA() > 0 {
+			t.Logf("round %d: relay-a was frozen holding %d rows; its marks after SIGCONT were fenced", round, frozenWith)
+			break
+		}
+		woke := a.stderr.String()[logged:]
+		require.Contains(t, woke, "claim outbox rows", "relay-a never reported a fenced mark after SIGCONT, and no claim of its failed on waking")
+		require.Less(t, round, 3, "relay-a was frozen between a claim and its result in every round")
+		t.Logf("round %d: relay-a was frozen between a claim and its result; again with new rows", round)
+		e.insert(t, rows, rows+total)
+		rows += total
+	}
+	e.verify(t, rows)
 	require.False(t, a.exited(), "relay-a keeps running after its lease was taken over")
 }
 
