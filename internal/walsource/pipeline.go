@@ -67,6 +67,10 @@ type entry struct {
 	attempts  int       // publish attempts so far, the row's attempts column included
 	lastErr   string    // why the last attempt failed
 	firstEmit time.Time // when the row was first handed to the publisher; zero before
+	// lost: the row waits in adopt, and a watermark showed that the
+	// stream will not deliver it again (the slot was dropped and created
+	// again): the sweep publishes it, or its mark settles it.
+	lost bool
 
 	msg  *message.Message // the emission whose outcome is awaited
 	turn *sink.Turn
@@ -232,6 +236,7 @@ func (p *pipeline) handle(ev event) {
 		e, ok := p.adopt[id]
 		if ok {
 			delete(p.adopt, id)
+			e.lost = false
 			e.row, e.decodeErr = ev.row.row, ev.row.err
 			e.txTime, e.xid, e.txLSN = p.txTime, p.txXid, p.txLSN
 		} else {
@@ -255,6 +260,7 @@ func (p *pipeline) handle(ev event) {
 		}
 	case evWatermark:
 		if p.watermark != nil && p.watermark.token == ev.token {
+			p.notComing()
 			p.watermark.ids <- p.ids()
 			p.watermark = nil
 		}
@@ -354,6 +360,9 @@ func (p *pipeline) settle() {
 		}
 		e.state = settled
 		p.drop(e)
+		if e.lost && p.adopt[e.row.ID] == e {
+			delete(p.adopt, e.row.ID) // not coming again (notComing)
+		}
 	}
 }
 
@@ -641,8 +650,30 @@ func (p *pipeline) reset() {
 	p.restarting = false
 }
 
+// notComing runs when the sweep's watermark arrives: the rows still in
+// adopt will not be read again. The watermark was requested after the
+// last restart (a restart closes the request) and written after that, so
+// every row in adopt, read in an earlier session, committed before it;
+// the stream delivers in commit order everything after the slot's
+// position, so a row it sends again came before the watermark and left
+// adopt. What is left lies before the slot's position: the slot was
+// dropped and created again (or its position set by hand). Settled rows
+// are forgotten; rows with an outcome (acked, dead) stay held until their
+// marks settle them (settle forgets them then); queued rows are no longer
+// held, so the sweep publishes them, with their state (appendSwept).
+func (p *pipeline) notComing() {
+	for id, e := range p.adopt {
+		if e.state == settled {
+			delete(p.adopt, id)
+			continue
+		}
+		e.lost = true
+	}
+}
+
 // ids returns the ids of every row the pipeline holds (the window and the
-// rows waiting to be read again).
+// rows waiting to be read again), less the rows waiting to be swept
+// (notComing).
 func (p *pipeline) ids() map[int64]bool {
 	ids := make(map[int64]bool, len(p.win)-p.head+len(p.adopt))
 	for _, e := range p.win[p.head:] {
@@ -650,8 +681,10 @@ func (p *pipeline) ids() map[int64]bool {
 			ids[e.row.ID] = true
 		}
 	}
-	for id := range p.adopt {
-		ids[id] = true
+	for id, e := range p.adopt {
+		if !e.lost || e.state != queued {
+			ids[id] = true
+		}
 	}
 	return ids
 }
@@ -677,7 +710,14 @@ func (p *pipeline) appendSwept() {
 			b.setSwept(true)
 			return
 		}
-		p.push(&entry{row: r.rows[0], swept: true, txTime: r.rows[0].CreatedAt, attempts: r.rows[0].Attempt, charged: true, size: size})
+		e := &entry{row: r.rows[0], swept: true, txTime: r.rows[0].CreatedAt, attempts: r.rows[0].Attempt, charged: true, size: size}
+		if a, ok := p.adopt[e.row.ID]; ok && a.lost && a.state == queued {
+			// A row the slot will not deliver again (notComing): it
+			// keeps its attempts and its first publish (reconcile).
+			delete(p.adopt, e.row.ID)
+			e.attempts, e.firstEmit, e.lastErr = max(e.attempts, a.attempts), a.firstEmit, a.lastErr
+		}
+		p.push(e)
 		r.rows = r.rows[1:]
 	}
 	b.setSwept(false)

@@ -704,3 +704,65 @@ func TestBudgetBoundsWhatIsHeld(t *testing.T) {
 		})
 	}
 }
+
+// TestRowsWaitingAcrossASlotRecreatedAreSwept: rows read from the slot and
+// not yet published (NATS is down) wait in the pipeline when the slot is
+// dropped and created again under the running relay. The new slot starts
+// after them and will never deliver them again, so the sweep publishes
+// them: every row once, none left pending until the relay restarts.
+func TestRowsWaitingAcrossASlotRecreatedAreSwept(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	r := e.relay(t, walsource.Config{SweepInterval: 200 * time.Millisecond})
+	e.insertTx(t, 0, 0, 50, 0)
+	e.waitDone(t, 50, 30*time.Second)
+
+	e.nats.Stop()
+	e.insertTx(t, 0, 50, 100, 0)
+	deadline := time.Now().Add(30 * time.Second)
+	for r.sub.Counters.Read.Load() < 100 {
+		require.True(t, time.Now().Before(deadline), "%d of 100 rows read", r.sub.Counters.Read.Load())
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.Equal(t, 50, e.count(t, outbox.StatusPending), "the rows read wait for NATS")
+
+	// The slot is dropped under the relay (its walsender ended first) and
+	// created again: the new one starts after the 50 rows waiting.
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		var dropped int
+		_, err := e.prod.Exec(`SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active`, e.names.Slot)
+		require.NoError(t, err)
+		time.Sleep(20 * time.Millisecond)
+		err = e.prod.QueryRow(`SELECT count(pg_drop_replication_slot(slot_name)) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active`, e.names.Slot).Scan(&dropped)
+		if err == nil && dropped == 1 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "could not drop the slot: %v", err)
+	}
+	_, _, err := walsource.Setup(ctx, e.db.SQL, e.names)
+	require.NoError(t, err)
+	// NATS stays down until the relay streams from the new slot and its
+	// pipeline has set the 50 rows aside for the new session (once the
+	// outcomes in flight are in: within the ack deadline).
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		var active bool
+		require.NoError(t, e.prod.QueryRow(`SELECT active FROM pg_replication_slots WHERE slot_name = $1`, e.names.Slot).Scan(&active))
+		if active {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the relay does not stream from the new slot")
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(3 * time.Second)
+	require.Equal(t, 50, e.count(t, outbox.StatusPending), "the rows still wait for NATS")
+	e.nats.Restart(t)
+	e.insertTx(t, 0, 100, 150, 0) // delivered by the new slot
+
+	e.waitDone(t, 150, 30*time.Second)
+	require.Equal(t, int64(50), r.sub.Counters.Swept.Load(), "the rows waiting were swept")
+	ids := e.streamIDs(t)
+	require.Len(t, ids, 150, "each row once")
+}
