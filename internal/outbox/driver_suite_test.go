@@ -61,6 +61,7 @@ var suiteCases = []suiteCase{
 	{name: "ClassifiesReadOnly", concurrent: true, run: suiteClassifyReadOnly},
 	{name: "ClassifiesLockTimeout", concurrent: true, run: suiteClassifyLockTimeout},
 	{name: "ClassifiesDeadlock", concurrent: true, run: suiteClassifyDeadlock},
+	{name: "MarksFenceALeaseTakenOverWhileTheyWait", concurrent: true, run: suiteFencingWhileWaiting},
 }
 
 func TestDriverConformance(t *testing.T) {
@@ -399,6 +400,77 @@ func suiteFencing(t *testing.T, b *suiteBundle) {
 	rows = b.claim(t, ClaimParams{Owner: "r2", Limit: 10})
 	require.Len(t, rows, 1)
 	require.Equal(t, int64(1), b.markDone(t, "r2", Done{ID: id2, Attempt: 1, Stream: "S", Seq: 8}, Done{ID: id2, Attempt: 1, Stream: "S", Seq: 8}))
+}
+
+// A mark that waits for a row another transaction is changing is checked
+// against the row as that transaction leaves it: when the lease was taken
+// over meanwhile (here by another relay, as its in-flight recovery and
+// claim would), the mark does not land, although the row was in the
+// mark's lease when the mark began.
+func suiteFencingWhileWaiting(t *testing.T, b *suiteBundle) {
+	ctx := context.Background()
+	marks := []struct {
+		name string
+		mark func(id int64) (int64, error)
+	}{
+		{"done", func(id int64) (int64, error) {
+			return b.exec.MarkDone(ctx, &markDoneParams{Owner: "r1", Done: []Done{{ID: id, Attempt: 1, Stream: "S", Seq: 1}}})
+		}},
+		{"deleted", func(id int64) (int64, error) {
+			return b.exec.MarkDone(ctx, &markDoneParams{Owner: "r1", Done: []Done{{ID: id, Attempt: 1}}, Delete: true})
+		}},
+		{"failed", func(id int64) (int64, error) {
+			return b.exec.MarkFailed(ctx, &markFailedParams{Owner: "r1", Failures: []Failure{{ID: id, Attempt: 1, Err: "late", Permanent: true}}})
+		}},
+	}
+	for _, m := range marks {
+		id := b.insert(t, m.name, "")
+		require.Equal(t, []int64{id}, b.claimIDs(t, "r1", 10))
+		takeOver, err := b.db.SQL.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		defer func() { _ = takeOver.Rollback() }() // when the test fails before the commit
+		_, err = takeOver.ExecContext(ctx, fmt.Sprintf("UPDATE %s SET owner = 'r2', attempts = attempts + 1 WHERE id = %d", b.table, id))
+		require.NoError(t, err)
+
+		marked := make(chan error, 1)
+		var n int64
+		go func() {
+			var err error
+			n, err = m.mark(id)
+			marked <- err
+		}()
+		suiteAwaitLockWait(t, b)
+		require.NoError(t, takeOver.Commit())
+		require.NoError(t, <-marked)
+		require.Zero(t, n, "the %s mark of r1's lease after r2 took it over", m.name)
+		r := b.row(t, id)
+		require.Equal(t, StatusInFlight, r.status, "the %s mark", m.name)
+		require.Equal(t, 2, r.attempts, "the %s mark", m.name)
+		require.Equal(t, "r2", r.owner.String, "the %s mark", m.name)
+	}
+}
+
+// suiteLockWaits counts the statements on the table named by the argument
+// that wait for a row lock. MariaDB 10.11 left the waiting mark out of
+// information_schema.innodb_trx in this test, so on MySQL it counts the
+// other sessions' statements on the table that are running: while another
+// transaction holds the row, the mark runs until it has waited for it.
+var suiteLockWaits = map[Dialect]string{
+	DialectPostgres: "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0",
+	DialectMySQL:    "SELECT count(*) FROM information_schema.processlist WHERE command IN ('Query', 'Execute') AND id <> CONNECTION_ID() AND LOCATE(?, info) > 0",
+}
+
+// suiteAwaitLockWait returns once a statement on b's table waits for a row
+// lock, and fails the test when none does within 10 seconds.
+func suiteAwaitLockWait(t *testing.T, b *suiteBundle) {
+	t.Helper()
+	query, ok := suiteLockWaits[b.driver.dialect()]
+	require.True(t, ok, "suiteLockWaits has no statement for %s", b.driver.dialect())
+	require.Eventually(t, func() bool {
+		var n int
+		err := b.db.SQL.QueryRow(query, b.table.String()).Scan(&n)
+		return err == nil && n > 0
+	}, 10*time.Second, 10*time.Millisecond, "a statement waits for a row lock on %s", b.table)
 }
 
 func suiteMarkDoneDeletes(t *testing.T, b *suiteBundle) {

@@ -19,6 +19,17 @@ func PostgresClaimSQL(table string) (string, bool) {
 	return ex.(*postgresExecutor).q.claim, true
 }
 
+// PostgresMarkSQL exposes the PostgreSQL marks (mark_done.sql,
+// delete_done.sql, mark_failed.sql) to tests.
+func PostgresMarkSQL(table string) (done, del, failed string, ok bool) {
+	ex, ok := executorFor(postgresDriver{}, table)
+	if !ok {
+		return "", "", "", false
+	}
+	q := ex.(*postgresExecutor).q
+	return q.markDone, q.deleteDone, q.markFailed, true
+}
+
 // SQLiteClaimSQL exposes the SQLite claim statement (claim.sql) to tests.
 func SQLiteClaimSQL(table string) (string, bool) {
 	ex, ok := executorFor(sqliteDriver{}, table)

@@ -7,4 +7,5 @@ UPDATE {{.Table}} o SET status = m.status, last_error = m.err, owner = NULL,
 	attempts = o.attempts - CASE WHEN m.refund THEN 1 ELSE 0 END
 FROM unnest($2::bigint[], $3::int[], $4::text[], $5::text[], $6::bigint[], $7::bool[])
 	AS m(id, attempt, status, err, delay, refund)
+	{{template "lease" .}}
 WHERE {{template "fence"}}
