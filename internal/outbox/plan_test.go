@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-bridge/bridge/internal/bridgetest"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
@@ -413,10 +414,6 @@ func TestMarkPlansLookUpEachRowByPrimaryKey(t *testing.T) {
 				idArr, attemptArr := "'{"+strings.Join(ids, ",")+"}'", "'{"+strings.Join(attempts, ",")+"}'"
 				done, del, failed, ok := outbox.PostgresMarkSQL(s.Table())
 				require.True(t, ok)
-				var pkey string
-				require.NoError(t, db.QueryRowContext(ctx, `SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-					WHERE i.indrelid = $1::regclass AND i.indisprimary`, s.Table()).Scan(&pkey))
-				name := s.Table()[strings.LastIndex(s.Table(), ".")+1:]
 
 				for _, mark := range []struct{ name, sql, args string }{
 					{"done", done, strings.Join([]string{idArr, attemptArr, each("S"), idArr}, ", ")},
@@ -424,63 +421,14 @@ func TestMarkPlansLookUpEachRowByPrimaryKey(t *testing.T) {
 					{"failed", failed, strings.Join([]string{idArr, attemptArr, each("failed"), each("nats: timeout"), each("1000000"), each("f")}, ", ")},
 				} {
 					for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-						plan := explainMark(t, db, mark.sql, mode, "'"+owner+"', "+mark.args)
+						plan := bridgetest.ExplainPrepared(t, db, mark.sql, mode, "'"+owner+"', "+mark.args)
 						what := fmt.Sprintf("%s mark, %s", mark.name, mode)
 						require.EqualValues(t, marks, plan["Plans"].([]any)[0].(map[string]any)["Actual Rows"], "%s: every row of the mark is in its lease", what)
-						scans := requireLookups(t, plan, name, pkey, marks, what)
+						scans := bridgetest.RequirePrimaryKeyLookups(t, db, plan, s.Table(), marks, what)
 						require.Positive(t, scans, "%s: the plan reads the table", what)
 					}
 				}
 			})
 		}
 	}
-}
-
-// explainMark runs EXPLAIN (ANALYZE, FORMAT JSON) of the mark query with
-// the given plan_cache_mode and arguments (SQL literals, comma-separated)
-// in a transaction it rolls back, and returns the plan's top node.
-func explainMark(t *testing.T, db *sql.DB, query, mode, args string) map[string]any {
-	t.Helper()
-	ctx := context.Background()
-	conn, err := db.Conn(ctx)
-	require.NoError(t, err)
-	defer conn.Close()
-	_, err = conn.ExecContext(ctx, "PREPARE plan_test_mark AS "+query)
-	require.NoError(t, err)
-	defer func() { _, _ = conn.ExecContext(ctx, "DEALLOCATE plan_test_mark") }()
-	tx, err := conn.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback() }()
-	_, err = tx.ExecContext(ctx, "SET LOCAL plan_cache_mode = "+mode)
-	require.NoError(t, err)
-	var raw []byte
-	require.NoError(t, tx.QueryRowContext(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE plan_test_mark("+args+")").Scan(&raw))
-	var plan []map[string]any
-	require.NoError(t, json.Unmarshal(raw, &plan))
-	return plan[0]["Plan"].(map[string]any)
-}
-
-// requireLookups checks that every scan of table in the plan under node
-// is a scan of its primary key index that read (returned or filtered out)
-// at most marks rows over all its loops, and that no join filtered rows
-// out; it returns how many scans of table it found.
-func requireLookups(t *testing.T, node map[string]any, table, pkey string, marks int, what string) int {
-	t.Helper()
-	plan, _ := json.MarshalIndent(node, "", "  ")
-	removed, _ := node["Rows Removed by Join Filter"].(float64)
-	require.Zero(t, removed, "%s: a join filtered rows out; plan:\n%s", what, plan)
-	scans := 0
-	if node["Relation Name"] == table && node["Node Type"] != "ModifyTable" {
-		scans++
-		require.Equal(t, "Index Scan", node["Node Type"], "%s: plan:\n%s", what, plan)
-		require.Equal(t, pkey, node["Index Name"], "%s: plan:\n%s", what, plan)
-		filtered, _ := node["Rows Removed by Filter"].(float64)
-		read := (node["Actual Rows"].(float64) + filtered) * node["Actual Loops"].(float64)
-		require.LessOrEqual(t, int(read), marks, "%s: the scan reads more rows than the mark names; plan:\n%s", what, plan)
-	}
-	children, _ := node["Plans"].([]any)
-	for _, c := range children {
-		scans += requireLookups(t, c.(map[string]any), table, pkey, marks, what)
-	}
-	return scans
 }
