@@ -25,12 +25,14 @@ conditions like the lease's on o (status and owner against constants) at
 directly, it drove the join from a scan of o below about 30,000 rows: a
 sequential scan with every array element as a join filter against every
 in-flight row, "Rows Removed by Join Filter: 999,500" and 270 ms for 500
-marks in a 10,000-row table (4 ms by primary key). fence puts no condition
-on o alone, so the planner counts o as the whole table and the lookups as
-one row per element, and joins o to them by primary key: measured from 100
-to 100,000 rows, fresh (no statistics), analyzed and stale (analyzed
-before the rows were claimed). (In a table of a page or two it may read
-the page instead.)
+marks in a 10,000-row table (3–4 ms by primary key). fence puts no
+condition on o alone, so the planner counts o as the whole table and the
+lookups as one row per element, and joins o to them by primary key: in
+tables of 200 to 100,000 rows (the test; 100 by hand), fresh (no
+statistics), analyzed, and stale (analyzed before the rows were claimed).
+With the lease's conditions on o as well, a 200-row table still got a
+scan of o driving the lookups: 200 × 200. (In a table of a page or two
+the plan may read the page instead.)
 
 Why o is compared with l rather than with the constants: when the row was
 changed since the statement's snapshot (another relay's in-flight recovery
