@@ -7,8 +7,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-bridge/bridge/internal/broker"
-	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 // JetStream API error codes that retrying cannot fix (nats-server
@@ -47,7 +47,7 @@ var permanentCodes = map[jetstream.ErrorCode]bool{
 // closes every connection it is sent on uses up its attempts and becomes a
 // dead letter rather than close connections forever. A row never sent
 // (sink.ErrNotSent), held by the relay past its publish deadline and not
-// sent (outbox.ErrPublishDeadline), or not sent because an earlier message
+// sent (source.ErrPublishDeadline), or not sent because an earlier message
 // of its turn chain was not (sink.ErrTurnBroken, postgres-wal), is
 // Unavailable.
 //
@@ -73,26 +73,26 @@ var permanentCodes = map[jetstream.ErrorCode]bool{
 // (10158), too many requests (10167), insufficient resources (10023),
 // not leader (10009), stream offline (10118), stream full with
 // discard-new (10077).
-func Classify(err error) outbox.FailureClass {
-	if errors.Is(err, outbox.ErrPublishDeadline) || errors.Is(err, sink.ErrTurnBroken) || errors.Is(err, sink.ErrNotSent) {
-		return outbox.Unavailable // never sent: not the row's fault
+func Classify(err error) source.FailureClass {
+	if errors.Is(err, source.ErrPublishDeadline) || errors.Is(err, sink.ErrTurnBroken) || errors.Is(err, sink.ErrNotSent) {
+		return source.Unavailable // never sent: not the row's fault
 	}
 	if errors.Is(err, sink.ErrClosedByAnother) || errors.Is(err, sink.ErrUnresponsive) || errors.Is(err, broker.ErrInboxDenied) {
-		return outbox.Unavailable // the connection's fault, not the row's
+		return source.Unavailable // the connection's fault, not the row's
 	}
 	if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrBadHeaderMsg) ||
 		errors.Is(err, broker.ErrPublishDenied) || errors.Is(err, sink.ErrLineTooLong) {
-		return outbox.Permanent
+		return source.Permanent
 	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && permanentCodes[apiErr.ErrorCode] {
-		return outbox.Permanent
+		return source.Permanent
 	}
 	for _, unavailable := range []error{nats.ErrDisconnected, nats.ErrConnectionReconnecting, nats.ErrConnectionDraining, nats.ErrNoServers,
 		nats.ErrReconnectBufExceeded} {
 		if errors.Is(err, unavailable) {
-			return outbox.Unavailable
+			return source.Unavailable
 		}
 	}
-	return outbox.Retryable
+	return source.Retryable
 }

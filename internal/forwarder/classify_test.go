@@ -13,8 +13,8 @@ import (
 
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
 	"github.com/outbox-bridge/bridge/internal/forwarder"
-	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 // TestClassifyAgainstARealServer makes a real nats-server produce each
@@ -61,21 +61,21 @@ func TestClassifyAgainstARealServer(t *testing.T) {
 		name    string
 		subject string
 		size    int
-		want    outbox.FailureClass
+		want    source.FailureClass
 		// metadata: header name, value, … (the sink's default marshaler
 		// copies metadata to headers).
 		metadata []string
 		code     jetstream.ErrorCode // the JetStream error code expected, if any
 	}{
-		{"payload over max_payload", "ok.big", 2 << 20, outbox.Permanent, nil, 0},
-		{"over the stream's max_msg_size", "small.a", 200, outbox.Permanent, nil, 0},
-		{"no stream for the subject", "nostream.a", 10, outbox.Retryable, nil, 0},
-		{"stream full with discard new", "full.b", 10, outbox.Retryable, nil, 0},
-		{"publish timeout", "slow.x", 10, outbox.Retryable, nil, 0},
+		{"payload over max_payload", "ok.big", 2 << 20, source.Permanent, nil, 0},
+		{"over the stream's max_msg_size", "small.a", 200, source.Permanent, nil, 0},
+		{"no stream for the subject", "nostream.a", 10, source.Retryable, nil, 0},
+		{"stream full with discard new", "full.b", 10, source.Retryable, nil, 0},
+		{"publish timeout", "slow.x", 10, source.Retryable, nil, 0},
 		// 10111: the stream does not allow rollups.
-		{"rollup not permitted", "ok.rollup", 10, outbox.Permanent, []string{"Nats-Rollup", "all"}, 10111},
+		{"rollup not permitted", "ok.rollup", 10, source.Permanent, []string{"Nats-Rollup", "all"}, 10111},
 		// 10166: the stream does not allow per-message TTLs.
-		{"per-message TTL disabled", "ok.ttl", 10, outbox.Permanent, []string{"Nats-TTL", "1s"}, 10166},
+		{"per-message TTL disabled", "ok.ttl", 10, source.Permanent, []string{"Nats-TTL", "1s"}, 10166},
 	}
 	for _, c := range cases {
 		err := publish(c.subject, c.size, c.metadata...)
@@ -94,12 +94,12 @@ func TestClassifyAgainstARealServer(t *testing.T) {
 	require.Eventually(t, func() bool { return !nc.IsConnected() }, 5*time.Second, 10*time.Millisecond)
 	err = publish("ok.a", 10)
 	require.Error(t, err)
-	require.Contains(t, []outbox.FailureClass{outbox.Unavailable, outbox.Retryable}, forwarder.Classify(err), "server stopped: %v", err)
+	require.Contains(t, []source.FailureClass{source.Unavailable, source.Retryable}, forwarder.Classify(err), "server stopped: %v", err)
 	// A connection closed for good counts the attempt: the relay starts
 	// again with a new one, and a row that closes every connection it is
 	// sent on must become a dead letter.
 	nc.Close()
 	err = publish("ok.a", 10)
 	require.Error(t, err)
-	require.Equal(t, outbox.Retryable, forwarder.Classify(err), "connection closed: %v", err)
+	require.Equal(t, source.Retryable, forwarder.Classify(err), "connection closed: %v", err)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/forwarder"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 // TestMessagePastItsPublishDeadlineIsNotSent: a claimed row's message held
@@ -46,14 +47,14 @@ func TestMessagePastItsPublishDeadlineIsNotSent(t *testing.T) {
 	t.Cleanup(func() { _ = sub.Close() })
 
 	first, second := <-msgs, <-msgs // "on-time", then "late" (claimed in id order)
-	_, err = pub.PublishMsg(ctx, outbox.Subject(first), first)
+	_, err = pub.PublishMsg(ctx, source.Of(first).Subject, first)
 	require.NoError(t, err, "a message on time is published")
 	first.Ack()
 
 	time.Sleep(ackDeadline + 100*time.Millisecond) // the relay "pauses"
-	_, err = pub.PublishMsg(ctx, outbox.Subject(second), second)
-	require.ErrorIs(t, err, outbox.ErrPublishDeadline)
-	require.Equal(t, outbox.Unavailable, forwarder.Classify(err))
+	_, err = pub.PublishMsg(ctx, source.Of(second).Subject, second)
+	require.ErrorIs(t, err, source.ErrPublishDeadline)
+	require.Equal(t, source.Unavailable, forwarder.Classify(err))
 	second.Nack()
 
 	info, err := stream.Info(ctx)

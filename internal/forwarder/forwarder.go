@@ -19,8 +19,8 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/outbox-bridge/bridge/internal/daemon"
-	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 // CloseTimeoutDefault bounds the router's wait for running handlers at
@@ -33,7 +33,7 @@ type Config struct {
 	// handlers to finish and the subscriber to drain. Defaults to 25s.
 	CloseTimeout time.Duration
 	// Connected reports whether the NATS connection is up. A publish that
-	// fails (not permanently) while it is down is outbox.Unavailable: the
+	// fails (not permanently) while it is down is source.Unavailable: the
 	// row is retried when the connection is back, without counting the
 	// attempt. Defaults to nil: failures are classified by Classify alone.
 	Connected func() bool
@@ -43,7 +43,7 @@ type Config struct {
 	// nil.
 	StreamSeen func(subject, stream string)
 	// Admit, when set, is asked before every publish; an error stops that
-	// publish, and the row is held back (outbox.Held: failed with the error
+	// publish, and the row is held back (source.Held: failed with the error
 	// as last_error, the attempt not counted, tried again later) — the
 	// duplicate-window guard refusing an unsafe stream. Defaults to nil.
 	Admit func(ctx context.Context, subject string) error
@@ -59,6 +59,10 @@ type Config struct {
 	// carries a trace (a row with a traceparent header). Defaults to a
 	// no-op tracer.
 	Tracer trace.Tracer
+	// Stopped, when set, is called by Run once the router closed (its
+	// handlers finished, or CloseTimeout passed), before Run returns: a
+	// source cancels there what may still run. Defaults to nil.
+	Stopped func()
 }
 
 // Forwarder connects an outbox subscriber to a JetStream publisher with a
@@ -73,19 +77,23 @@ type Forwarder struct {
 	missing   func(ctx context.Context, subject string)
 	tracer    trace.Tracer
 	duration  prometheus.Observer
+	stopped   func()
 }
 
 // NewPublisherMarshaler is the marshaler that turns the subscriber's
 // messages into NATS messages; give it to sink.New.
 func NewPublisherMarshaler() sink.Marshaler { return rowMarshaler{} }
 
-// New builds the router: one handler from sub (topic = table name) to pub,
-// with middlewares, outermost first: error classification, then panic
-// recovery. sub is a source of the bridge table: it emits messages built
-// by outbox.NewMessage and settles their rows from their Ack or Nack and
-// the results recorded on them (outbox.Published, outbox.FailureOf), as
-// outbox.Subscriber (source: table) and walsource.Subscriber (source:
-// postgres-wal) do.
+// New builds the router: one handler from sub (topic: the table or
+// forwarder topic it reads) to pub, with middlewares, outermost first:
+// error classification, then panic recovery. sub is a source (package
+// source): every message it emits carries a source.Delivery naming its
+// subject, on which the handler reports the typed outcome before the
+// message is acked (published) or nacked (failed); the source settles its
+// row from that outcome. outbox.Subscriber (source: table),
+// walsource.Subscriber (source: postgres-wal) and wmsource.Source (source:
+// watermill-forwarder) are such sources. pub's Marshaler builds the NATS
+// message from the Watermill message.
 func New(sub message.Subscriber, table string, pub *sink.Publisher, logger *slog.Logger, cfg Config) (*Forwarder, error) {
 	if cfg.CloseTimeout == 0 {
 		cfg.CloseTimeout = CloseTimeoutDefault
@@ -98,7 +106,7 @@ func New(sub message.Subscriber, table string, pub *sink.Publisher, logger *slog
 	if err != nil {
 		return nil, fmt.Errorf("create router: %w", err)
 	}
-	f := &Forwarder{router: router, pub: pub, logger: logger, connected: cfg.Connected, seen: cfg.StreamSeen, admit: cfg.Admit, missing: cfg.StreamMissing, tracer: cfg.Tracer}
+	f := &Forwarder{router: router, pub: pub, logger: logger, connected: cfg.Connected, seen: cfg.StreamSeen, admit: cfg.Admit, missing: cfg.StreamMissing, tracer: cfg.Tracer, stopped: cfg.Stopped}
 	// First added is outermost: classification sees recovered panics too.
 	router.AddMiddleware(f.classify, middleware.Recoverer)
 	if cfg.Registerer != nil {
@@ -120,9 +128,13 @@ func New(sub message.Subscriber, table string, pub *sink.Publisher, logger *slog
 	return f, nil
 }
 
-// handle publishes one row's message and records its PubAck.
+// handle publishes one delivery's message and reports its PubAck.
 func (f *Forwarder) handle(msg *message.Message) error {
-	subject := outbox.Subject(msg)
+	d := source.Of(msg)
+	if d == nil {
+		return errNoDelivery
+	}
+	subject := d.Subject
 	if f.admit != nil {
 		if err := f.admit(msg.Context(), subject); err != nil {
 			return refusedError{err}
@@ -152,15 +164,15 @@ func (f *Forwarder) handle(msg *message.Message) error {
 	}
 	span.SetAttributes(attribute.String("nats.stream", ack.Stream), attribute.Int64("nats.stream_seq", int64(ack.Sequence)),
 		attribute.Bool("nats.duplicate", ack.Duplicate))
-	outbox.SetPublished(msg, ack.Stream, ack.Sequence, ack.Duplicate)
+	d.Report(source.Published(ack.Stream, ack.Sequence, ack.Duplicate))
 	if f.seen != nil {
 		f.seen(subject, ack.Stream)
 	}
 	return nil
 }
 
-// classify records a handler error and its class on the message and nacks
-// it. It returns no error to the router: the subscriber logs failures, one
+// classify reports a handler error and its class on the message's
+// delivery and nacks the message. It returns no error to the router: the subscriber logs failures, one
 // line per settled batch, where the router would log one per message —
 // thousands of lines in an outage.
 func (f *Forwarder) classify(h message.HandlerFunc) message.HandlerFunc {
@@ -173,11 +185,11 @@ func (f *Forwarder) classify(h message.HandlerFunc) message.HandlerFunc {
 		var refused refusedError
 		switch {
 		case errors.As(err, &refused):
-			class = outbox.Held
-		case class == outbox.Retryable && f.connected != nil && !f.connected() && !errors.Is(err, nats.ErrConnectionClosed):
-			class = outbox.Unavailable
+			class = source.Held
+		case class == source.Retryable && f.connected != nil && !f.connected() && !errors.Is(err, nats.ErrConnectionClosed):
+			class = source.Unavailable
 		}
-		outbox.SetFailed(msg, err, class)
+		source.Of(msg).Report(source.Failed(err, class))
 		msg.Nack()
 		return nil, nil
 	}
@@ -187,7 +199,7 @@ func (f *Forwarder) classify(h message.HandlerFunc) message.HandlerFunc {
 // progress (at most CloseTimeout), flushes marks and returns nil. It
 // returns an error when the router stops by itself.
 func (f *Forwarder) Run(ctx context.Context) error {
-	return daemon.RunRouter(ctx, f.router, f.pub, nil, f.logger, "relay stopping: draining publishes in progress")
+	return daemon.RunRouter(ctx, f.router, f.pub, f.stopped, f.logger, "relay stopping: draining publishes in progress")
 }
 
 // Running is closed once the router runs.
@@ -216,6 +228,11 @@ func NoStream(subject string, err error) error {
 	}
 	return err
 }
+
+// errNoDelivery is the failure of a message that no source emitted: it
+// carries no source.Delivery, so neither its subject nor a way to report
+// its outcome is known.
+var errNoDelivery = errors.New("message carries no source.Delivery: not emitted by a source")
 
 // refusedError is a publish that Admit refused: not the row's fault, so
 // the row is held back and its attempt given back.

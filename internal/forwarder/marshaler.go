@@ -6,6 +6,7 @@ import (
 
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 // rowMarshaler builds the NATS message of an outbox row (docs/DESIGN.md, "The
@@ -19,9 +20,9 @@ var _ sink.Marshaler = rowMarshaler{}
 // Marshal runs in the publisher's writer goroutine right before the
 // message goes to the NATS client, the last point where the relay can
 // still decide not to send it: a message past its publish deadline
-// (outbox.CheckPublishDeadline) is refused here.
+// (source.CheckDeadline) is refused here.
 func (rowMarshaler) Marshal(subject string, msg *message.Message) (*nats.Msg, error) {
-	if err := outbox.CheckPublishDeadline(msg); err != nil {
+	if err := source.CheckDeadline(msg); err != nil {
 		return nil, err
 	}
 	user, err := outbox.UserHeaders(msg)

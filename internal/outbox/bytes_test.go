@@ -16,6 +16,7 @@ import (
 
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 func enqueuePayload(t *testing.T, s *outbox.Store, key string, size int) int64 {
@@ -115,7 +116,7 @@ func subscriberBoundsBytesInFlight(t *testing.T, kind string) {
 		defer mu.Unlock()
 		n := len(held)
 		for _, m := range held {
-			outbox.SetPublished(m, "S", 1, false)
+			source.Of(m).Report(source.Published("S", 1, false))
 			m.Ack()
 		}
 		held = nil
@@ -146,7 +147,7 @@ func TestSubscriberDeadLettersFromLength(t *testing.T) {
 			emitted := make(chan string, 10)
 			runSubscriber(t, s, outbox.SubscriberConfig{MaxPayload: func() int64 { return maxPayload }}, func(m *message.Message) {
 				emitted <- m.Metadata.Get(outbox.HeaderIdempotencyKey)
-				outbox.SetPublished(m, "S", 1, false)
+				source.Of(m).Report(source.Published("S", 1, false))
 				m.Ack()
 			})
 			bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, over).status == "permanent_failed" && get(t, s, fits).status == "done" })

@@ -4,9 +4,11 @@
 // A producer writes its business rows and one outbox row per event in the
 // same local transaction. The relay claims committed rows with a lease
 // (status in_flight, owner, claimed_at from the database clock), emits each
-// as a *message.Message through Subscriber, and settles the row when the
-// message is acked (done, with the stream and sequence of the PubAck) or
-// nacked (failed with backoff, or permanent_failed: a dead letter).
+// as a *message.Message through Subscriber, with a source.Delivery naming
+// its subject, and settles the row from the outcome the forwarder reports
+// on it once the message is acked (done, with the stream and sequence of
+// the PubAck) or nacked (failed with backoff, or permanent_failed: a dead
+// letter).
 //
 // Main types:
 //   - DB: an open outbox database (PostgreSQL, MySQL/MariaDB or SQLite) and

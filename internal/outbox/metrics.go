@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 // Collectors exposes the subscriber's counters as Prometheus metrics:
@@ -27,10 +29,10 @@ func (s *Subscriber) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		counter("bridge_rows_relayed_total", "Rows marked done (or deleted) after a PubAck.", c.Relayed.Load, nil),
 		counter("bridge_rows_deduplicated_total", "Relayed rows whose PubAck said duplicate: JetStream already held their Nats-Msg-Id.", c.Deduplicated.Load, nil),
-		counter("bridge_rows_failed_total", failedHelp, c.Failed.Load, prometheus.Labels{"class": string(Retryable)}),
-		counter("bridge_rows_failed_total", failedHelp, c.Dead.Load, prometheus.Labels{"class": string(Permanent)}),
-		counter("bridge_rows_failed_total", failedHelp, c.Released.Load, prometheus.Labels{"class": string(Unavailable)}),
-		counter("bridge_rows_failed_total", failedHelp, c.Held.Load, prometheus.Labels{"class": string(Held)}),
+		counter("bridge_rows_failed_total", failedHelp, c.Failed.Load, prometheus.Labels{"class": string(source.Retryable)}),
+		counter("bridge_rows_failed_total", failedHelp, c.Dead.Load, prometheus.Labels{"class": string(source.Permanent)}),
+		counter("bridge_rows_failed_total", failedHelp, c.Released.Load, prometheus.Labels{"class": string(source.Unavailable)}),
+		counter("bridge_rows_failed_total", failedHelp, c.Held.Load, prometheus.Labels{"class": string(source.Held)}),
 		counter("bridge_rows_dead_total", "Rows moved to permanent_failed (dead letters).", c.Dead.Load, nil),
 		counter("bridge_rows_requeued_total", "In-flight rows requeued after their lease (inflight_timeout) expired.", c.Requeued.Load, nil),
 		counter("bridge_marks_fenced_total", "Marks that matched no row because the lease had been taken over.", c.Fenced.Load, nil),

@@ -17,6 +17,7 @@ import (
 
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 func TestMain(m *testing.M) {
@@ -327,7 +328,7 @@ func TestSubscriberBacksOffThenDeadLetters(t *testing.T) {
 			id := enqueue(t, s, "k", "")
 			runSubscriber(t, s, outbox.SubscriberConfig{MaxAttempts: 3, BackoffInitial: 20 * time.Millisecond, BackoffMax: 40 * time.Millisecond},
 				func(m *message.Message) {
-					outbox.SetFailed(m, errors.New("no responders: stream offline"), outbox.Retryable)
+					source.Of(m).Report(source.Failed(errors.New("no responders: stream offline"), source.Retryable))
 					m.Nack()
 				})
 			bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, id).status == "permanent_failed" })
@@ -370,7 +371,7 @@ func subscriberSettlesBehindASlowMessage(t *testing.T, kind string) {
 		if m.Metadata.Get(outbox.HeaderID) == fmt.Sprint(ids[0]) {
 			<-release
 		}
-		outbox.SetPublished(m, "S", 1, false)
+		source.Of(m).Report(source.Published("S", 1, false))
 		m.Ack()
 	})
 	bridgetest.WaitFor(t, 10*time.Second, func() bool {
@@ -395,11 +396,11 @@ func subscriberRefundsUnavailable(t *testing.T, kind string) {
 	sub := runSubscriber(t, s, outbox.SubscriberConfig{MaxAttempts: 2}, func(m *message.Message) {
 		if len(nacks) < 5 {
 			nacks <- struct{}{}
-			outbox.SetFailed(m, errors.New("nats: server is disconnected"), outbox.Unavailable)
+			source.Of(m).Report(source.Failed(errors.New("nats: server is disconnected"), source.Unavailable))
 			m.Nack()
 			return
 		}
-		outbox.SetPublished(m, "S", 1, false)
+		source.Of(m).Report(source.Published("S", 1, false))
 		m.Ack()
 	})
 	bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, id).status == "done" })
@@ -433,7 +434,7 @@ func subscriberDrainsOnClose(t *testing.T, kind string) {
 	// it gives up.
 	draining.Wait(t)
 	for _, m := range got[:5] {
-		outbox.SetPublished(m, "S", 1, false)
+		source.Of(m).Report(source.Published("S", 1, false))
 		m.Ack()
 	}
 	bridgetest.WaitFor(t, 10*time.Second, func() bool { return sub.Counters.Relayed.Load() == 5 }, "the five acked during the drain were not settled")
@@ -441,7 +442,7 @@ func subscriberDrainsOnClose(t *testing.T, kind string) {
 	// A tick may have emitted one more batch just before Close began;
 	// such messages are nacked like any the router would fail.
 	for m := range msgs {
-		outbox.SetFailed(m, errors.New("late"), outbox.Retryable)
+		source.Of(m).Report(source.Failed(errors.New("late"), source.Retryable))
 		m.Nack()
 	}
 	require.NoError(t, <-closed)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 // relayAll runs a Subscriber over s that publishes every row (acks its
@@ -44,7 +45,7 @@ func relayAll(t *testing.T, s *outbox.Store, cfg outbox.SubscriberConfig, enable
 
 // ackPublished settles m as the forwarder does after a PubAck.
 func ackPublished(m *message.Message) {
-	outbox.SetPublished(m, "S", 1, false)
+	source.Of(m).Report(source.Published("S", 1, false))
 	m.Ack()
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/dedup"
+	"github.com/outbox-bridge/bridge/internal/source"
 	"github.com/outbox-bridge/bridge/internal/telemetry"
 )
 
@@ -473,7 +474,7 @@ func (s *Subscriber) emit(row Row, claimed claimWindow, out chan<- *message.Mess
 	// outcome: ack_deadline after it is emitted. Not from the claim: a
 	// reconcile scan between claim and emit can outlast ack_deadline, and
 	// its rows would then never be sent.
-	msg.SetContext(WithPublishDeadline(s.traceClaim(row, headers, claimed), time.Now().Add(s.cfg.AckDeadline)))
+	msg.SetContext(source.With(s.traceClaim(row, headers, claimed), &source.Delivery{Subject: row.Subject, Deadline: time.Now().Add(s.cfg.AckDeadline)}))
 	if s.isClosing() { // select below picks at random when both are ready
 		return nil, false
 	}
@@ -557,14 +558,16 @@ func (s *Subscriber) settle(w *watched) bool {
 	st := settled(w.row)
 	select {
 	case <-w.msg.Acked():
-		st.done = true
-		st.stream, st.seq, st.duplicate = Published(w.msg)
 	case <-w.msg.Nacked():
-		var class FailureClass
-		st.err, class = FailureOf(w.msg)
-		st.permanent, st.refund, st.held = class == Permanent, class == Unavailable, class == Held
 	default:
 		return false
+	}
+	if out := source.OutcomeOf(w.msg); out.Published {
+		st.done = true
+		st.stream, st.seq, st.duplicate = out.Stream, out.Seq, out.Duplicate
+	} else {
+		st.err = out.Reason()
+		st.permanent, st.refund, st.held = out.Class == source.Permanent, out.Class == source.Unavailable, out.Class == source.Held
 	}
 	w.settle(st, s.settleCh)
 	return true

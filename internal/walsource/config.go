@@ -88,7 +88,7 @@ type Config struct {
 	// updates. Defaults to 10s.
 	StatusInterval time.Duration
 	// HoldBack is how long the rows wait after one whose stream refused it
-	// for now (class outbox.Held: the duplicate-window guard finds the
+	// for now (class source.Held: the duplicate-window guard finds the
 	// stream unsafe), before they are emitted again. Defaults to 15s.
 	HoldBack time.Duration
 	// Connected reports whether the NATS connection is up; while it is

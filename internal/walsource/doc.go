@@ -6,9 +6,11 @@
 // Main types:
 //   - Subscriber: a Watermill message.Subscriber over the slot. It emits
 //     each inserted row (built by outbox.NewMessage: the same Nats-Msg-Id,
-//     headers and validation as source: table) in commit order, marks rows
-//     relayed in batches after their PubAck, confirms the slot's position
-//     past them, and sweeps pending rows the slot will not deliver.
+//     headers and validation as source: table; with a source.Delivery) in
+//     commit order to the forwarder of source: table, marks rows relayed in
+//     batches after the outcome it reports (source.OutcomeOf) is a PubAck,
+//     confirms the slot's position past them, and sweeps pending rows the
+//     slot will not deliver.
 //   - Relay: the daemon of `bridge run` with source: postgres-wal.
 //   - Setup, Check, SlotStatus, DropSlot, CheckWALLevel: the publication
 //     and the slot (bridge migrate, bridge status, bridge slot drop).

@@ -11,6 +11,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
+	"github.com/outbox-bridge/bridge/internal/source"
 	"github.com/outbox-bridge/bridge/internal/telemetry"
 )
 
@@ -436,7 +437,7 @@ func (p *pipeline) message(e *entry) (*message.Message, bool) {
 	p.lastTurn = e.turn
 	e.msg = msg
 	ctx := sink.WithTurn(telemetry.Parent(s.hardCtx, headers), e.turn)
-	msg.SetContext(outbox.WithPublishDeadline(ctx, time.Now().Add(s.cfg.AckDeadline)))
+	msg.SetContext(source.With(ctx, &source.Delivery{Subject: row.Subject, Deadline: time.Now().Add(s.cfg.AckDeadline)}))
 	return msg, true
 }
 
@@ -451,33 +452,33 @@ func (p *pipeline) outcome(o outcome) {
 	e.msg = nil
 	switch {
 	case o.acked:
-		stream, seq, dup := outbox.Published(o.msg)
+		out := source.OutcomeOf(o.msg)
 		e.state = acked
 		p.drop(e)
-		s.marks.push(markItem{e: e, kind: markDone, id: e.row.ID, xid: e.xid, attempts: e.attempts, stream: stream, seq: seq, duplicate: dup})
+		s.marks.push(markItem{e: e, kind: markDone, id: e.row.ID, xid: e.xid, attempts: e.attempts, stream: out.Stream, seq: out.Seq, duplicate: out.Duplicate})
 	case o.released:
 		e.state, e.attempts = queued, e.attempts-1
 	case o.expired:
-		p.failed(e, fmt.Sprintf("no ack or nack within ack deadline %s; publish outcome unknown", s.cfg.AckDeadline), outbox.Retryable)
+		p.failed(e, fmt.Sprintf("no ack or nack within ack deadline %s; publish outcome unknown", s.cfg.AckDeadline), source.Retryable)
 	default:
-		reason, class := outbox.FailureOf(o.msg)
-		p.failed(e, reason, class)
+		out := source.OutcomeOf(o.msg)
+		p.failed(e, out.Reason(), out.Class)
 	}
 }
 
 // failed handles a failed attempt of e.
-func (p *pipeline) failed(e *entry, reason string, class outbox.FailureClass) {
+func (p *pipeline) failed(e *entry, reason string, class source.FailureClass) {
 	s := p.s
 	e.lastErr = reason
 	switch {
-	case class == outbox.Permanent:
+	case class == source.Permanent:
 		p.dead(e, reason)
-	case class == outbox.Unavailable:
+	case class == source.Unavailable:
 		s.Counters.Unavailable.Add(1)
 		e.state = queued
 		p.hold(e, unavailableWait, true, class)
 		e.attempts-- // not the row's fault: the attempt does not count
-	case class == outbox.Held:
+	case class == source.Held:
 		// Its stream refuses it for now (the duplicate-window guard finds
 		// it unsafe): not the row's fault either, but not over when NATS
 		// is connected. In commit order, the rows after it wait too.
@@ -500,7 +501,7 @@ func (p *pipeline) failed(e *entry, reason string, class outbox.FailureClass) {
 // hold stops emission until every message in flight has its outcome, wait
 // has passed and, with connected, NATS is connected; then the rows from
 // the first one without a PubAck on are emitted again, in order.
-func (p *pipeline) hold(e *entry, wait time.Duration, connected bool, class outbox.FailureClass) {
+func (p *pipeline) hold(e *entry, wait time.Duration, connected bool, class source.FailureClass) {
 	until := time.Now().Add(wait)
 	if !p.halted {
 		p.retryAt = until

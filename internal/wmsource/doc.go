@@ -9,10 +9,12 @@
 // with watermill-sql's own subscriber (NewSubscriber: the default schema
 // and offsets adapters of PostgreSQL or MySQL, consumer group
 // ConsumerGroup, offsets in watermill_offsets_<topic>), unwraps each
-// envelope and publishes the original message to JetStream (Forwarder):
-// subject = destination topic, data = payload, headers = metadata,
-// Nats-Msg-Id from the message UUID (or a metadata entry) with
-// dedup.MsgID, plus Outbox-Idempotency-Key.
+// envelope (Source, a source of the relay's one forwarder,
+// internal/forwarder) and publishes the original message to JetStream
+// (Forwarder: the Source plugged into that forwarder): subject =
+// destination topic, data = payload, headers = metadata, Nats-Msg-Id from
+// the message UUID (or a metadata entry) with dedup.MsgID, plus
+// Outbox-Idempotency-Key.
 //
 // Guarantees: at-least-once plus dedup, in table order. A message is
 // acked, and the consumer group's offset moved past it, only after its
