@@ -40,7 +40,8 @@ func TestMessagePastItsPublishDeadlineIsNotSent(t *testing.T) {
 
 	const ackDeadline = 300 * time.Millisecond
 	sub, err := outbox.NewSubscriber(store, slog.New(slog.NewTextHandler(io.Discard, nil)),
-		outbox.SubscriberConfig{Owner: "deadline-test", AckDeadline: ackDeadline, InflightTimeout: time.Second, PollInterval: 10 * time.Millisecond})
+		outbox.SubscriberConfig{Owner: "deadline-test", AckDeadline: ackDeadline, InflightTimeout: time.Second, PollInterval: 10 * time.Millisecond,
+			BatchSize: 1}) // one row per message
 	require.NoError(t, err)
 	msgs, err := sub.Subscribe(ctx, store.Table())
 	require.NoError(t, err)

@@ -1,6 +1,7 @@
 package forwarder
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -128,68 +129,145 @@ func New(sub message.Subscriber, table string, pub *sink.Publisher, logger *slog
 	return f, nil
 }
 
-// handle publishes one delivery's message and reports its PubAck.
-func (f *Forwarder) handle(msg *message.Message) error {
-	d := source.Of(msg)
-	if d == nil {
+// handle publishes the deliveries of one message — one row, or a claimed
+// batch of rows — and reports each one's outcome as soon as it is known.
+// They are handed to the NATS client one after another, in order, and
+// their PubAcks awaited together (sink.Batch): a message, not a row, costs
+// a goroutine of the router. A delivery that cannot be sent, or whose
+// stream refuses it, fails alone; the others go on. It returns the first
+// failure, so that the message is acked when every delivery was
+// published, and nacked otherwise (classify).
+func (f *Forwarder) handle(msg *message.Message) (failed error) {
+	b := source.BatchOf(msg)
+	if b == nil || b.Len() == 0 {
 		return errNoDelivery
 	}
-	subject := d.Subject
-	if f.admit != nil {
-		if err := f.admit(msg.Context(), subject); err != nil {
-			return refusedError{err}
-		}
-	}
-	ctx, span := msg.Context(), trace.SpanFromContext(msg.Context())
-	if span.SpanContext().IsValid() {
-		ctx, span = f.tracer.Start(ctx, "publish "+subject, trace.WithSpanKind(trace.SpanKindProducer),
-			trace.WithAttributes(attribute.String("messaging.system", "nats"),
-				attribute.String("messaging.destination.name", subject),
-				attribute.String("messaging.message.id", msg.UUID)))
-		defer span.End()
-	}
-	start := time.Now()
-	ack, err := f.pub.PublishMsg(ctx, subject, msg)
-	if f.duration != nil {
-		f.duration.Observe(time.Since(start).Seconds())
-	}
+	batch, err := f.pub.Begin(msg.Context(), b.Len())
 	if err != nil {
-		err = NoStream(subject, err)
-		if f.missing != nil && errors.Is(err, jetstream.ErrNoStreamResponse) {
-			f.missing(ctx, subject)
-		}
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
 		return err
 	}
-	span.SetAttributes(attribute.String("nats.stream", ack.Stream), attribute.Int64("nats.stream_seq", int64(ack.Sequence)),
-		attribute.Bool("nats.duplicate", ack.Duplicate))
-	d.Report(source.Published(ack.Stream, ack.Sequence, ack.Duplicate))
-	if f.seen != nil {
-		f.seen(subject, ack.Stream)
+	defer batch.End()
+	var spans []trace.Span // per delivery, only when one is traced
+	for i := range b.Len() {
+		d := b.At(i)
+		ctx := d.Context
+		if ctx == nil {
+			ctx = msg.Context()
+		}
+		if f.admit != nil {
+			if err := f.admit(ctx, d.Subject); err != nil {
+				sink.Skip(ctx)
+				failed = cmp.Or(failed, f.report(d, nil, refusedError{err}, nil))
+				continue
+			}
+		}
+		m := d.Msg
+		if m == nil {
+			if m, err = f.pub.Marshal(d.Subject, msg); err != nil {
+				sink.Skip(ctx)
+				failed = cmp.Or(failed, f.report(d, nil, err, nil))
+				continue
+			}
+		}
+		if parent := trace.SpanFromContext(ctx); parent.SpanContext().IsValid() {
+			if spans == nil {
+				spans = make([]trace.Span, b.Len())
+			}
+			ctx, spans[i] = f.tracer.Start(ctx, "publish "+d.Subject, trace.WithSpanKind(trace.SpanKindProducer),
+				trace.WithAttributes(attribute.String("messaging.system", "nats"),
+					attribute.String("messaging.destination.name", d.Subject),
+					attribute.String("messaging.message.id", m.Header.Get(jetstream.MsgIDHeader))))
+		}
+		if err := batch.Send(ctx, i, m, d.CheckDeadline); err != nil {
+			f.observe(0)
+			failed = cmp.Or(failed, f.report(d, nil, err, spanAt(spans, i)))
+		}
 	}
+	batch.Wait(func(i int, ack *jetstream.PubAck, err error, took time.Duration) {
+		f.observe(took)
+		failed = cmp.Or(failed, f.report(b.At(i), ack, err, spanAt(spans, i)))
+	})
+	return failed
+}
+
+// report reports the outcome of d's publish: its PubAck, or err
+// classified. It returns the error as reported.
+func (f *Forwarder) report(d *source.Delivery, ack *jetstream.PubAck, err error, span trace.Span) error {
+	if err != nil {
+		err = NoStream(d.Subject, err)
+		if f.missing != nil && errors.Is(err, jetstream.ErrNoStreamResponse) {
+			ctx := d.Context
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			f.missing(ctx, d.Subject)
+		}
+		if span != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+			span.End()
+		}
+		d.Report(source.Failed(err, f.class(err)))
+		return err
+	}
+	if span != nil {
+		span.SetAttributes(attribute.String("nats.stream", ack.Stream), attribute.Int64("nats.stream_seq", int64(ack.Sequence)),
+			attribute.Bool("nats.duplicate", ack.Duplicate))
+		span.End()
+	}
+	if f.seen != nil {
+		f.seen(d.Subject, ack.Stream)
+	}
+	d.Report(source.Published(ack.Stream, ack.Sequence, ack.Duplicate))
 	return nil
 }
 
-// classify reports a handler error and its class on the message's
-// delivery and nacks the message. It returns no error to the router: the subscriber logs failures, one
-// line per settled batch, where the router would log one per message —
-// thousands of lines in an outage.
+func spanAt(spans []trace.Span, i int) trace.Span {
+	if spans == nil {
+		return nil
+	}
+	return spans[i]
+}
+
+func (f *Forwarder) observe(took time.Duration) {
+	if f.duration != nil {
+		f.duration.Observe(took.Seconds())
+	}
+}
+
+// class is what err means for its row: Classify's class, Held for a
+// publish the guard refused, and Unavailable for a retryable failure while
+// the NATS connection is down (not closed for good).
+func (f *Forwarder) class(err error) source.FailureClass {
+	class := Classify(err)
+	var refused refusedError
+	switch {
+	case errors.As(err, &refused):
+		class = source.Held
+	case class == source.Retryable && f.connected != nil && !f.connected() && !errors.Is(err, nats.ErrConnectionClosed):
+		class = source.Unavailable
+	}
+	return class
+}
+
+// classify nacks a message whose handler failed: a delivery failed (its
+// outcome is reported), or the handler as a whole did (a recovered panic,
+// a message without deliveries, a publisher closed: the error is reported
+// on every delivery not reported yet). It returns no error
+// to the router: sources log failures, one line per settled batch, where
+// the router would log one per message — thousands of lines in an outage.
 func (f *Forwarder) classify(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		out, err := h(msg)
 		if err == nil {
 			return out, nil
 		}
-		class := Classify(err)
-		var refused refusedError
-		switch {
-		case errors.As(err, &refused):
-			class = source.Held
-		case class == source.Retryable && f.connected != nil && !f.connected() && !errors.Is(err, nats.ErrConnectionClosed):
-			class = source.Unavailable
+		if b := source.BatchOf(msg); b != nil {
+			class := f.class(err)
+			for i := range b.Len() {
+				b.At(i).Report(source.Failed(err, class))
+			}
 		}
-		source.Of(msg).Report(source.Failed(err, class))
 		msg.Nack()
 		return nil, nil
 	}

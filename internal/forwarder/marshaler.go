@@ -1,42 +1,38 @@
 package forwarder
 
 import (
+	"errors"
+
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 
-	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
 	"github.com/outbox-bridge/bridge/internal/source"
 )
 
-// rowMarshaler builds the NATS message of an outbox row (docs/DESIGN.md, "The
-// message made from a row"): data = payload unchanged; the row's own
-// headers; then Nats-Msg-Id and the Outbox-* headers, which a row cannot
-// set (the subscriber dead-letters rows that try).
+// rowMarshaler returns the NATS message of a row (docs/DESIGN.md, "The
+// message made from a row"), built by the source with outbox.NewDelivery,
+// for a Watermill message that carries the row's delivery: the forwarder
+// publishes deliveries itself, and asks the marshaler only for messages
+// without a NATS message of their own; sink.Publisher.PublishMsg asks it
+// for every message.
 type rowMarshaler struct{}
 
 var _ sink.Marshaler = rowMarshaler{}
 
-// Marshal runs in the publisher's writer goroutine right before the
-// message goes to the NATS client, the last point where the relay can
-// still decide not to send it: a message past its publish deadline
-// (source.CheckDeadline) is refused here.
-func (rowMarshaler) Marshal(subject string, msg *message.Message) (*nats.Msg, error) {
-	if err := source.CheckDeadline(msg); err != nil {
+// errNoRow is the error of a message that carries no row's delivery.
+var errNoRow = errors.New("message carries no row of the bridge table (no source.Delivery with a NATS message)")
+
+// Marshal runs right before the message goes to the NATS client, the last
+// point where the relay can still decide not to send it: a message past
+// its publish deadline (source.CheckDeadline) is refused here.
+func (rowMarshaler) Marshal(_ string, msg *message.Message) (*nats.Msg, error) {
+	d := source.Of(msg)
+	if err := d.CheckDeadline(); err != nil {
 		return nil, err
 	}
-	user, err := outbox.UserHeaders(msg)
-	if err != nil {
-		return nil, err
+	if d == nil || d.Msg == nil {
+		return nil, errNoRow
 	}
-	m := &nats.Msg{Subject: subject, Data: msg.Payload, Header: make(nats.Header, len(user)+len(outbox.RelayHeaders))}
-	for name, values := range user {
-		// Assigned as written, not canonicalised: consumers see the row's
-		// header names byte for byte.
-		m.Header[name] = values
-	}
-	for _, name := range outbox.RelayHeaders {
-		m.Header.Set(name, msg.Metadata.Get(name))
-	}
-	return m, nil
+	return d.Msg, nil
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
@@ -103,21 +102,20 @@ func subscriberBoundsBytesInFlight(t *testing.T, kind string) {
 		enqueuePayload(t, s, fmt.Sprint("k", i), 1000)
 	}
 	var mu sync.Mutex
-	var held []*message.Message
+	var held []*source.Delivery
 	most := 0
-	runSubscriber(t, s, outbox.SubscriberConfig{MaxInFlightBytes: 3000}, func(m *message.Message) {
+	runSubscriber(t, s, outbox.SubscriberConfig{MaxInFlightBytes: 3000}, func(d *source.Delivery) {
 		mu.Lock()
 		defer mu.Unlock()
-		held = append(held, m)
+		held = append(held, d)
 		most = max(most, len(held))
 	})
 	release := func() int {
 		mu.Lock()
 		defer mu.Unlock()
 		n := len(held)
-		for _, m := range held {
-			source.Of(m).Report(source.Published("S", 1, false))
-			m.Ack()
+		for _, d := range held {
+			d.Report(source.Published("S", 1, false))
 		}
 		held = nil
 		return n
@@ -145,10 +143,9 @@ func TestSubscriberDeadLettersFromLength(t *testing.T) {
 			over := enqueuePayload(t, s, "over", maxPayload-int(outbox.RelayHeaderMinBytes)+1)
 			fits := enqueuePayload(t, s, "fits", 100)
 			emitted := make(chan string, 10)
-			runSubscriber(t, s, outbox.SubscriberConfig{MaxPayload: func() int64 { return maxPayload }}, func(m *message.Message) {
-				emitted <- m.Metadata.Get(outbox.HeaderIdempotencyKey)
-				source.Of(m).Report(source.Published("S", 1, false))
-				m.Ack()
+			runSubscriber(t, s, outbox.SubscriberConfig{MaxPayload: func() int64 { return maxPayload }}, func(d *source.Delivery) {
+				emitted <- d.Msg.Header.Get(outbox.HeaderIdempotencyKey)
+				d.Report(source.Published("S", 1, false))
 			})
 			bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, over).status == "permanent_failed" && get(t, s, fits).status == "done" })
 			require.Equal(t, "fits", <-emitted)

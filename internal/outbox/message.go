@@ -1,65 +1,57 @@
 package outbox
 
 import (
-	"encoding/json"
-	"errors"
 	"strconv"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
 
 	"github.com/outbox-bridge/bridge/internal/dedup"
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
-// metaHeaders is the metadata key of a message a source emits for a row
-// that holds the row's own headers, as JSON; the keys that name NATS
-// headers (Nats-Msg-Id, Outbox-*) are set on every message.
-const metaHeaders = "_outbox_headers"
+// NewDelivery turns a row into the delivery a source hands to the
+// forwarder (DESIGN.md, "The message made from a row"): subject = the
+// row's subject; the NATS message's data = the payload, unchanged; its
+// headers = the row's own headers (already validated by the caller with
+// ParseHeaders; the caller checks the subject with CheckSubject), then
+// Nats-Msg-Id = dedup.MsgID(namespace, row.IdempotencyKey) and the Outbox-*
+// headers (Outbox-Attempt is row.Attempt), which a row cannot set. Every
+// source of the bridge table builds its deliveries here, so that the same
+// row gives the same message whichever source reads it.
+func NewDelivery(row Row, headers map[string][]string, namespace string) *source.Delivery {
+	d := new(source.Delivery)
+	fillDelivery(d, new(nats.Msg), row, headers, namespace)
+	return d
+}
 
-// NewMessage turns a row into the Watermill message a source emits for it
-// (DESIGN.md, "NATS message produced from a row"): the UUID and the
-// Nats-Msg-Id header are dedup.MsgID(namespace, row.IdempotencyKey); the
-// Outbox-* headers come from the row (Outbox-Attempt is row.Attempt); the
-// headers, already validated by the caller (ParseHeaders), travel in
-// metadata for the forwarder's marshaler. The caller checks the subject
-// (CheckSubject) and gives it to the forwarder in the message's
-// source.Delivery. Every source of the bridge table builds its messages
-// here, so that the same row gives the same message whichever source
-// reads it.
-func NewMessage(row Row, headers map[string][]string, namespace string) (*message.Message, error) {
-	msgID := dedup.MsgID(namespace, row.IdempotencyKey)
-	msg := message.NewMessage(msgID, row.Payload)
-	msg.Metadata = make(message.Metadata, 8) // the entries below, without growing
-	msg.Metadata.Set(HeaderMsgID, msgID)
-	msg.Metadata.Set(HeaderID, strconv.FormatInt(row.ID, 10))
-	msg.Metadata.Set(HeaderIdempotencyKey, row.IdempotencyKey)
-	msg.Metadata.Set(HeaderCreatedAt, row.CreatedAt.UTC().Format(time.RFC3339Nano))
-	msg.Metadata.Set(HeaderAttempt, strconv.Itoa(row.Attempt))
-	if len(headers) > 0 {
-		encoded, err := json.Marshal(headers)
-		if err != nil {
-			return nil, err
-		}
-		msg.Metadata.Set(metaHeaders, string(encoded))
+// fillDelivery fills d and its NATS message m (NewDelivery) in place: the
+// table source allocates a claim's deliveries and messages together.
+func fillDelivery(d *source.Delivery, m *nats.Msg, row Row, headers map[string][]string, namespace string) {
+	// The relay's five values in one allocation; the header map sized
+	// for every entry, so that it does not grow. Names assigned as written,
+	// not canonicalised: consumers see the row's header names byte for
+	// byte (the relay's own are in canonical form already).
+	values := [...]string{
+		dedup.MsgID(namespace, row.IdempotencyKey),
+		strconv.FormatInt(row.ID, 10),
+		row.IdempotencyKey,
+		row.CreatedAt.UTC().Format(time.RFC3339Nano),
+		strconv.Itoa(row.Attempt),
 	}
-	return msg, nil
+	relay := values[:]
+	h := make(nats.Header, len(headers)+len(reservedHeaders))
+	for name, v := range headers {
+		h[name] = v
+	}
+	for i, name := range reservedHeaders {
+		h[name] = relay[i : i+1 : i+1]
+	}
+	*m = nats.Msg{Subject: row.Subject, Data: row.Payload, Header: h}
+	d.Subject, d.Msg = row.Subject, m
 }
 
 // RelayHeaders are the headers the relay sets on every message, in this
 // order: Nats-Msg-Id, Outbox-Id, Outbox-Idempotency-Key, Outbox-Created-At
 // (RFC 3339, UTC), Outbox-Attempt.
 var RelayHeaders = reservedHeaders
-
-// UserHeaders returns the row's own headers of a message emitted by a
-// Subscriber (validated at claim time), or nil.
-func UserHeaders(msg *message.Message) (map[string][]string, error) {
-	raw := msg.Metadata.Get(metaHeaders)
-	if raw == "" {
-		return nil, nil
-	}
-	var h map[string][]string
-	if err := json.Unmarshal([]byte(raw), &h); err != nil {
-		return nil, errors.New("outbox message headers metadata is corrupt")
-	}
-	return h, nil
-}

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -293,9 +292,9 @@ func TestLastErrorSurvivesAnyText(t *testing.T) {
 	}
 }
 
-// handler drives a Subscriber the way the router does, deciding per
-// message.
-func runSubscriber(t *testing.T, s *outbox.Store, cfg outbox.SubscriberConfig, handle func(*message.Message)) *outbox.Subscriber {
+// handler drives a Subscriber the way the forwarder does, deciding per
+// delivery (row) of each message.
+func runSubscriber(t *testing.T, s *outbox.Store, cfg outbox.SubscriberConfig, handle func(*source.Delivery)) *outbox.Subscriber {
 	t.Helper()
 	cfg.Owner = "relay-test"
 	if cfg.PollInterval == 0 {
@@ -309,7 +308,10 @@ func runSubscriber(t *testing.T, s *outbox.Store, cfg outbox.SubscriberConfig, h
 	go func() {
 		defer close(done)
 		for m := range msgs {
-			go handle(m)
+			b := source.BatchOf(m)
+			for i := range b.Len() {
+				go handle(b.At(i))
+			}
 		}
 	}()
 	t.Cleanup(func() {
@@ -327,9 +329,8 @@ func TestSubscriberBacksOffThenDeadLetters(t *testing.T) {
 			s := setup(t, kind)
 			id := enqueue(t, s, "k", "")
 			runSubscriber(t, s, outbox.SubscriberConfig{MaxAttempts: 3, BackoffInitial: 20 * time.Millisecond, BackoffMax: 40 * time.Millisecond},
-				func(m *message.Message) {
-					source.Of(m).Report(source.Failed(errors.New("no responders: stream offline"), source.Retryable))
-					m.Nack()
+				func(d *source.Delivery) {
+					d.Report(source.Failed(errors.New("no responders: stream offline"), source.Retryable))
 				})
 			bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, id).status == "permanent_failed" })
 			r := get(t, s, id)
@@ -348,7 +349,7 @@ func subscriberSettlesOnAckDeadline(t *testing.T, kind string) {
 	s := setup(t, kind)
 	id := enqueue(t, s, "k", "")
 	runSubscriber(t, s, outbox.SubscriberConfig{AckDeadline: 50 * time.Millisecond, BackoffInitial: time.Hour, BackoffMax: time.Hour},
-		func(*message.Message) {}) // never acks
+		func(*source.Delivery) {}) // never acks
 	bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, id).status == "failed" })
 	require.Contains(t, get(t, s, id).lastError.String, "ack deadline")
 }
@@ -367,12 +368,11 @@ func subscriberSettlesBehindASlowMessage(t *testing.T, kind string) {
 		ids[i] = enqueue(t, s, fmt.Sprint("k", i), "")
 	}
 	release := make(chan struct{})
-	runSubscriber(t, s, outbox.SubscriberConfig{BatchSize: 10}, func(m *message.Message) {
-		if m.Metadata.Get(outbox.HeaderID) == fmt.Sprint(ids[0]) {
+	runSubscriber(t, s, outbox.SubscriberConfig{BatchSize: 10}, func(d *source.Delivery) {
+		if d.Msg.Header.Get(outbox.HeaderID) == fmt.Sprint(ids[0]) {
 			<-release
 		}
-		source.Of(m).Report(source.Published("S", 1, false))
-		m.Ack()
+		d.Report(source.Published("S", 1, false))
 	})
 	bridgetest.WaitFor(t, 10*time.Second, func() bool {
 		for _, id := range ids[1:] {
@@ -393,15 +393,13 @@ func subscriberRefundsUnavailable(t *testing.T, kind string) {
 	s := setup(t, kind)
 	id := enqueue(t, s, "k", "")
 	nacks := make(chan struct{}, 100)
-	sub := runSubscriber(t, s, outbox.SubscriberConfig{MaxAttempts: 2}, func(m *message.Message) {
+	sub := runSubscriber(t, s, outbox.SubscriberConfig{MaxAttempts: 2}, func(d *source.Delivery) {
 		if len(nacks) < 5 {
 			nacks <- struct{}{}
-			source.Of(m).Report(source.Failed(errors.New("nats: server is disconnected"), source.Unavailable))
-			m.Nack()
+			d.Report(source.Failed(errors.New("nats: server is disconnected"), source.Unavailable))
 			return
 		}
-		source.Of(m).Report(source.Published("S", 1, false))
-		m.Ack()
+		d.Report(source.Published("S", 1, false))
 	})
 	bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, id).status == "done" })
 	require.Equal(t, 1, get(t, s, id).attempts, "five unavailable attempts did not count against max_attempts 2")
@@ -424,25 +422,30 @@ func subscriberDrainsOnClose(t *testing.T, kind string) {
 	draining, expire := outbox.DrainSignal(sub), outbox.ManualDrain(sub)
 	msgs, err := sub.Subscribe(context.Background(), "outbox")
 	require.NoError(t, err)
-	var got []*message.Message
-	for range 10 {
-		got = append(got, <-msgs)
+	var got []*source.Delivery
+	for len(got) < 10 {
+		b := source.BatchOf(<-msgs)
+		for i := range b.Len() {
+			got = append(got, b.At(i))
+		}
 	}
 	closed := make(chan error)
 	go func() { closed <- sub.Close() }()
 	// Five finish during the drain; five never do and are released when
 	// it gives up.
 	draining.Wait(t)
-	for _, m := range got[:5] {
-		source.Of(m).Report(source.Published("S", 1, false))
-		m.Ack()
+	for _, d := range got[:5] {
+		d.Report(source.Published("S", 1, false))
 	}
 	bridgetest.WaitFor(t, 10*time.Second, func() bool { return sub.Counters.Relayed.Load() == 5 }, "the five acked during the drain were not settled")
 	expire()
 	// A tick may have emitted one more batch just before Close began;
 	// such messages are nacked like any the router would fail.
 	for m := range msgs {
-		source.Of(m).Report(source.Failed(errors.New("late"), source.Retryable))
+		b := source.BatchOf(m)
+		for i := range b.Len() {
+			b.At(i).Report(source.Failed(errors.New("late"), source.Retryable))
+		}
 		m.Nack()
 	}
 	require.NoError(t, <-closed)

@@ -43,9 +43,13 @@ func relayAll(t *testing.T, s *outbox.Store, cfg outbox.SubscriberConfig, enable
 	return sub
 }
 
-// ackPublished settles m as the forwarder does after a PubAck.
+// ackPublished settles the rows of m as the forwarder does after their
+// PubAcks.
 func ackPublished(m *message.Message) {
-	source.Of(m).Report(source.Published("S", 1, false))
+	b := source.BatchOf(m)
+	for i := range b.Len() {
+		b.At(i).Report(source.Published("S", 1, false))
+	}
 	m.Ack()
 }
 

@@ -18,7 +18,6 @@ import (
 
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/dedup"
-	"github.com/outbox-bridge/bridge/internal/source"
 	"github.com/outbox-bridge/bridge/internal/telemetry"
 )
 
@@ -419,21 +418,8 @@ func (s *Subscriber) tick(ctx context.Context, out chan<- *message.Message) (ful
 	s.claimed.signal(len(rows))
 	claimed := claimWindow{start, time.Now()}
 	rows = s.reconcile(ctx, rows, start)
-	batch := make([]watched, 0, len(rows))
-	defer func() {
-		if len(batch) > 0 {
-			go s.watch(batch)
-		}
-	}()
-	for i, row := range rows {
-		msg, ok := s.emit(row, claimed, out)
-		if !ok {
-			s.release(rows[i:])
-			return false, nil
-		}
-		if msg != nil {
-			batch = append(batch, watched{row: row, msg: msg, emitted: time.Now()})
-		}
+	if !s.emit(rows, claimed, out) {
+		return false, nil
 	}
 	return len(rows) == limit, nil
 }
@@ -446,131 +432,6 @@ func (s *Subscriber) payloadLimit() int64 {
 		return 0
 	}
 	return PayloadMaxBytes(s.cfg.MaxPayload())
-}
-
-// emit hands one row to the router and returns its message, or settles
-// the row at once when it can never be published (and returns nil). It
-// returns false when closing interrupted it; the row was then not emitted.
-func (s *Subscriber) emit(row Row, claimed claimWindow, out chan<- *message.Message) (*message.Message, bool) {
-	headers, err := ParseHeaders(row.Headers)
-	if err == nil {
-		err = CheckSubject(row.Subject)
-	}
-	if err == nil && row.PayloadLeftOut {
-		err = fmt.Errorf("%w, the payload was not read", OverMaxPayload(row.PayloadSize, s.cfg.MaxPayload()))
-	}
-	var msg *message.Message
-	if err == nil {
-		msg, err = NewMessage(row, headers, s.cfg.Namespace)
-	}
-	if err != nil {
-		s.outstanding.Add(1)
-		st := settled(row)
-		st.err, st.permanent = err.Error(), true
-		s.settleCh <- st
-		return nil, true
-	}
-	// The message may not be sent after the moment watch gives up on its
-	// outcome: ack_deadline after it is emitted. Not from the claim: a
-	// reconcile scan between claim and emit can outlast ack_deadline, and
-	// its rows would then never be sent.
-	msg.SetContext(source.With(s.traceClaim(row, headers, claimed), &source.Delivery{Subject: row.Subject, Deadline: time.Now().Add(s.cfg.AckDeadline)}))
-	if s.isClosing() { // select below picks at random when both are ready
-		return nil, false
-	}
-	s.outstanding.Add(1)
-	select {
-	case out <- msg:
-		return msg, true
-	case <-s.closing:
-		s.outstanding.Add(-1)
-		return nil, false
-	}
-}
-
-// watched is an emitted message awaiting its outcome.
-type watched struct {
-	row     Row
-	msg     *message.Message
-	emitted time.Time
-	settled bool
-}
-
-// settle records that w's outcome was handed to the settle loop, and lets
-// go of its payload: the rest of its batch may be awaited much longer.
-func (w *watched) settle(st settlement, settleCh chan<- settlement) {
-	w.settled = true
-	w.msg, w.row.Payload = nil, nil
-	settleCh <- st
-}
-
-// sweepInterval is how often watch looks past the oldest message of its
-// batch, and checks that message's ack deadline.
-const sweepInterval = 20 * time.Millisecond
-
-// watch settles the messages of one emitted batch as they are acked or
-// nacked, or when they pass the ack deadline or the drain expires.
-//
-// One goroutine per batch rather than per message: PubAcks come back
-// mostly in publish order, so waiting on the oldest message settles nearly
-// all of them, and a sweep every sweepInterval settles the ones acked out
-// of order behind a slow one. A goroutine, a timer and a stack growth per
-// message were a tenth of the relay's CPU in a bridge-bench profile.
-func (s *Subscriber) watch(batch []watched) {
-	tick := time.NewTicker(sweepInterval)
-	defer tick.Stop()
-	for next := 0; next < len(batch); next++ {
-		w := &batch[next]
-		for !w.settled {
-			select {
-			case <-w.msg.Acked():
-				s.settle(w)
-			case <-w.msg.Nacked():
-				s.settle(w)
-			case <-s.drainExpired:
-				for i := next; i < len(batch); i++ {
-					if !batch[i].settled && !s.settle(&batch[i]) {
-						st := settled(batch[i].row)
-						st.err, st.refund = "released at shutdown before the publish outcome was known", true
-						batch[i].settle(st, s.settleCh)
-					}
-				}
-				return
-			case now := <-tick.C:
-				if now.Sub(w.emitted) >= s.cfg.AckDeadline {
-					st := settled(w.row)
-					st.err = fmt.Sprintf("no ack or nack within ack deadline %s; publish outcome unknown", s.cfg.AckDeadline)
-					w.settle(st, s.settleCh)
-				}
-				for i := next + 1; i < len(batch); i++ {
-					if !batch[i].settled {
-						s.settle(&batch[i])
-					}
-				}
-			}
-		}
-	}
-}
-
-// settle settles w if its message was acked or nacked, and reports
-// whether it was.
-func (s *Subscriber) settle(w *watched) bool {
-	st := settled(w.row)
-	select {
-	case <-w.msg.Acked():
-	case <-w.msg.Nacked():
-	default:
-		return false
-	}
-	if out := source.OutcomeOf(w.msg); out.Published {
-		st.done = true
-		st.stream, st.seq, st.duplicate = out.Stream, out.Seq, out.Duplicate
-	} else {
-		st.err = out.Reason()
-		st.permanent, st.refund, st.held = out.Class == source.Permanent, out.Class == source.Unavailable, out.Class == source.Held
-	}
-	w.settle(st, s.settleCh)
-	return true
 }
 
 // release gives rows that were claimed but not emitted back at once.
@@ -657,20 +518,20 @@ func (s *Subscriber) backoff(attempt int) time.Duration {
 // claimWindow is when the claim that took a row ran, on this process's clock.
 type claimWindow struct{ start, end time.Time }
 
-// traceClaim returns the context of a row's message: hardCtx, carrying the
-// row's trace when its headers have a traceparent, in which it records the
-// claim as a span.
-func (s *Subscriber) traceClaim(row Row, headers map[string][]string, claimed claimWindow) context.Context {
+// traceClaim returns the context of a row's delivery, and whether the row
+// is traced: hardCtx carrying the row's trace when its headers have a
+// traceparent, in which it records the claim as a span.
+func (s *Subscriber) traceClaim(row Row, headers map[string][]string, claimed claimWindow) (context.Context, bool) {
 	ctx := telemetry.Parent(s.hardCtx, headers)
 	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return s.hardCtx
+		return s.hardCtx, false
 	}
 	_, span := s.cfg.Tracer.Start(ctx, "outbox claim", trace.WithTimestamp(claimed.start),
 		trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(attribute.Int64("outbox.row_id", row.ID), attribute.Int("outbox.attempt", row.Attempt),
 			attribute.String("outbox.table", s.store.Table())))
 	span.End(trace.WithTimestamp(claimed.end))
-	return ctx
+	return ctx, true
 }
 
 // Reconciler settles rows whose earlier publish may have been stored beyond

@@ -130,7 +130,7 @@ type Publisher struct {
 	connClosed chan struct{}
 
 	// longest is the length of the longest subject handed to the client,
-	// on the publisher's one connection.
+	// on the publisher's one connection (noteSubject).
 	longest atomic.Int64
 }
 
@@ -222,9 +222,7 @@ func (p *Publisher) write(s *send) {
 		s.err = fmt.Errorf("marshal message %s: %w", s.msg.UUID, err)
 		return
 	}
-	if n := int64(len(s.subject)); n > p.longest.Load() {
-		p.longest.Store(n) // only this goroutine writes it
-	}
+	p.noteSubject(s.subject)
 	if s.future, err = p.js.PublishMsgAsync(m, jetstream.WithRetryAttempts(0)); err != nil {
 		if p.cfg.Conn != nil && p.cfg.Conn.IsClosed() {
 			// nats.go says "error creating async reply handler: nats:
@@ -233,6 +231,17 @@ func (p *Publisher) write(s *send) {
 			return
 		}
 		s.err = fmt.Errorf("publish to %s: %w", s.subject, err)
+	}
+}
+
+// noteSubject records the length of subject, handed to the client, when
+// it is the longest yet.
+func (p *Publisher) noteSubject(subject string) {
+	for n := int64(len(subject)); ; {
+		longest := p.longest.Load()
+		if n <= longest || p.longest.CompareAndSwap(longest, n) {
+			return
+		}
 	}
 }
 
@@ -313,24 +322,13 @@ func (p *Publisher) PublishMsg(ctx context.Context, subject string, msg *message
 	case ack := <-future.Ok():
 		return ack, nil
 	case err := <-future.Err():
-		if errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
-			return nil, p.timedOut(subject, began, err)
-		}
-		return nil, fmt.Errorf("publish to %s: %w", subject, err)
+		return nil, p.failed(subject, began, err)
 	case <-timer.C:
 		return nil, p.timedOut(subject, began, fmt.Errorf("no PubAck within %s: %w", p.cfg.PublishTimeout, jetstream.ErrAsyncPublishTimeout))
 	case <-ctx.Done():
 		return nil, fmt.Errorf("publish to %s: %w", subject, ctx.Err())
 	case <-p.connClosed:
-		last := p.cfg.Conn.LastError()
-		if lineTooLong(last) {
-			if int64(len(subject)) < p.longest.Load() {
-				return nil, fmt.Errorf("publish to %s: %w (%v)", subject, ErrClosedByAnother, last)
-			}
-			return nil, fmt.Errorf("publish to %.80s: %w (subject of %d bytes; %v); shorten the subject or raise the server's max_control_line, then bridge retry",
-				subject, ErrLineTooLong, len(subject), last)
-		}
-		return nil, fmt.Errorf("publish to %s: %w (%v)", subject, nats.ErrConnectionClosed, last)
+		return nil, p.closedErr(subject)
 	}
 }
 

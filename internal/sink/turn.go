@@ -108,6 +108,14 @@ func WithTurn(ctx context.Context, t *Turn) context.Context {
 	return context.WithValue(ctx, turnKey{}, t)
 }
 
+// Skip passes the turn ctx carries, if any, as not sent: for a message
+// given up before Send (Batch.Send passes its turn by itself).
+func Skip(ctx context.Context) {
+	if t := turnFrom(ctx); t != nil {
+		t.Pass(false)
+	}
+}
+
 func turnFrom(ctx context.Context) *Turn {
 	t, _ := ctx.Value(turnKey{}).(*Turn)
 	return t

@@ -8,60 +8,182 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Delivery is what a source says about one message it emits, and where
-// the forwarder reports what became of it. A source creates one per
-// emitted message and puts it in the message's context (With).
+// Delivery is one row or envelope a source hands to the forwarder, and
+// where the forwarder reports what became of it. A source creates one per
+// row and puts it, alone (With) or in a Batch (WithBatch), in the context
+// of the Watermill message it emits.
 type Delivery struct {
-	// Subject is the NATS subject to publish the message to.
+	// Subject is the NATS subject to publish to.
 	Subject string
 	// Deadline is the last moment the message may be handed to the NATS
 	// client (see CheckDeadline): when the source stops waiting for its
 	// outcome. Zero: no deadline.
 	Deadline time.Time
+	// Msg, when set, is the NATS message to publish, built by the source
+	// (Subject, Data, Header). Nil: the forwarder has the sink's Marshaler
+	// build it from the Watermill message that carries the delivery (a
+	// source of plain Watermill messages, one delivery each).
+	Msg *nats.Msg
+	// Context, when set, is the delivery's own context: its trace (the
+	// publish span becomes its child) and its turn of hand-over
+	// (sink.WithTurn). Nil: the context of the message.
+	Context context.Context
 
-	outcome  Outcome
-	claimed  atomic.Bool // a report began
-	reported atomic.Bool // outcome is written
+	outcome Outcome
+	state   atomic.Uint32 // open, then taken (by a report or by the source), then reported
+	batch   *Batch
+	index   int
 }
 
-type deliveryKey struct{}
+// The states of a Delivery.
+const (
+	open uint32 = iota
+	taken
+	reported
+)
 
-// With returns ctx carrying d; give it to the message the source emits
-// (message.Message.SetContext).
+// Batch is the deliveries of one Watermill message, in the order the
+// forwarder hands them to the NATS client: one for most sources, a
+// claimed batch of rows for the table source.
+type Batch struct {
+	deliveries []*Delivery
+	reported   func(i int)
+	left       atomic.Int64
+	done       chan struct{}
+}
+
+// NewBatch returns the batch of ds. reported, when set, is called with
+// the index of each delivery whose outcome the forwarder reported, right
+// after the report, on the forwarder's goroutine: a source settles rows
+// there one by one as their outcomes come, without waiting for the rest
+// of the batch.
+func NewBatch(ds []*Delivery, reported func(i int)) *Batch {
+	b := &Batch{deliveries: ds, reported: reported, done: make(chan struct{})}
+	for i, d := range ds {
+		d.batch, d.index = b, i
+	}
+	b.left.Store(int64(len(ds)))
+	if len(ds) == 0 {
+		close(b.done)
+	}
+	return b
+}
+
+// Len is the number of deliveries.
+func (b *Batch) Len() int { return len(b.deliveries) }
+
+// At returns delivery i.
+func (b *Batch) At(i int) *Delivery { return b.deliveries[i] }
+
+// Done is closed once every delivery of the batch was reported or taken
+// over by its source.
+func (b *Batch) Done() <-chan struct{} { return b.done }
+
+// settledOne counts a delivery out of the batch.
+func (b *Batch) settledOne() {
+	if b.left.Add(-1) == 0 {
+		close(b.done)
+	}
+}
+
+type batchKey struct{}
+
+// With returns ctx carrying d alone; give it to the message the source
+// emits (message.Message.SetContext).
 func With(ctx context.Context, d *Delivery) context.Context {
-	return context.WithValue(ctx, deliveryKey{}, d)
+	return WithBatch(ctx, NewBatch([]*Delivery{d}, nil))
 }
 
-// Of returns the delivery msg carries, or nil.
+// WithBatch returns ctx carrying b; give it to the message the source
+// emits.
+func WithBatch(ctx context.Context, b *Batch) context.Context {
+	return context.WithValue(ctx, batchKey{}, b)
+}
+
+// NewMessage returns the Watermill message of d alone, for a source that
+// emits one message per row: no payload (d.Msg holds it), the UUID d.Msg's
+// Nats-Msg-Id, and ctx carrying d.
+func NewMessage(ctx context.Context, d *Delivery) *message.Message {
+	var id string
+	if d.Msg != nil {
+		id = d.Msg.Header.Get(jetstream.MsgIDHeader)
+	}
+	msg := message.NewMessage(id, nil)
+	msg.SetContext(With(ctx, d))
+	return msg
+}
+
+// BatchOf returns the batch msg carries, or nil.
+func BatchOf(msg *message.Message) *Batch {
+	b, _ := msg.Context().Value(batchKey{}).(*Batch)
+	return b
+}
+
+// Of returns the delivery msg carries (the first of its batch), or nil.
 func Of(msg *message.Message) *Delivery {
-	d, _ := msg.Context().Value(deliveryKey{}).(*Delivery)
-	return d
+	if b := BatchOf(msg); b != nil && len(b.deliveries) > 0 {
+		return b.deliveries[0]
+	}
+	return nil
 }
 
-// Report records o as the outcome of d. The forwarder reports once, then
-// acks the message (published) or nacks it (failed); the first report
-// counts. Safe on a nil Delivery (a message no source emitted).
-func (d *Delivery) Report(o Outcome) {
-	if d == nil || !d.claimed.CompareAndSwap(false, true) {
-		return
+// Index is the delivery's place in its batch.
+func (d *Delivery) Index() int { return d.index }
+
+// Report records o as the outcome of d and, when d is in a batch with a
+// reported hook, calls it. The first of Report and Take counts: it
+// returns false when d was reported or taken over already. Safe on a nil
+// Delivery (a message no source emitted).
+func (d *Delivery) Report(o Outcome) bool {
+	if d == nil || !d.state.CompareAndSwap(open, taken) {
+		return false
 	}
 	d.outcome = o
-	d.reported.Store(true)
+	d.state.Store(reported)
+	if b := d.batch; b != nil {
+		if b.reported != nil {
+			b.reported(d.index)
+		}
+		b.settledOne()
+	}
+	return true
+}
+
+// Take takes d over for its source, which settles it by itself (its ack
+// deadline passed, or a drain gave up on it): a later Report does not
+// count. It returns false when d was reported (or taken) already.
+func (d *Delivery) Take() bool {
+	if !d.state.CompareAndSwap(open, taken) {
+		return false
+	}
+	if d.batch != nil {
+		d.batch.settledOne()
+	}
+	return true
+}
+
+// Outcome returns the outcome reported for d, and whether one was.
+func (d *Delivery) Outcome() (Outcome, bool) {
+	if d.state.Load() != reported {
+		return Outcome{}, false
+	}
+	return d.outcome, true
 }
 
 // ErrPublishDeadline is returned (wrapped) by CheckDeadline for a message
 // past its delivery's Deadline.
 var ErrPublishDeadline = errors.New("not published: the message is older than the ack deadline")
 
-// CheckDeadline returns an error wrapping ErrPublishDeadline when the
-// message is past its delivery's Deadline: the moment its source emitted
-// it plus relay.ack_deadline, when the source stops waiting for its
-// outcome and settles the row (ack_deadline is shorter than the table
-// source's lease, relay.inflight_timeout). Call it right before handing
-// the message to the NATS client; messages without a delivery or a
-// deadline pass.
+// CheckDeadline returns an error wrapping ErrPublishDeadline when d is
+// past its Deadline: the moment its source emitted it plus
+// relay.ack_deadline, when the source stops waiting for its outcome and
+// settles the row (ack_deadline is shorter than the table source's lease,
+// relay.inflight_timeout). Call it right before handing the message to
+// the NATS client; a nil delivery or one without a deadline passes.
 //
 // A relay that was paused (SIGSTOP, a frozen container, a long GC or swap
 // stall) with rows still in its pipeline must not publish them when it
@@ -71,8 +193,7 @@ var ErrPublishDeadline = errors.New("not published: the message is older than th
 // is checked on the monotonic clock and on the wall clock, so that a
 // suspended machine, whose monotonic clock may have stood still, is caught
 // too.
-func CheckDeadline(msg *message.Message) error {
-	d := Of(msg)
+func (d *Delivery) CheckDeadline() error {
 	if d == nil || d.Deadline.IsZero() {
 		return nil
 	}
@@ -83,3 +204,6 @@ func CheckDeadline(msg *message.Message) error {
 	}
 	return fmt.Errorf("%w (%s late): the relay was paused or stalled, and another relay may have published the row since", ErrPublishDeadline, late.Round(time.Millisecond))
 }
+
+// CheckDeadline is the CheckDeadline of the delivery msg carries.
+func CheckDeadline(msg *message.Message) error { return Of(msg).CheckDeadline() }

@@ -73,8 +73,10 @@ func (o Outcome) Reason() string {
 // is published, its stream unknown; one nacked without a report (or
 // carrying no delivery) is a Retryable failure whose Reason says so.
 func OutcomeOf(msg *message.Message) Outcome {
-	if d := Of(msg); d != nil && d.reported.Load() {
-		return d.outcome
+	if d := Of(msg); d != nil {
+		if o, ok := d.Outcome(); ok {
+			return o
+		}
 	}
 	select {
 	case <-msg.Acked():

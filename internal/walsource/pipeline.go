@@ -424,20 +424,18 @@ func (p *pipeline) message(e *entry) (*message.Message, bool) {
 	}
 	row := e.row
 	row.Attempt = e.attempts + 1
-	var msg *message.Message
-	if err == nil {
-		msg, err = outbox.NewMessage(row, headers, s.cfg.Namespace)
-	}
 	if err != nil {
 		p.dead(e, err.Error())
 		return nil, false
 	}
+	d := outbox.NewDelivery(row, headers, s.cfg.Namespace)
 	e.attempts++
 	e.turn = sink.NewTurn(p.lastTurn)
 	p.lastTurn = e.turn
-	e.msg = msg
 	ctx := sink.WithTurn(telemetry.Parent(s.hardCtx, headers), e.turn)
-	msg.SetContext(source.With(ctx, &source.Delivery{Subject: row.Subject, Deadline: time.Now().Add(s.cfg.AckDeadline)}))
+	d.Deadline = time.Now().Add(s.cfg.AckDeadline)
+	msg := source.NewMessage(ctx, d)
+	e.msg = msg
 	return msg, true
 }
 

@@ -1,0 +1,293 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// sweepInterval is how often Batch.Wait, blocked on the oldest message,
+// looks at the others: PubAcks come back mostly in publish order, so
+// waiting on the oldest settles nearly all of them, and a sweep settles
+// the ones acked out of order behind a slow one.
+const sweepInterval = 20 * time.Millisecond
+
+// Batch is a group of messages handed to the NATS client one after
+// another (Send) whose PubAcks are then awaited together (Wait), by one
+// goroutine: no goroutine, channel hand-off or timer per message. Begin
+// starts it, End ends it; it is not safe for concurrent use.
+type Batch struct {
+	p    *Publisher
+	ctx  context.Context
+	pend []pending
+}
+
+// pending is one message of a Batch.
+type pending struct {
+	future  jetstream.PubAckFuture // nil: not sent, or its outcome is reported
+	subject string
+	began   time.Time
+	// late is the timeout of a message that got no PubAck in time, set
+	// until flushLate reports it with the other late ones.
+	late error
+}
+
+var batchPool = sync.Pool{New: func() any { return new(Batch) }}
+
+// Begin starts a batch of n messages awaited under ctx (ctx's end fails
+// the messages still waiting). Close waits for the batches in progress.
+// Errors: ErrClosed.
+func (p *Publisher) Begin(ctx context.Context, n int) (*Batch, error) {
+	p.mu.RLock()
+	if p.closed {
+		p.mu.RUnlock()
+		return nil, ErrClosed
+	}
+	b := batchPool.Get().(*Batch)
+	b.p, b.ctx = p, ctx
+	if cap(b.pend) < n {
+		b.pend = make([]pending, n)
+	}
+	b.pend = b.pend[:n]
+	return b, nil
+}
+
+// Send hands message i of the batch, m, to the NATS client. ctx is the
+// message's own context: when it carries a Turn (WithTurn), m is handed
+// over only after the previous turn's message was, and its turn passes as
+// soon as it was (or as not sent, when Send fails first). check, when
+// set, is called last before the hand-over (the publish deadline); its
+// error stops the send.
+//
+// It never retries by itself (jetstream.WithRetryAttempts(0)): a retry
+// inside the client could land after later messages and break per-key
+// order. Errors: ErrTurnBroken, check's, ErrNotSent, the client's
+// (nats.ErrMaxPayload, nats.ErrBadSubject, …). Nothing was sent when Send
+// fails.
+func (b *Batch) Send(ctx context.Context, i int, m *nats.Msg, check func() error) (err error) {
+	turn := turnFrom(ctx)
+	if turn != nil {
+		defer func() { turn.Pass(err == nil) }() // the next one may follow, or is refused
+		if !turn.wait(ctx) {
+			return ErrTurnBroken
+		}
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	p := b.p
+	p.noteSubject(m.Subject)
+	began := time.Now()
+	future, err := p.js.PublishMsgAsync(m, jetstream.WithRetryAttempts(0))
+	if err != nil {
+		if p.cfg.Conn != nil && p.cfg.Conn.IsClosed() {
+			// nats.go says "error creating async reply handler: nats:
+			// connection closed" without wrapping nats.ErrConnectionClosed.
+			return fmt.Errorf("publish to %s: %w (%v)", m.Subject, ErrNotSent, err)
+		}
+		return fmt.Errorf("publish to %s: %w", m.Subject, err)
+	}
+	b.pend[i] = pending{future: future, subject: m.Subject, began: began}
+	return nil
+}
+
+// Wait waits for the PubAck of every message sent and calls done with
+// each message's index and PubAck, or its error, and the time since its
+// send, as soon as it is known: at most PublishTimeout after its send, or
+// when the batch's context ends or the connection closes for good. The
+// errors are PublishMsg's.
+func (b *Batch) Wait(done func(i int, ack *jetstream.PubAck, err error, took time.Duration)) {
+	p := b.p
+	timer := timerPool.Get().(*time.Timer)
+	defer func() {
+		timer.Stop()
+		timerPool.Put(timer)
+	}()
+	var sweep *time.Ticker
+	defer func() {
+		if sweep != nil {
+			sweep.Stop()
+		}
+	}()
+	for head := range b.pend {
+		for b.pend[head].future != nil {
+			if b.poll(head, done) {
+				b.flushLate(done)
+				continue
+			}
+			w := &b.pend[head]
+			if sweep == nil {
+				sweep = time.NewTicker(sweepInterval)
+			}
+			timer.Reset(time.Until(w.began.Add(p.cfg.PublishTimeout)))
+			select {
+			case ack := <-w.future.Ok():
+				b.finish(head, ack, nil, done)
+			case err := <-w.future.Err():
+				b.failed(head, err, done)
+			case <-timer.C:
+				w.late = fmt.Errorf("no PubAck within %s: %w", p.cfg.PublishTimeout, jetstream.ErrAsyncPublishTimeout)
+			case <-sweep.C:
+				for i := head + 1; i < len(b.pend); i++ {
+					b.poll(i, done)
+				}
+			case <-b.ctx.Done():
+				for i := head; i < len(b.pend); i++ {
+					if w := &b.pend[i]; w.future != nil && !b.poll(i, done) {
+						b.finish(i, nil, fmt.Errorf("publish to %s: %w", w.subject, b.ctx.Err()), done)
+					}
+				}
+			case <-p.connClosed:
+				for i := head; i < len(b.pend); i++ {
+					if w := &b.pend[i]; w.future != nil && !b.poll(i, done) {
+						b.finish(i, nil, p.closedErr(w.subject), done)
+					}
+				}
+			}
+			timer.Stop() // since Go 1.23 no stale tick survives Stop
+			b.flushLate(done)
+		}
+	}
+}
+
+// End ends the batch, waited for or not (a panic between Begin and Wait);
+// b must not be used again.
+func (b *Batch) End() {
+	p := b.p
+	if p == nil {
+		return
+	}
+	clear(b.pend)
+	b.p, b.ctx = nil, nil
+	batchPool.Put(b)
+	p.mu.RUnlock()
+}
+
+// poll reports message i's outcome when it is known already, and whether
+// it is; a timeout is left for flushLate.
+func (b *Batch) poll(i int, done func(int, *jetstream.PubAck, error, time.Duration)) bool {
+	w := &b.pend[i]
+	if w.future == nil || w.late != nil {
+		return true
+	}
+	select {
+	case ack := <-w.future.Ok():
+		b.finish(i, ack, nil, done)
+	case err := <-w.future.Err():
+		b.failed(i, err, done)
+	default:
+		return false
+	}
+	return true
+}
+
+// failed reports the error of message i's future, but leaves a timeout of
+// the client's own (jetstream.WithPublishAsyncTimeout) for flushLate.
+func (b *Batch) failed(i int, err error, done func(int, *jetstream.PubAck, error, time.Duration)) {
+	if errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
+		b.pend[i].late = err
+		return
+	}
+	b.finish(i, nil, fmt.Errorf("publish to %s: %w", b.pend[i].subject, err), done)
+}
+
+func (b *Batch) finish(i int, ack *jetstream.PubAck, err error, done func(int, *jetstream.PubAck, error, time.Duration)) {
+	w := &b.pend[i]
+	w.future, w.late = nil, nil
+	done(i, ack, err, time.Since(w.began))
+}
+
+// flushLate reports the messages that got no PubAck in time — those
+// marked late, and every other one past its PublishTimeout — as PublishMsg
+// does: the server's permission violation for the subject, the server not
+// answering (ErrUnresponsive), or the timeout. Whether the server answered
+// since a publish is asked once, with a wait, for the latest of them: a
+// PING answered after it was sent after each of the others too; only when
+// it was not are the others asked, without waiting again. One frozen
+// server costs a batch one wait, not one per message.
+func (b *Batch) flushLate(done func(int, *jetstream.PubAck, error, time.Duration)) {
+	p := b.p
+	var late []int
+	now := time.Now()
+	for i := range b.pend {
+		w := &b.pend[i]
+		if w.future == nil {
+			continue
+		}
+		if w.late == nil && !now.Before(w.began.Add(p.cfg.PublishTimeout)) && !b.poll(i, done) {
+			w.late = fmt.Errorf("no PubAck within %s: %w", p.cfg.PublishTimeout, jetstream.ErrAsyncPublishTimeout)
+		}
+		if w.late != nil {
+			late = append(late, i)
+		}
+	}
+	answered := true
+	for k := len(late) - 1; k >= 0; k-- {
+		w := &b.pend[late[k]]
+		var err error
+		if denied := p.denied(w.subject, w.began); denied != nil {
+			err = fmt.Errorf("publish to %s: %w", w.subject, denied)
+		} else if answered = answered && p.answered(w.began, k == len(late)-1); !answered {
+			err = fmt.Errorf("publish to %s: %w (%v)", w.subject, ErrUnresponsive, w.late)
+		} else {
+			err = fmt.Errorf("publish to %s: %w", w.subject, w.late)
+		}
+		b.finish(late[k], nil, err, done)
+	}
+}
+
+// answered asks Config.Answered whether the server answered a PING sent
+// after since; it waits up to answeredWait for a PONG only when wait is
+// set. Without Config.Answered, true.
+func (p *Publisher) answered(since time.Time, wait bool) bool {
+	if p.cfg.Answered == nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), answeredWait)
+	if !wait {
+		cancel()
+	}
+	defer cancel()
+	return p.cfg.Answered(ctx, since)
+}
+
+// failed is the error of a publish whose future failed: a timeout of the
+// client's own (jetstream.WithPublishAsyncTimeout) said as PublishMsg
+// says it, any other error wrapped with the subject.
+func (p *Publisher) failed(subject string, began time.Time, err error) error {
+	if errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
+		return p.timedOut(subject, began, err)
+	}
+	return fmt.Errorf("publish to %s: %w", subject, err)
+}
+
+// closedErr is the error of a publish awaiting its PubAck when the
+// connection closed for good (see Config.Conn).
+func (p *Publisher) closedErr(subject string) error {
+	last := p.cfg.Conn.LastError()
+	if lineTooLong(last) {
+		if int64(len(subject)) < p.longest.Load() {
+			return fmt.Errorf("publish to %s: %w (%v)", subject, ErrClosedByAnother, last)
+		}
+		return fmt.Errorf("publish to %.80s: %w (subject of %d bytes; %v); shorten the subject or raise the server's max_control_line, then bridge retry",
+			subject, ErrLineTooLong, len(subject), last)
+	}
+	return fmt.Errorf("publish to %s: %w (%v)", subject, nats.ErrConnectionClosed, last)
+}
+
+// Marshal builds the NATS message of msg with the publisher's Marshaler.
+func (p *Publisher) Marshal(subject string, msg *message.Message) (*nats.Msg, error) {
+	m, err := p.cfg.Marshaler.Marshal(subject, msg)
+	if err != nil {
+		return nil, fmt.Errorf("marshal message %s: %w", msg.UUID, err)
+	}
+	return m, nil
+}
