@@ -124,8 +124,12 @@ func (b *Batch) Wait(done func(i int, ack *jetstream.PubAck, err error, took tim
 				continue
 			}
 			w := &b.pend[head]
-			if sweep == nil {
-				sweep = time.NewTicker(sweepInterval)
+			var sweeps <-chan time.Time
+			if head < len(b.pend)-1 { // others to sweep
+				if sweep == nil {
+					sweep = time.NewTicker(sweepInterval)
+				}
+				sweeps = sweep.C
 			}
 			timer.Reset(time.Until(w.began.Add(p.cfg.PublishTimeout)))
 			select {
@@ -135,7 +139,7 @@ func (b *Batch) Wait(done func(i int, ack *jetstream.PubAck, err error, took tim
 				b.failed(head, err, done)
 			case <-timer.C:
 				w.late = fmt.Errorf("no PubAck within %s: %w", p.cfg.PublishTimeout, jetstream.ErrAsyncPublishTimeout)
-			case <-sweep.C:
+			case <-sweeps:
 				for i := head + 1; i < len(b.pend); i++ {
 					b.poll(i, done)
 				}

@@ -27,6 +27,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/forwarder"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
+	"github.com/outbox-bridge/bridge/internal/source"
 	"github.com/outbox-bridge/bridge/internal/walsource"
 )
 
@@ -107,7 +108,9 @@ func (e *env) relay(t *testing.T, cfg walsource.Config) *relay {
 	cfg.Connected = nc.IsConnected
 	sub, err := walsource.NewSubscriber(ctx, e.db, e.store, logger, cfg)
 	require.NoError(t, err)
-	f, err := forwarder.New(sub, e.names.Table, pub, logger, forwarder.Config{CloseTimeout: 10 * time.Second, Connected: nc.IsConnected})
+	// As the relay wires it (ProvideForwarder): the rows reach the
+	// forwarder in batches.
+	f, err := forwarder.New(source.Coalesce(sub, 500), e.names.Table, pub, logger, forwarder.Config{CloseTimeout: 10 * time.Second, Connected: nc.IsConnected})
 	require.NoError(t, err)
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/forwarder"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 // ProviderSet builds the postgres-wal source: the subscriber over the
@@ -59,8 +60,9 @@ func ProvideSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, 
 // ProvideForwarder builds the router over the subscriber, closing within
 // shutdown_timeout: the forwarder of source: table, so that a row is
 // published, classified and recorded the same way whichever source read
-// it.
+// it. The subscriber's messages, one per row, reach it in batches of at
+// most relay.batch_size (source.Coalesce).
 func ProvideForwarder(sub *Subscriber, store *outbox.Store, pub *sink.Publisher, nc *nats.Conn, guard *dedup.Guard, keeper *broker.Keeper, tracer trace.Tracer, reg *prometheus.Registry, cfg *config.Config, logger *slog.Logger) (*forwarder.Forwarder, error) {
-	return forwarder.New(sub, store.Table(), pub, logger, forwarder.Config{CloseTimeout: cfg.ShutdownTimeout, Connected: nc.IsConnected,
+	return forwarder.New(source.Coalesce(sub, cfg.Relay.BatchSize), store.Table(), pub, logger, forwarder.Config{CloseTimeout: cfg.ShutdownTimeout, Connected: nc.IsConnected,
 		StreamSeen: guard.Published, Admit: guard.Admit, StreamMissing: keeper.Missing, Tracer: tracer, Registerer: reg})
 }
