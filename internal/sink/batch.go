@@ -26,6 +26,7 @@ type Batch struct {
 	p    *Publisher
 	ctx  context.Context
 	pend []pending
+	late bool // some message is marked late
 }
 
 // pending is one message of a Batch.
@@ -138,7 +139,7 @@ func (b *Batch) Wait(done func(i int, ack *jetstream.PubAck, err error, took tim
 			case err := <-w.future.Err():
 				b.failed(head, err, done)
 			case <-timer.C:
-				w.late = fmt.Errorf("no PubAck within %s: %w", p.cfg.PublishTimeout, jetstream.ErrAsyncPublishTimeout)
+				w.late, b.late = fmt.Errorf("no PubAck within %s: %w", p.cfg.PublishTimeout, jetstream.ErrAsyncPublishTimeout), true
 			case <-sweeps:
 				for i := head + 1; i < len(b.pend); i++ {
 					b.poll(i, done)
@@ -170,7 +171,7 @@ func (b *Batch) End() {
 		return
 	}
 	clear(b.pend)
-	b.p, b.ctx = nil, nil
+	b.p, b.ctx, b.late = nil, nil, false
 	batchPool.Put(b)
 	p.mu.RUnlock()
 }
@@ -197,7 +198,7 @@ func (b *Batch) poll(i int, done func(int, *jetstream.PubAck, error, time.Durati
 // the client's own (jetstream.WithPublishAsyncTimeout) for flushLate.
 func (b *Batch) failed(i int, err error, done func(int, *jetstream.PubAck, error, time.Duration)) {
 	if errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
-		b.pend[i].late = err
+		b.pend[i].late, b.late = err, true
 		return
 	}
 	b.finish(i, nil, fmt.Errorf("publish to %s: %w", b.pend[i].subject, err), done)
@@ -218,6 +219,10 @@ func (b *Batch) finish(i int, ack *jetstream.PubAck, err error, done func(int, *
 // it was not are the others asked, without waiting again. One frozen
 // server costs a batch one wait, not one per message.
 func (b *Batch) flushLate(done func(int, *jetstream.PubAck, error, time.Duration)) {
+	if !b.late {
+		return
+	}
+	b.late = false
 	p := b.p
 	var late []int
 	now := time.Now()
