@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -39,6 +40,7 @@ func runChild(args []string) int {
 	batch := fs.Int("batch-size", 500, "")
 	inflight := fs.Int("max-in-flight", 2000, "")
 	cpuprofile := fs.String("cpuprofile", "", "")
+	memprofile := fs.String("memprofile", "", "")
 	deleteOnRelay := fs.Bool("delete-on-relay", false, "")
 	source := fs.String("source", config.SourceTable, "")
 	hold := fs.Bool("hold", false, "")
@@ -58,6 +60,9 @@ func runChild(args []string) int {
 			pprof.StopCPUProfile()
 			_ = f.Close()
 		}()
+	}
+	if *memprofile != "" {
+		defer writeAllocs(*memprofile)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -100,6 +105,19 @@ func runChild(args []string) int {
 	return 0
 }
 
+// writeAllocs writes the allocation profile of the process so far to path
+// (go tool pprof -sample_index=alloc_space or alloc_objects).
+func writeAllocs(path string) {
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.Lookup("allocs").WriteTo(f, 0)
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bridge-bench: --memprofile: %v\n", err)
+	}
+}
+
 // peakRSSKiB reads VmHWM, the peak resident set size, from /proc.
 func peakRSSKiB() int64 {
 	b, err := os.ReadFile("/proc/self/status")
@@ -131,11 +149,11 @@ type child struct {
 func (e *env) startRelays(table string, k int, meter *cpuMeter) ([]*child, error) {
 	var cs []*child
 	for i := range k {
-		profile := ""
+		cpu, mem := "", ""
 		if i == 0 {
-			profile = e.s.CPUProfile // the first relay's: one profile file
+			cpu, mem = e.s.CPUProfile, e.s.MemProfile // the first relay's: one profile file
 		}
-		c, err := e.startChild(table, profile)
+		c, err := e.startChild(table, cpu, mem)
 		if err != nil {
 			stopAll(cs)
 			return nil, fmt.Errorf("relay %d of %d: %w", i+1, k, err)
@@ -164,7 +182,7 @@ func (e *env) startRelay(table string) (*child, error) {
 	return cs[0], nil
 }
 
-func (e *env) startChild(table, profile string) (*child, error) {
+func (e *env) startChild(table, cpuProfile, memProfile string) (*child, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -172,7 +190,7 @@ func (e *env) startChild(table, profile string) (*child, error) {
 	c := &child{exited: make(chan struct{})}
 	c.cmd = exec.Command(self, childCommand, "--database-url", e.dbURL, "--table", table, "--nats-url", e.natsURL,
 		"--batch-size", strconv.Itoa(e.s.BatchSize), "--max-in-flight", strconv.Itoa(e.s.MaxInFlight),
-		"--cpuprofile", profile, "--delete-on-relay="+strconv.FormatBool(e.s.DeleteOnRelay), "--source", e.s.Source, "--hold")
+		"--cpuprofile", cpuProfile, "--memprofile", memProfile, "--delete-on-relay="+strconv.FormatBool(e.s.DeleteOnRelay), "--source", e.s.Source, "--hold")
 	c.cmd.Stderr = os.Stderr
 	out, err := c.cmd.StdoutPipe()
 	if err != nil {

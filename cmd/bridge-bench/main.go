@@ -49,6 +49,7 @@ type settings struct {
 	Source        string        `json:"source"`
 	Relays        int           `json:"relays"`
 	CPUProfile    string        `json:"-"`
+	MemProfile    string        `json:"-"`
 }
 
 // results is what the JSON output holds; keys are fixed by the issue.
@@ -135,6 +136,7 @@ func run(args []string) int {
 	fs.IntVar(&s.OrderingKeys, "ordering-keys", 0, "spread the rows of the bridge phase over this many ordering keys (row i gets key o-<i mod K>; 0: no ordering key)")
 	fs.StringVar(&s.Source, "source", "table", "the relay's source: table (claims) or postgres-wal (the write-ahead log; needs PostgreSQL 14+ with wal_level = logical: a publication and a replication slot per phase are created and dropped)")
 	fs.StringVar(&s.CPUProfile, "cpuprofile", "", "write a CPU profile of the relay child process to this file, read with go tool pprof (each phase that runs the relay overwrites it: use with --phases bridge)")
+	fs.StringVar(&s.MemProfile, "memprofile", "", "write the allocation profile of the relay child process, from its start to its end, to this file, read with go tool pprof -sample_index=alloc_space (or alloc_objects); as --cpuprofile, use with --phases bridge")
 	fs.SetOutput(os.Stderr)
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -20,7 +20,9 @@ func (s *Subscriber) emit(rows []Row, claimed claimWindow, out chan<- *message.M
 	if len(rows) == 0 {
 		return true
 	}
-	w := &watched{s: s, rows: make([]Row, 0, len(rows))}
+	// w.rows are the rows kept, filtered in place: the claim's slice is
+	// the subscriber's from here on.
+	w := &watched{s: s, rows: rows[:0]}
 	deliveries := make([]source.Delivery, len(rows))
 	msgs := make([]nats.Msg, len(rows))
 	ds := make([]*source.Delivery, 0, len(rows))

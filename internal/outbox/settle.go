@@ -68,7 +68,8 @@ func (s *Subscriber) settleLoop() {
 
 // flush writes one batch, retrying while the database is unreachable.
 func (s *Subscriber) flush(batch []settlement) {
-	var done []Done
+	done := s.doneBuf[:0]
+	defer func() { s.doneBuf = done[:0] }()
 	var failures []Failure
 	var duplicates int64
 	for _, st := range batch {

@@ -210,6 +210,7 @@ type Subscriber struct {
 	lastClaim        atomic.Int64 // unix nanoseconds of the last claim that took rows (or of NewSubscriber)
 	wake             chan struct{}
 	settleCh         chan settlement
+	doneBuf          []Done // the settle loop's, reused by every flush
 
 	// claims and marks are the recent record of the claim loop and of
 	// the settlement writes, for readiness.

@@ -39,6 +39,9 @@ type pending struct {
 	late error
 }
 
+// noRetry is jetstream.WithRetryAttempts(0), made once.
+var noRetry = jetstream.WithRetryAttempts(0)
+
 var batchPool = sync.Pool{New: func() any { return new(Batch) }}
 
 // Begin starts a batch of n messages awaited under ctx (ctx's end fails
@@ -87,7 +90,7 @@ func (b *Batch) Send(ctx context.Context, i int, m *nats.Msg, check func() error
 	p := b.p
 	p.noteSubject(m.Subject)
 	began := time.Now()
-	future, err := p.js.PublishMsgAsync(m, jetstream.WithRetryAttempts(0))
+	future, err := p.js.PublishMsgAsync(m, noRetry)
 	if err != nil {
 		if p.cfg.Conn != nil && p.cfg.Conn.IsClosed() {
 			// nats.go says "error creating async reply handler: nats:
@@ -105,6 +108,13 @@ func (b *Batch) Send(ctx context.Context, i int, m *nats.Msg, check func() error
 // send, as soon as it is known: at most PublishTimeout after its send, or
 // when the batch's context ends or the connection closes for good. The
 // errors are PublishMsg's.
+//
+// It waits on the last message whose outcome is not known: PubAcks come
+// back mostly in publish order, so when the last one is in, nearly all
+// are, and one pass reports them. The goroutine wakes about once per
+// batch, not once per PubAck. Every sweepInterval it looks at the others,
+// so that a message acked (or failed) long before a slow last one is
+// reported without waiting for it.
 func (b *Batch) Wait(done func(i int, ack *jetstream.PubAck, err error, took time.Duration)) {
 	p := b.p
 	timer := timerPool.Get().(*time.Timer)
@@ -118,48 +128,59 @@ func (b *Batch) Wait(done func(i int, ack *jetstream.PubAck, err error, took tim
 			sweep.Stop()
 		}
 	}()
-	for head := range b.pend {
-		for b.pend[head].future != nil {
-			if b.poll(head, done) {
-				b.flushLate(done)
-				continue
+	for first := 0; ; {
+		// One pass: report what is known, find the first and the last
+		// message still waiting.
+		last := -1
+		for i := first; i < len(b.pend); i++ {
+			if !b.poll(i, done) {
+				last = i
+			} else if i == first {
+				first++
 			}
-			w := &b.pend[head]
-			var sweeps <-chan time.Time
-			if head < len(b.pend)-1 { // others to sweep
-				if sweep == nil {
-					sweep = time.NewTicker(sweepInterval)
-				}
-				sweeps = sweep.C
-			}
-			timer.Reset(time.Until(w.began.Add(p.cfg.PublishTimeout)))
-			select {
-			case ack := <-w.future.Ok():
-				b.finish(head, ack, nil, done)
-			case err := <-w.future.Err():
-				b.failed(head, err, done)
-			case <-timer.C:
-				w.late, b.late = fmt.Errorf("no PubAck within %s: %w", p.cfg.PublishTimeout, jetstream.ErrAsyncPublishTimeout), true
-			case <-sweeps:
-				for i := head + 1; i < len(b.pend); i++ {
-					b.poll(i, done)
-				}
-			case <-b.ctx.Done():
-				for i := head; i < len(b.pend); i++ {
-					if w := &b.pend[i]; w.future != nil && !b.poll(i, done) {
-						b.finish(i, nil, fmt.Errorf("publish to %s: %w", w.subject, b.ctx.Err()), done)
-					}
-				}
-			case <-p.connClosed:
-				for i := head; i < len(b.pend); i++ {
-					if w := &b.pend[i]; w.future != nil && !b.poll(i, done) {
-						b.finish(i, nil, p.closedErr(w.subject), done)
-					}
-				}
-			}
-			timer.Stop() // since Go 1.23 no stale tick survives Stop
-			b.flushLate(done)
 		}
+		b.flushLate(done)
+		for first < len(b.pend) && b.pend[first].future == nil {
+			first++
+		}
+		if first == len(b.pend) {
+			return
+		}
+		if last < first || b.pend[last].future == nil {
+			continue // flushLate reported it
+		}
+		w := &b.pend[last]
+		var sweeps <-chan time.Time
+		if last > first { // others to sweep
+			if sweep == nil {
+				sweep = time.NewTicker(sweepInterval)
+			}
+			sweeps = sweep.C
+		}
+		// The first message waiting was sent first: its timeout comes first.
+		timer.Reset(time.Until(b.pend[first].began.Add(p.cfg.PublishTimeout)))
+		select {
+		case ack := <-w.future.Ok():
+			b.finish(last, ack, nil, done)
+		case err := <-w.future.Err():
+			b.failed(last, err, done)
+		case <-timer.C:
+			b.late = true // flushLate finds the messages past their timeout
+		case <-sweeps:
+		case <-b.ctx.Done():
+			for i := first; i < len(b.pend); i++ {
+				if w := &b.pend[i]; w.future != nil && !b.poll(i, done) {
+					b.finish(i, nil, fmt.Errorf("publish to %s: %w", w.subject, b.ctx.Err()), done)
+				}
+			}
+		case <-p.connClosed:
+			for i := first; i < len(b.pend); i++ {
+				if w := &b.pend[i]; w.future != nil && !b.poll(i, done) {
+					b.finish(i, nil, p.closedErr(w.subject), done)
+				}
+			}
+		}
+		timer.Stop() // since Go 1.23 no stale tick survives Stop
 	}
 }
 
