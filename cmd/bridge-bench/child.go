@@ -20,6 +20,7 @@ import (
 
 	bridge "github.com/outbox-bridge/bridge"
 	"github.com/outbox-bridge/bridge/internal/config"
+	"github.com/outbox-bridge/bridge/internal/daemon"
 	"github.com/outbox-bridge/bridge/internal/health"
 )
 
@@ -66,6 +67,7 @@ func runChild(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	go daemon.TuneGC(ctx, daemon.GCHeadroomDefault, quietLogger()) // as bridge run does
 
 	cfg := config.Default()
 	cfg.Database.URL, cfg.Database.Table, cfg.NATS.URL = *dbURL, *table, *natsURL

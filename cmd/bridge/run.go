@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -50,6 +51,9 @@ on --nats-listen storing in <data-dir>/jetstream, and stream EVENTS on events.>.
 				return nil
 			}
 			daemon.SetMemoryLimit(logger)
+			gcCtx, stopGC := context.WithCancel(ctx)
+			defer stopGC()
+			go daemon.TuneGC(gcCtx, daemon.GCHeadroomDefault, logger)
 			// bridge.Serve waits for a database or NATS that cannot be
 			// reached, and a SIGTERM or SIGINT meanwhile is a clean stop
 			// (exit 0); only bad configuration stops it (exit 2).
