@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,7 +54,11 @@ type Batch struct {
 	deliveries []*Delivery
 	reported   func(i int)
 	left       atomic.Int64
-	done       chan struct{}
+	one        [1]*Delivery // the deliveries of a batch of one (With)
+
+	mu     sync.Mutex
+	done   chan struct{} // made by the first Done
+	closed bool          // every delivery is settled
 }
 
 // NewBatch returns the batch of ds. reported, when set, is called with
@@ -62,15 +67,18 @@ type Batch struct {
 // there one by one as their outcomes come, without waiting for the rest
 // of the batch.
 func NewBatch(ds []*Delivery, reported func(i int)) *Batch {
-	b := &Batch{deliveries: ds, reported: reported, done: make(chan struct{})}
+	b := &Batch{reported: reported}
+	b.init(ds)
+	return b
+}
+
+func (b *Batch) init(ds []*Delivery) {
+	b.deliveries = ds
 	for i, d := range ds {
 		d.batch, d.index = b, i
 	}
 	b.left.Store(int64(len(ds)))
-	if len(ds) == 0 {
-		close(b.done)
-	}
-	return b
+	b.closed = len(ds) == 0
 }
 
 // Len is the number of deliveries.
@@ -80,12 +88,29 @@ func (b *Batch) Len() int { return len(b.deliveries) }
 func (b *Batch) At(i int) *Delivery { return b.deliveries[i] }
 
 // Done is closed once every delivery of the batch was reported or taken
-// over by its source.
-func (b *Batch) Done() <-chan struct{} { return b.done }
+// over by its source. (Made on demand: most batches of one are never
+// waited on this way.)
+func (b *Batch) Done() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done == nil {
+		b.done = make(chan struct{})
+		if b.closed {
+			close(b.done)
+		}
+	}
+	return b.done
+}
 
 // settledOne counts a delivery out of the batch.
 func (b *Batch) settledOne() {
-	if b.left.Add(-1) == 0 {
+	if b.left.Add(-1) != 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	if b.done != nil {
 		close(b.done)
 	}
 }
@@ -95,7 +120,10 @@ type batchKey struct{}
 // With returns ctx carrying d alone; give it to the message the source
 // emits (message.Message.SetContext).
 func With(ctx context.Context, d *Delivery) context.Context {
-	return WithBatch(ctx, NewBatch([]*Delivery{d}, nil))
+	b := new(Batch)
+	b.one[0] = d
+	b.init(b.one[:])
+	return WithBatch(ctx, b)
 }
 
 // WithBatch returns ctx carrying b; give it to the message the source
