@@ -4,12 +4,16 @@
 // JetStream publisher (internal/sink). It is the one forwarder of every
 // source.
 //
-// The handler publishes each message to the subject of its
-// source.Delivery and reports the PubAck on it as a typed source.Outcome;
-// an error is classified (Classify: retryable, permanent, unavailable, or
-// held by the duplicate-window guard) and reported too, and the message is
-// nacked, so the source can settle its row. A panic in the handler is
-// recovered and treated as a retryable failure.
-// The router runs each message in its own goroutine, so up to
-// relay.max_in_flight publishes await their PubAck at once.
+// A message carries a source.Batch: one delivery per row, a claimed batch
+// of rows for the table source. The handler hands each delivery's NATS
+// message to the client in order, awaits their PubAcks together
+// (sink.Batch) and reports each one's outcome on its delivery as soon as
+// it is known, as a typed source.Outcome: the PubAck, or the error
+// classified (Classify: retryable, permanent, unavailable, or held by the
+// duplicate-window guard), so the source can settle each row. The message
+// is acked when every row was published, nacked otherwise. A panic in the
+// handler is recovered and reported as a retryable failure of every row
+// not reported yet. The router runs each message in its own goroutine:
+// up to relay.max_in_flight rows await their PubAck at once, at the cost
+// of a goroutine per message, not per row.
 package forwarder
