@@ -134,3 +134,88 @@ func TestForwarderReportsTypedOutcomes(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(2), info.CachedInfo().State.Msgs, "only a and b were stored")
 }
+
+// TestForwarderReportsEachRowAsItsOutcomeComes: the rows of one message
+// are reported one by one as their PubAcks come, not when the slowest of
+// the batch is done: a row whose PubAck never comes (its subject reaches a
+// plain subscriber that does not answer) holds only itself, until its
+// publish timeout makes it a retryable failure.
+func TestForwarderReportsEachRowAsItsOutcomeComes(t *testing.T) {
+	t.Parallel()
+	n := bridgetest.StartNATS(t)
+	nc, js := n.JetStream(t)
+	bridgetest.CreateStream(t, js, "EVENTS", "events.>")
+	silent, err := nc.SubscribeSync("silent.>") // receives, never answers
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = silent.Unsubscribe() })
+	const publishTimeout = 3 * time.Second
+	pub, err := sink.New(js, sink.Config{PublishTimeout: publishTimeout})
+	require.NoError(t, err)
+	src := &chanSource{ch: make(chan *message.Message)}
+	fwd, err := forwarder.New(src, "test", pub, testLogger(), forwarder.Config{CloseTimeout: 10 * time.Second})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- fwd.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	<-fwd.Running()
+
+	subjects := []string{"events.a", "events.b", "silent.x"} // the silent one last: the batch waits on it
+	reported := make(chan int, len(subjects))
+	ds := make([]*source.Delivery, len(subjects))
+	for i, subject := range subjects {
+		m := nats.NewMsg(subject)
+		m.Data = []byte(subject)
+		m.Header.Set(jetstream.MsgIDHeader, subject)
+		ds[i] = &source.Delivery{Subject: subject, Msg: m}
+	}
+	b := source.NewBatch(ds, func(i int) { reported <- i })
+	msg := message.NewMessage("batch", nil)
+	msg.SetContext(source.WithBatch(context.Background(), b))
+	sent := time.Now()
+	src.ch <- msg
+
+	got := map[int]bool{}
+	for len(got) < 2 {
+		select {
+		case i := <-reported:
+			got[i] = true
+		case <-time.After(publishTimeout - 500*time.Millisecond):
+			require.FailNow(t, "the rows with a PubAck were not reported before the silent row's timeout", "reported: %v", got)
+		}
+	}
+	require.Equal(t, map[int]bool{0: true, 1: true}, got, "the two rows of stream EVENTS first")
+	for i := range 2 {
+		out, ok := ds[i].Outcome()
+		require.True(t, ok)
+		require.True(t, out.Published, "%s: %+v", subjects[i], out)
+	}
+	_, ok := ds[2].Outcome()
+	require.False(t, ok, "the silent row is still awaited")
+	select {
+	case <-msg.Acked():
+		require.FailNow(t, "the message was acked before its last row's outcome")
+	case <-msg.Nacked():
+		require.FailNow(t, "the message was nacked before its last row's outcome")
+	default:
+	}
+
+	select {
+	case i := <-reported:
+		require.Equal(t, 2, i)
+	case <-time.After(publishTimeout + 10*time.Second):
+		require.FailNow(t, "the silent row was never reported")
+	}
+	require.GreaterOrEqual(t, time.Since(sent), publishTimeout, "the silent row failed by its publish timeout")
+	out, _ := ds[2].Outcome()
+	require.Equal(t, source.Retryable, out.Class)
+	require.ErrorIs(t, out.Err, jetstream.ErrAsyncPublishTimeout)
+	select {
+	case <-msg.Nacked():
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "a message with a failed row is nacked")
+	}
+}
