@@ -181,12 +181,13 @@ func tableChecks(stall *outbox.StallWatch, sub *outbox.Subscriber) sourceChecks 
 func watermillChecks() sourceChecks { return sourceChecks{} }
 
 // provideWALHealth is provideHealth for source: postgres-wal, with one more
-// readiness check: the replication stream runs, or another relay holds the
-// slot and this one waits as a standby. It has no liveness check (yet): a
-// relay that cannot stream fails readiness, and a held queue is a backoff,
-// shown by bridge_wal_slot_lag_seconds.
-func provideWALHealth(reg *prometheus.Registry, db *outbox.DB, pinger *broker.Pinger, denials *broker.Denials, js jetstream.JetStream, streams broker.Streams, guard *dedup.Guard, sub *walsource.Subscriber) *health.Probes {
-	p := provideHealth(reg, db, pinger, denials, js, streams, guard, sourceChecks{})
+// readiness check — the replication stream runs, or another process holds
+// the slot and this relay waits as a standby (ready, naming the holder) —
+// and the stall watch as liveness: a relay stalled for
+// relay.stall_unhealthy_after in the active role fails it; a standby, or
+// a relay whose stream cannot start, does not (see walsource.StallSource).
+func provideWALHealth(reg *prometheus.Registry, db *outbox.DB, pinger *broker.Pinger, denials *broker.Denials, js jetstream.JetStream, streams broker.Streams, guard *dedup.Guard, sub *walsource.Subscriber, stall *outbox.StallWatch) *health.Probes {
+	p := provideHealth(reg, db, pinger, denials, js, streams, guard, sourceChecks{Alive: []health.Check{{Name: "stall", Check: stall.Alive}}})
 	p.Ready = append(p.Ready, health.Check{Name: "replication", Check: sub.Ready})
 	return p
 }
@@ -257,11 +258,11 @@ func provideWatermillRegistry(f *wmsource.Forwarder, guard *dedup.Guard, keeper 
 }
 
 // provideWALRegistry registers the postgres-wal relay's metrics: the
-// subscriber's, the slot's, the table's, the stream keeper's, the guard's,
-// the reconciler's, and the Go runtime and process collectors.
-func provideWALRegistry(sub *walsource.Subscriber, store *outbox.Store, guard *dedup.Guard, rec *dedup.Reconciler, keeper *broker.Keeper, cfg *config.Config) (*prometheus.Registry, error) {
+// subscriber's, the slot's, the table's, the stream keeper's, the stall
+// watch's, the guard's, the reconciler's, and the Go runtime and process collectors.
+func provideWALRegistry(sub *walsource.Subscriber, store *outbox.Store, guard *dedup.Guard, rec *dedup.Reconciler, keeper *broker.Keeper, stall *outbox.StallWatch, cfg *config.Config) (*prometheus.Registry, error) {
 	cs := append(sub.Collectors(), walsource.NewSlotCollector(store.DB().SQL, cfg.WAL.Slot, 5*time.Second),
-		outbox.NewTableCollector(store, 15*time.Second), keeper.Collector())
+		outbox.NewTableCollector(store, 15*time.Second), keeper.Collector(), stall.Collector())
 	cs = append(cs, guard.Collectors()...)
 	return newRegistry(append(cs, rec.Collectors()...)...)
 }

@@ -282,7 +282,8 @@ func NewWALRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, h
 		cleanup()
 		return nil, nil, err
 	}
-	registry, err := provideWALRegistry(subscriber, store, guard, dedupReconciler, keeper, cfg)
+	stallWatch := walsource.ProvideStallWatch(subscriber, cfg, logger)
+	registry, err := provideWALRegistry(subscriber, store, guard, dedupReconciler, keeper, stallWatch, cfg)
 	if err != nil {
 		cleanup3()
 		cleanup2()
@@ -296,10 +297,11 @@ func NewWALRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, h
 		cleanup()
 		return nil, nil, err
 	}
-	probes := provideWALHealth(registry, db, pinger, denials, jetStream, streams, guard, subscriber)
+	probes := provideWALHealth(registry, db, pinger, denials, jetStream, streams, guard, subscriber, stallWatch)
 	relay := &walsource.Relay{
 		Forwarder:  forwarderForwarder,
 		Subscriber: subscriber,
+		Stall:      stallWatch,
 		Guard:      guard,
 		Keeper:     keeper,
 		Health:     hs,

@@ -31,33 +31,81 @@ type StallConfig struct {
 	UnhealthyAfter time.Duration
 }
 
-// StallWatch tells a stalled relay: a row has been claimable for longer
-// than After and this relay has claimed nothing for as long. "Claimable"
-// is what a claim would take: pending or failed, its available_at passed,
-// no earlier row of its ordering key pending, in flight or failed — so an
-// empty table, rows waiting out a backoff however long, and rows queued
-// behind such a row never make a stall. While the relay claims rows,
-// nothing is asked of the database.
+// StallSource is what a StallWatch asks of a relay's source: whether rows
+// move, and whether rows wait while none does.
+type StallSource interface {
+	// LastProgress is when the relay last moved rows (source: table: a
+	// claim that took rows).
+	LastProgress() time.Time
+	// Stalled is asked once nothing moved for after: whether rows have
+	// waited for longer than after that this relay (or, for a standby,
+	// whoever holds what it waits for) should be relaying, and what keeps
+	// them (the log line's cause). Rows waiting out a backoff, and an
+	// empty table, never make a stall. An error means it cannot tell.
+	Stalled(ctx context.Context, after time.Duration) (stalled bool, cause string, err error)
+	// Excuse says why liveness must not fail for the stall it is in, or
+	// "" when it must: a stall whose cause is outside the process, which
+	// a restart would not change.
+	Excuse() string
+}
+
+// StallWatch tells a stalled relay: rows have waited for longer than
+// After and the relay has moved none for as long (see StallSource). For
+// the bridge table (NewStallWatch) "waited" is "claimable": pending or
+// failed, its available_at passed, no earlier row of its ordering key
+// pending, in flight or failed — so an empty table, rows waiting out a
+// backoff however long, and rows queued behind such a row never make a
+// stall. While the relay moves rows, nothing is asked of the database.
 //
 // A stalled relay is one that nothing else reports: its connections look
-// up, its probes answer, and rows wait. It is logged once per stall,
-// shown by bridge_relay_stalled_seconds, and after UnhealthyAfter by
-// Alive.
+// up, its probes answer, and rows wait. It is logged once per stall (and
+// again when its cause changes), shown by bridge_relay_stalled_seconds,
+// and after UnhealthyAfter by Alive.
 type StallWatch struct {
-	store  *Store
-	sub    *Subscriber
+	src    StallSource
 	cfg    StallConfig
 	logger *slog.Logger
 
 	since atomic.Int64 // unix nanoseconds when the stall was found; 0: not stalled
+	cause atomic.Pointer[string]
 }
 
 // NewStallWatch watches the claims of sub on store. The config is copied;
 // zero fields take their defaults.
 func NewStallWatch(store *Store, sub *Subscriber, logger *slog.Logger, cfg StallConfig) *StallWatch {
+	return NewSourceStallWatch(tableStall{store: store, sub: sub}, logger.With(slog.String("component", "outbox")), cfg)
+}
+
+// NewSourceStallWatch watches src, logging through logger. The config is
+// copied; zero fields take their defaults.
+func NewSourceStallWatch(src StallSource, logger *slog.Logger, cfg StallConfig) *StallWatch {
 	cfg.After = cmp.Or(cfg.After, StallAfterDefault)
 	cfg.UnhealthyAfter = cmp.Or(cfg.UnhealthyAfter, StallUnhealthyAfterDefault)
-	return &StallWatch{store: store, sub: sub, cfg: cfg, logger: logger.With(slog.String("component", "outbox"))}
+	return &StallWatch{src: src, cfg: cfg, logger: logger}
+}
+
+// tableStall is the StallSource of the bridge table's relay.
+type tableStall struct {
+	store *Store
+	sub   *Subscriber
+}
+
+func (t tableStall) LastProgress() time.Time { return t.sub.LastClaim() }
+
+func (t tableStall) Stalled(ctx context.Context, after time.Duration) (bool, string, error) {
+	stalled, err := t.store.Stalled(ctx, after)
+	return stalled, "rows have been claimable for longer than relay.stall_after and this relay claimed none", err
+}
+
+// Excuse: a stall while the claims fail is the database's doing — it
+// cannot be reached, it refuses the relay's writes (read-only, after a
+// failover), a privilege is missing — and a restart would not change it:
+// readiness fails (Subscriber.Ready, the database check) and names it.
+func (t tableStall) Excuse() string {
+	if t.sub.ClaimsFailing() {
+		return "the claims fail"
+	}
+	return ""
 }
 
 // Run checks until ctx ends, every quarter of After (at most every 15 s).
@@ -75,14 +123,14 @@ func (w *StallWatch) Run(ctx context.Context) {
 }
 
 func (w *StallWatch) check(ctx context.Context) {
-	idle := time.Since(w.sub.LastClaim())
+	idle := time.Since(w.src.LastProgress())
 	if idle < w.cfg.After {
 		w.clear()
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	stalled, err := w.store.Stalled(ctx, w.cfg.After)
+	stalled, cause, err := w.src.Stalled(ctx, w.cfg.After)
 	if err != nil {
 		// A database that cannot answer fails readiness already.
 		w.logger.Debug("stall check failed", slog.Any("error", err))
@@ -92,22 +140,27 @@ func (w *StallWatch) check(ctx context.Context) {
 		w.clear()
 		return
 	}
-	if w.since.CompareAndSwap(0, time.Now().UnixNano()) {
-		w.logger.Error("relay stalled: rows have been claimable for longer than relay.stall_after and this relay claimed none",
-			slog.Duration("stall_after", w.cfg.After), slog.Duration("claimed_nothing_for", idle.Round(time.Second)),
-			slog.Duration("unhealthy_after", w.cfg.UnhealthyAfter))
+	w.since.CompareAndSwap(0, time.Now().UnixNano())
+	if prev := w.cause.Swap(&cause); prev == nil || *prev != cause {
+		w.logger.Error("relay stalled: "+cause,
+			slog.String("cause", cause), slog.Duration("stall_after", w.cfg.After), slog.Duration("moved_nothing_for", idle.Round(time.Second)),
+			slog.Duration("unhealthy_after", w.cfg.UnhealthyAfter), slog.Bool("liveness_fails", w.src.Excuse() == "" && w.cfg.UnhealthyAfter >= 0))
 	}
 }
 
 func (w *StallWatch) clear() {
+	w.cause.Store(nil)
 	if since := w.since.Swap(0); since != 0 {
-		w.logger.Info("relay claims rows again after a stall", slog.Duration("stalled_for", time.Since(time.Unix(0, since)).Round(time.Second)))
+		w.logger.Info("relay moves rows again after a stall", slog.Duration("stalled_for", time.Since(time.Unix(0, since)).Round(time.Second)))
 	}
 }
 
 // Inherit takes over the stall prev (the watch of an earlier relay of this
 // process) found, so that a stall lasts across rebuilds of the relay.
-func (w *StallWatch) Inherit(prev *StallWatch) { w.since.Store(prev.since.Load()) }
+func (w *StallWatch) Inherit(prev *StallWatch) {
+	w.since.Store(prev.since.Load())
+	w.cause.Store(prev.cause.Load())
+}
 
 // Stalled returns how long the relay has been stalled; 0 when it is not.
 func (w *StallWatch) Stalled() time.Duration {
@@ -119,22 +172,25 @@ func (w *StallWatch) Stalled() time.Duration {
 }
 
 // Alive returns an error when the relay has been stalled for
-// UnhealthyAfter or longer while its claims do not fail.
+// UnhealthyAfter or longer, unless its source excuses the stall.
 //
 // The rule of liveness: it fails only for what a restart can heal, a relay
-// stuck in itself. A stall while the claims fail is the database's doing
-// — it cannot be reached, it refuses the relay's writes (read-only, after
-// a failover), a privilege is missing — and a restart would not change
-// it: readiness fails (Subscriber.Ready, the database check) and names
-// it, liveness does not, so that an orchestrator does not restart the relay
-// in a loop for as long as the database is down or read-only.
+// stuck in itself. A stall whose cause is outside the process (the
+// database refuses the claims; another process holds a replication slot)
+// is not healed by a restart: readiness or the stall's log line and
+// /readyz detail name it, liveness does not fail, so that an orchestrator
+// does not restart the relay in a loop for as long as the cause lasts.
 func (w *StallWatch) Alive(context.Context) error {
-	if w.sub.ClaimsFailing() {
+	if w.src.Excuse() != "" {
 		return nil
 	}
 	if d := w.Stalled(); w.cfg.UnhealthyAfter >= 0 && d > 0 && d >= w.cfg.UnhealthyAfter {
-		return fmt.Errorf("stalled for %s: rows are claimable and the relay claims none (relay.stall_after %s, relay.stall_unhealthy_after %s)",
-			d.Round(time.Second), w.cfg.After, w.cfg.UnhealthyAfter)
+		cause := "rows wait and the relay moves none"
+		if c := w.cause.Load(); c != nil {
+			cause = *c
+		}
+		return fmt.Errorf("stalled for %s: %s (relay.stall_after %s, relay.stall_unhealthy_after %s)",
+			d.Round(time.Second), cause, w.cfg.After, w.cfg.UnhealthyAfter)
 	}
 	return nil
 }
@@ -142,6 +198,6 @@ func (w *StallWatch) Alive(context.Context) error {
 // Collector exposes the gauge bridge_relay_stalled_seconds.
 func (w *StallWatch) Collector() prometheus.Collector {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bridge_relay_stalled_seconds",
-		Help: "How long the relay has been stalled: rows claimable for longer than relay.stall_after while it claimed none; 0 when it is not."},
+		Help: "How long the relay has been stalled: rows waiting (claimable; postgres-wal: unrelayed) for longer than relay.stall_after while it moved none; 0 when it is not."},
 		func() float64 { return w.Stalled().Seconds() })
 }

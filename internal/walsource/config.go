@@ -102,6 +102,11 @@ type Config struct {
 	// nil: rows are published again and deduplicated within the window
 	// only.
 	Reconciler outbox.Reconciler
+	// SessionName is the application_name of the replication connection,
+	// unless its URL (or PGAPPNAME) sets one: pg_stat_activity shows it,
+	// and a standby names the relay that holds the slot by it. Defaults
+	// to outbox.SessionNameDefault.
+	SessionName string
 }
 
 func (c *Config) setDefaults() {
@@ -117,6 +122,7 @@ func (c *Config) setDefaults() {
 	c.InflightTimeout = cmp.Or(c.InflightTimeout, InflightTimeoutDefault)
 	c.StatusInterval = cmp.Or(c.StatusInterval, StatusIntervalDefault)
 	c.HoldBack = cmp.Or(c.HoldBack, outbox.HoldBackDefault)
+	c.SessionName = cmp.Or(c.SessionName, outbox.SessionNameDefault)
 	if c.Connected == nil {
 		c.Connected = func() bool { return true }
 	}

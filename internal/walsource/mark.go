@@ -357,6 +357,7 @@ func (snap snapshot) visible(xid uint32) bool {
 func (s *Subscriber) retry(rows int, write func(context.Context) error) bool {
 	for wait := 100 * time.Millisecond; ; wait = min(wait*2, 5*time.Second) {
 		err := write(s.hardCtx)
+		s.marksFailing.Store(err != nil)
 		if err == nil {
 			return true
 		}

@@ -355,7 +355,11 @@ func (p *pipeline) popSettled() {
 
 // settle takes the marks the marker wrote.
 func (p *pipeline) settle() {
-	for _, e := range p.s.settled.take() {
+	taken := p.s.settled.take()
+	if len(taken) > 0 {
+		p.s.progress.Store(time.Now().UnixNano())
+	}
+	for _, e := range taken {
 		if e.state == settled {
 			continue
 		}
@@ -511,6 +515,8 @@ func (p *pipeline) hold(e *entry, wait time.Duration, connected bool, class sour
 	}
 	p.halted = true
 	p.waitConnected = p.waitConnected || connected
+	p.s.heldUntil.Store(p.retryAt.UnixNano())
+	p.s.waitingNATS.Store(p.waitConnected)
 }
 
 // resume lets a held queue go on once its conditions are met.
@@ -523,6 +529,10 @@ func (p *pipeline) resume() {
 		return
 	}
 	p.halted, p.waitConnected = false, false
+	// The rows were due only now: the stall watch counts from here.
+	s.heldUntil.Store(0)
+	s.waitingNATS.Store(false)
+	s.progress.Store(time.Now().UnixNano())
 	p.next = p.head
 	// A new chain of turns: the old one is broken where the failure was
 	// (a message not handed over refuses every later one), and what is

@@ -19,6 +19,7 @@ import (
 type Relay struct {
 	Forwarder  *forwarder.Forwarder
 	Subscriber *Subscriber
+	Stall      *outbox.StallWatch
 	Guard      *dedup.Guard
 	Keeper     *broker.Keeper
 	Health     *health.Server
@@ -33,7 +34,7 @@ type Relay struct {
 // Run relays until ctx ends, then drains: reading stops, publishes in
 // progress finish, marks are written and the slot's position is
 // confirmed. Beside the relay run the duplicate-window guard, the stream
-// keeper and retention. It returns nil after a clean stop, and an error
+// keeper, the stall watch and retention. It returns nil after a clean stop, and an error
 // wrapping daemon.ErrConnectionClosed, after the same drain, when the NATS
 // connection was closed for good. A lost replication slot does not stop
 // it: the subscriber waits for the slot (readiness says so).
@@ -47,6 +48,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	services := []func(context.Context){
 		func(ctx context.Context) { r.Guard.Run(ctx, dedup.GuardIntervalDefault) },
 		func(ctx context.Context) { r.Keeper.Run(ctx, broker.KeeperIntervalDefault) },
+		r.Stall.Run,
 	}
 	if !r.Config.Relay.DeleteOnRelay {
 		retention := r.Config.Relay.Retention

@@ -34,7 +34,8 @@ var errStopped = errors.New("stopped")
 // streamLoop reads the slot until the subscriber stops: one session per
 // replication connection, started again after an interruption, with a
 // backoff up to 5 s. It never gives up: while another process holds the
-// slot this relay is a standby, retrying every 5 s; while the slot or the
+// slot this relay is a standby, retrying every 5 s and naming the holder
+// (readiness, the stall watch); while the slot or the
 // publication is missing or the slot is invalidated (a failover to a
 // server without it, a drop, max_slot_wal_keep_size), which only an
 // operator can fix (`bridge migrate`), it logs the fix at ERROR once,
@@ -59,13 +60,19 @@ func (s *Subscriber) streamLoop() {
 			err = fmt.Errorf("%w: %w; create the slot and the publication with `bridge migrate` (after `bridge slot drop` for an invalidated slot): the relay then starts on its own and publishes the rows still pending (the sweep)",
 				ErrNoSlot, err)
 		}
-		s.state.Store(&streamState{standby: standby, err: err})
+		st := &streamState{standby: standby, err: err}
+		if standby {
+			st.holder = s.describeHolder()
+		}
+		s.readTableLag()
+		s.state.Store(st)
 		wait := backoff
 		switch {
 		case standby:
 			wait = 5 * time.Second
 			if logged != "standby" {
-				s.logger.Info("replication slot in use by another process; waiting for it (standby)", slog.String("reason", pgErr.Message))
+				s.logger.Info("replication slot in use by another process; waiting for it (standby)", slog.String("reason", pgErr.Message),
+					slog.String("holder", st.holder))
 			}
 			logged = "standby"
 		case operator:
@@ -135,6 +142,7 @@ func (s *Subscriber) session(again bool) (started bool, err error) {
 		r.push(event{kind: evRestart})
 	}
 	s.state.Store(&streamState{streaming: true})
+	s.progress.Store(time.Now().UnixNano()) // the stall watch gives a new stream stall_after to deliver
 	s.logger.Info("streaming from replication slot", slog.String("from", start.String()), slog.String("publication", s.cfg.Publication))
 	err = r.run(ctx)
 	if s.stopping() {

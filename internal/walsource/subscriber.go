@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/secret"
 )
@@ -78,6 +79,13 @@ type Subscriber struct {
 	emitted     atomic.Int64  // messages awaiting their outcome
 	state       atomic.Pointer[streamState]
 
+	// What the stall watch reads (stall.go).
+	progress     atomic.Int64 // unix ns: a row last settled, or a hold of the queue ended (or NewSubscriber)
+	heldUntil    atomic.Int64 // unix ns: the queue is held in a backoff until then; 0: not held
+	waitingNATS  atomic.Bool  // the held queue waits for NATS to be connected
+	marksFailing atomic.Bool  // the last write of marks failed
+	tableLag     atomic.Pointer[tableLag]
+
 	closing      chan struct{}
 	drainExpired chan struct{}
 	stopReader   chan struct{}
@@ -96,8 +104,17 @@ var _ message.Subscriber = (*Subscriber)(nil)
 // streamState is what readiness and logs say about the replication stream.
 type streamState struct {
 	streaming bool
-	standby   bool // another process holds the slot
+	standby   bool   // another process holds the slot
+	holder    string // standby: who holds the slot (see describeHolder)
 	err       error
+}
+
+// tableLag is the age, on the database clock, of the oldest pending or
+// failed row of the table, read at a time: what the slot's lag is while
+// this relay does not stream (see LagSeconds).
+type tableLag struct {
+	age time.Duration
+	at  time.Time
 }
 
 // NewSubscriber checks that the server's wal_level is logical and that the
@@ -129,6 +146,9 @@ func NewSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, logg
 		return nil, fmt.Errorf("%w: wal.replication_url %q: %v", outbox.ErrUnknownScheme, outbox.RedactURL(cfg.ReplicationURL), err)
 	}
 	repl.RuntimeParams["replication"] = "database"
+	if _, set := repl.RuntimeParams["application_name"]; !set {
+		repl.RuntimeParams["application_name"] = cfg.SessionName
+	}
 	if err := Check(ctx, db, cfg.Names); err != nil {
 		return nil, err
 	}
@@ -162,6 +182,7 @@ func NewSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, logg
 		hardCancel:   hardCancel,
 	}
 	s.confirmed.Store(uint64(start))
+	s.progress.Store(time.Now().UnixNano())
 	s.state.Store(&streamState{err: errors.New("not started")})
 	return s, nil
 }
@@ -238,13 +259,17 @@ func (s *Subscriber) Close() error {
 	return nil
 }
 
-// Ready is the readiness check of the stream: nil while it streams, or
-// while another relay holds the slot (this one is a standby); otherwise
-// why not.
+// Ready is the readiness check of the stream: nil while it streams; while
+// another process holds the slot (this relay is a standby), a
+// health.Degraded error naming the holder: the relay is ready to take
+// over, and /readyz says that it waits; otherwise why it does not stream.
 func (s *Subscriber) Ready(context.Context) error {
 	st := s.state.Load()
-	if st.streaming || st.standby {
+	switch {
+	case st.streaming:
 		return nil
+	case st.standby:
+		return health.Degraded(fmt.Errorf("standby: replication slot %s is held by %s; this relay waits for it", s.cfg.Slot, st.holder))
 	}
 	return fmt.Errorf("replication slot %s: not streaming: %w", s.cfg.Slot, st.err)
 }
@@ -271,16 +296,31 @@ func (s *Subscriber) backoff(attempt int) time.Duration {
 	return time.Duration(float64(d) * (0.5 + rand.Float64()/2))
 }
 
-// LagSeconds is the age, on the database clock, of the oldest row read
-// from the slot and not yet settled (its transaction's commit time); 0
-// when every row read is settled.
+// LagSeconds is how far behind the slot's reader is, in seconds: while
+// this relay streams, the age, on the database clock, of the oldest row
+// read from the slot and not yet settled (its transaction's commit time;
+// 0 when every row read is settled). While it does not (a standby, or
+// waiting for the slot), the age of the oldest pending or failed row of
+// the table (by id, its created_at; read every 5 s): whoever holds the
+// slot, if anyone, has not relayed it.
 func (s *Subscriber) LagSeconds() float64 {
+	if !s.state.Load().streaming {
+		if l := s.tableLag.Load(); l != nil {
+			return (l.age + time.Since(l.at)).Seconds()
+		}
+		return 0
+	}
+	return s.windowLag().Seconds()
+}
+
+// windowLag is the age of the oldest unsettled row read from the slot.
+func (s *Subscriber) windowLag() time.Duration {
 	oldest := s.oldestTx.Load()
 	if oldest == 0 {
 		return 0
 	}
 	now := time.Now().UnixNano() + s.clockOffset.Load()
-	return max(float64(now-oldest)/1e9, 0)
+	return time.Duration(max(now-oldest, 0))
 }
 
 // payloadLimit is the longest payload a row may have: longer, it can

@@ -42,13 +42,21 @@ type sweepRequest struct {
 // after the rows read before them, in id order among themselves: not in
 // commit order.
 func (s *Subscriber) sweepLoop() {
-	// A round every SweepInterval, the first one interval after the start:
-	// rows pending at the start may still be on their way from the slot.
+	// A round every SweepInterval while the stream runs, the first one
+	// interval after the start: rows pending at the start may still be on
+	// their way from the slot.
 	for {
 		select {
 		case <-s.closing:
 			return
 		case <-time.After(s.cfg.SweepInterval):
+		}
+		if !s.state.Load().streaming {
+			// A watermark written now might never arrive: another
+			// process reads the slot (a standby), or none does yet;
+			// the first session sends no restart that would end the
+			// wait for it.
+			continue
 		}
 		if err := s.sweep(s.hardCtx); err != nil && !s.isClosing() {
 			s.logger.Warn("sweep of pending rows failed; trying again at the next interval", slog.Any("error", err))

@@ -22,7 +22,7 @@ import (
 // ProviderSet builds the postgres-wal source: the subscriber over the
 // slot and the forwarder (the same router and handler as source: table)
 // that publishes its messages.
-var ProviderSet = wire.NewSet(ProvideSubscriber, ProvideForwarder)
+var ProviderSet = wire.NewSet(ProvideSubscriber, ProvideForwarder, ProvideStallWatch)
 
 // NamesOf returns the table, publication and slot of the configuration.
 func NamesOf(cfg *config.Config) Names {
@@ -54,7 +54,20 @@ func ProvideSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, 
 		InflightTimeout:  r.InflightTimeout,
 		Connected:        nc.IsConnected,
 		Reconciler:       reconciler,
+		SessionName:      outbox.SessionName(r.Owner),
 	})
+}
+
+// ProvideStallWatch watches the subscriber (see Subscriber.StallSource)
+// with relay.stall_after and relay.stall_unhealthy_after (0: never
+// unhealthy), as the table source's relay is watched.
+func ProvideStallWatch(sub *Subscriber, cfg *config.Config, logger *slog.Logger) *outbox.StallWatch {
+	unhealthy := cfg.Relay.StallUnhealthyAfter
+	if unhealthy == 0 {
+		unhealthy = -1
+	}
+	return outbox.NewSourceStallWatch(sub.StallSource(), logger.With(slog.String("component", "postgres-wal")),
+		outbox.StallConfig{After: cfg.Relay.StallAfter, UnhealthyAfter: unhealthy})
 }
 
 // ProvideForwarder builds the router over the subscriber, closing within
