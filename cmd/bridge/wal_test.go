@@ -26,6 +26,7 @@ import (
 type walEnv struct {
 	crashEnv
 	slot, publication string
+	nats              *bridgetest.NATS
 }
 
 func newWALEnv(t *testing.T) *walEnv {
@@ -39,7 +40,7 @@ func newWALEnv(t *testing.T) *walEnv {
 	js := natsClient(t, n.URL())
 	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Duplicates: 2 * time.Minute})
 	require.NoError(t, err)
-	e := &walEnv{crashEnv: crashEnv{dbURL: url, table: table, db: db, natsURL: n.URL(), js: js, dir: t.TempDir()}, slot: slot, publication: pub}
+	e := &walEnv{crashEnv: crashEnv{dbURL: url, table: table, db: db, natsURL: n.URL(), js: js, dir: t.TempDir()}, slot: slot, publication: pub, nats: n}
 	r := runBridge(t, e.dir, e.env(), "migrate")
 	require.Zero(t, r.code, "%s", r)
 	require.Contains(t, r.stdout, "created publication "+pub)

@@ -151,3 +151,103 @@ func TestWALStandbyBehindAForeignSlotHolderIsStalled(t *testing.T) {
 	require.NotContains(t, body, "standby", "%s", body)
 	require.Contains(t, p.stderr.String(), "moves rows again after a stall")
 }
+
+// TestWALStandbyBehindAFrozenRelayIsStalled: relay a holds the slot and is
+// frozen (SIGSTOP) while rows are written; relay b, its standby, says so
+// (bridge_relay_stalled_seconds > 0, /readyz naming a's walsender and its
+// application_name "bridge a") and keeps its liveness. Once a's walsender
+// times out (wal_sender_timeout, 20 s for a's replication connection), b
+// takes the slot over and relays every row once; the stall ends.
+func TestWALStandbyBehindAFrozenRelayIsStalled(t *testing.T) {
+	t.Parallel()
+	e := newWALEnv(t)
+	a := e.run(t, "BRIDGE_RELAY_OWNER=a", "BRIDGE_WAL_REPLICATION_URL="+e.dbURL+"&options=-c%20wal_sender_timeout%3D20s")
+	e.insert(t, 0, 100)
+	e.waitDone(t, 100, 30*time.Second, a)
+	b := e.run(t, append([]string{"BRIDGE_RELAY_OWNER=b"}, stallEnv...)...)
+	base := "http://" + relayHTTPAddr(t, b)
+	poll(t, 30*time.Second, func() bool {
+		return strings.Contains(b.stderr.String(), "replication slot in use by another process")
+	}, "relay b never said it waits for the slot")
+
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGSTOP))
+	t.Cleanup(func() { _ = a.cmd.Process.Signal(syscall.SIGCONT) })
+	frozen := time.Now()
+	e.insert(t, 100, 300)
+	poll(t, 15*time.Second, func() bool {
+		v, _ := metric(metricsText(t, base), "bridge_relay_stalled_seconds")
+		return v > 0
+	}, "bridge_relay_stalled_seconds stayed 0 on the standby of a frozen relay")
+	require.Less(t, time.Since(frozen), 10*time.Second, "the stall showed before a's walsender could time out")
+	require.Equal(t, 100, e.count(t, "done"), "nothing relays while a is frozen")
+	code, body := httpGet(base + "/readyz")
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	require.Contains(t, body, "standby", "%s", body)
+	require.Contains(t, body, `bridge a`, "/readyz names the holder's application_name: %s", body)
+	code, body = httpGet(base + "/healthz")
+	require.Equal(t, http.StatusOK, code, "a standby's liveness holds: %s", body)
+
+	e.waitDone(t, 300, 90*time.Second, b)
+	kill(t, a)
+	e.verifyOnce(t, 300)
+	poll(t, 30*time.Second, func() bool {
+		v, _ := metric(metricsText(t, base), "bridge_relay_stalled_seconds")
+		return v == 0
+	}, "bridge_relay_stalled_seconds stayed above 0 once every row was relayed")
+}
+
+// TestWALStalledRelayFailsLiveness: in the active role, rows read from the
+// slot that the relay does not relay (its NATS server is gone) make it
+// stalled after relay.stall_after and not alive after
+// relay.stall_unhealthy_after, as with source: table; once NATS is back
+// the rows flow and /healthz recovers. A long backoff (whose row holds
+// the rows after it, in commit order) and an empty table never trip it.
+func TestWALStalledRelayFailsLiveness(t *testing.T) {
+	t.Parallel()
+
+	t.Run("backoff and empty table", func(t *testing.T) {
+		t.Parallel()
+		e := newWALEnv(t)
+		p := e.run(t, append(stallEnv, "BRIDGE_RELAY_BACKOFF_INITIAL=1h", "BRIDGE_RELAY_BACKOFF_MAX=2h")...)
+		base := "http://" + relayHTTPAddr(t, p)
+		time.Sleep(3 * time.Second) // an empty table for longer than stall_after
+		_, err := e.db.Exec(`INSERT INTO `+e.table+` (idempotency_key, subject, payload) VALUES ('no-stream', 'orders.created', '\x00')`)
+		require.NoError(t, err)
+		e.insert(t, 0, 10) // behind it, in commit order
+		poll(t, 30*time.Second, func() bool { return e.count(t, "failed") == 1 }, "the row without a stream never failed")
+		time.Sleep(5 * time.Second) // longer than stall_after + wal.sweep_interval + stall_unhealthy_after
+		code, body := httpGet(base + "/healthz")
+		require.Equal(t, http.StatusOK, code, "%s", body)
+		v, ok := metric(metricsText(t, base), "bridge_relay_stalled_seconds")
+		require.True(t, ok, "the postgres-wal relay has a stall gauge")
+		require.Zero(t, v)
+		require.NotContains(t, p.stderr.String(), "relay stalled")
+	})
+
+	t.Run("nothing relayed", func(t *testing.T) {
+		t.Parallel()
+		e := newWALEnv(t)
+		p := e.run(t, stallEnv...)
+		base := "http://" + relayHTTPAddr(t, p)
+		e.insert(t, 0, 10)
+		e.waitDone(t, 10, 30*time.Second, p)
+		e.nats.Stop()
+		e.insert(t, 10, 20)
+		poll(t, 30*time.Second, func() bool {
+			code, _ := httpGet(base + "/healthz")
+			return code == http.StatusServiceUnavailable
+		}, "/healthz never failed while rows read from the slot were not relayed")
+		_, body := httpGet(base + "/healthz")
+		require.Contains(t, body, "stalled")
+		v, _ := metric(metricsText(t, base), "bridge_relay_stalled_seconds")
+		require.Positive(t, v)
+		require.Contains(t, p.stderr.String(), "relay stalled")
+
+		e.nats.Restart(t)
+		e.waitDone(t, 20, 60*time.Second, p)
+		poll(t, 30*time.Second, func() bool {
+			code, _ := httpGet(base + "/healthz")
+			return code == http.StatusOK
+		}, "/healthz never recovered once rows flowed again")
+	})
+}
