@@ -211,7 +211,7 @@ func TestWALStalledRelayFailsLiveness(t *testing.T) {
 		p := e.run(t, append(stallEnv, "BRIDGE_RELAY_BACKOFF_INITIAL=1h", "BRIDGE_RELAY_BACKOFF_MAX=2h")...)
 		base := "http://" + relayHTTPAddr(t, p)
 		time.Sleep(3 * time.Second) // an empty table for longer than stall_after
-		_, err := e.db.Exec(`INSERT INTO `+e.table+` (idempotency_key, subject, payload) VALUES ('no-stream', 'orders.created', '\x00')`)
+		_, err := e.db.Exec(`INSERT INTO ` + e.table + ` (idempotency_key, subject, payload) VALUES ('no-stream', 'orders.created', '\x00')`)
 		require.NoError(t, err)
 		e.insert(t, 0, 10) // behind it, in commit order
 		poll(t, 30*time.Second, func() bool { return e.count(t, "failed") == 1 }, "the row without a stream never failed")
