@@ -208,7 +208,7 @@ func TestWALStalledRelayFailsLiveness(t *testing.T) {
 	t.Run("backoff and empty table", func(t *testing.T) {
 		t.Parallel()
 		e := newWALEnv(t)
-		p := e.run(t, append(stallEnv, "BRIDGE_RELAY_BACKOFF_INITIAL=1h", "BRIDGE_RELAY_BACKOFF_MAX=2h")...)
+		p := e.run(t, slices.Concat(stallEnv, []string{"BRIDGE_RELAY_BACKOFF_INITIAL=1h", "BRIDGE_RELAY_BACKOFF_MAX=2h"})...)
 		base := "http://" + relayHTTPAddr(t, p)
 		time.Sleep(3 * time.Second) // an empty table for longer than stall_after
 		_, err := e.db.Exec(`INSERT INTO ` + e.table + ` (idempotency_key, subject, payload) VALUES ('no-stream', 'orders.created', '\x00')`)
