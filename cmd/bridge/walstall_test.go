@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -214,7 +215,7 @@ func TestWALStalledRelayFailsLiveness(t *testing.T) {
 		_, err := e.db.Exec(`INSERT INTO ` + e.table + ` (idempotency_key, subject, payload) VALUES ('no-stream', 'orders.created', '\x00')`)
 		require.NoError(t, err)
 		e.insert(t, 0, 10) // behind it, in commit order
-		poll(t, 30*time.Second, func() bool { return e.count(t, "failed") == 1 }, "the row without a stream never failed")
+		poll(t, 30*time.Second, func() bool { return e.count(t, "failed") == 1 }, "the row without a stream never failed: %s", e.statuses(t))
 		time.Sleep(5 * time.Second) // longer than stall_after + wal.sweep_interval + stall_unhealthy_after
 		code, body := httpGet(base + "/healthz")
 		require.Equal(t, http.StatusOK, code, "%s", body)
@@ -250,4 +251,20 @@ func TestWALStalledRelayFailsLiveness(t *testing.T) {
 			return code == http.StatusOK
 		}, "/healthz never recovered once rows flowed again")
 	})
+}
+
+// statuses counts the table's rows by status, for a failure message.
+func (e *walEnv) statuses(t *testing.T) string {
+	t.Helper()
+	rows, err := e.db.Query(`SELECT status, count(*), min(id), coalesce(max(last_error), '') FROM ` + e.table + ` GROUP BY status ORDER BY status`)
+	require.NoError(t, err)
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var status, lastErr string
+		var n, id int
+		require.NoError(t, rows.Scan(&status, &n, &id, &lastErr))
+		fmt.Fprintf(&b, "%s: %d (from id %d) %s; ", status, n, id, lastErr)
+	}
+	return b.String()
 }

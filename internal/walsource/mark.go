@@ -56,8 +56,10 @@ type markItem struct {
 // the whole table for a mark of 500 rows in tables of 200 to 10,000 rows
 // (TestMarkPlansLookUpEachRowByPrimaryKey). A row whose status changed
 // while the mark waited for it is left as it is: the visibility check
-// finds it unsettled, and the mark is tried again (a failed mark, which
-// only shows the error, is not).
+// finds it unsettled, and the mark is tried again; so is a mark of a row
+// not yet visible (failed marks included: lost, the row would show
+// neither its error nor its backoff to bridge status and to the stall
+// watch of a standby).
 
 // unsettled is the condition on a row (alias a) that a mark may change.
 func unsettled(a string) string {
@@ -88,7 +90,7 @@ FROM unnest($1::bigint[], $2::text[], $3::int[]) AS m(id, err, attempts)
 		failed: `UPDATE ` + t + ` o SET status = 'failed', last_error = m.err, attempts = m.attempts, owner = NULL,
 	available_at = now() + m.delay * interval '1 microsecond'
 FROM unnest($1::bigint[], $2::text[], $3::int[], $4::bigint[]) AS m(id, err, attempts, delay)
-` + lookup,
+` + lookup + ` RETURNING o.id`,
 		// One statement, one snapshot: the snapshot, and which of the
 		// rows it sees and which of those are unsettled.
 		check: `SELECT pg_current_snapshot()::text,
@@ -165,8 +167,8 @@ func (s *Subscriber) writeMarks(items []markItem, sql markStatements) {
 	}
 }
 
-// tryMarks runs the statements once and returns the done and dead marks
-// that found their row not yet visible.
+// tryMarks runs the statements once and returns the marks (done, dead,
+// failed) that found their row not yet visible.
 func (s *Subscriber) tryMarks(ctx context.Context, items []markItem, sql markStatements) ([]markItem, error) {
 	var done, dead, failed []markItem
 	for _, m := range items {
@@ -180,15 +182,6 @@ func (s *Subscriber) tryMarks(ctx context.Context, items []markItem, sql markSta
 		}
 	}
 	db := s.db.SQL
-	if len(failed) > 0 {
-		ids, errs, attempts, delays := make([]int64, len(failed)), make([]string, len(failed)), make([]int32, len(failed)), make([]int64, len(failed))
-		for i, m := range failed {
-			ids[i], errs[i], attempts[i], delays[i] = m.id, outbox.SanitizeError(m.reason), int32(m.attempts), m.backoff.Microseconds()
-		}
-		if _, err := db.ExecContext(ctx, sql.failed, ids, errs, attempts, delays); err != nil {
-			return nil, fmt.Errorf("mark %d outbox rows failed: %w", len(failed), err)
-		}
-	}
 	changed := map[int64]bool{}
 	collect := func(query string, args ...any) error {
 		rows, err := db.QueryContext(ctx, query, args...)
@@ -204,6 +197,15 @@ func (s *Subscriber) tryMarks(ctx context.Context, items []markItem, sql markSta
 			changed[id] = true
 		}
 		return rows.Err()
+	}
+	if len(failed) > 0 {
+		ids, errs, attempts, delays := make([]int64, len(failed)), make([]string, len(failed)), make([]int32, len(failed)), make([]int64, len(failed))
+		for i, m := range failed {
+			ids[i], errs[i], attempts[i], delays[i] = m.id, outbox.SanitizeError(m.reason), int32(m.attempts), m.backoff.Microseconds()
+		}
+		if err := collect(sql.failed, ids, errs, attempts, delays); err != nil {
+			return nil, fmt.Errorf("mark %d outbox rows failed: %w", len(failed), err)
+		}
 	}
 	if len(dead) > 0 {
 		ids, errs, attempts := make([]int64, len(dead)), make([]string, len(dead)), make([]int32, len(dead))
@@ -233,8 +235,10 @@ func (s *Subscriber) tryMarks(ctx context.Context, items []markItem, sql markSta
 			return nil, fmt.Errorf("mark %d outbox rows done: %w", len(done), err)
 		}
 	}
+	// A failed mark that found its row not yet visible is tried again
+	// too: lost, the row would show neither its error nor its backoff.
 	var missing []markItem
-	for _, m := range append(done, dead...) {
+	for _, m := range slices.Concat(done, dead, failed) {
 		if !changed[m.id] {
 			missing = append(missing, m)
 		}

@@ -488,7 +488,7 @@ func (p *pipeline) failed(e *entry, reason string, class source.FailureClass) {
 		e.state = queued
 		e.attempts--
 		p.hold(e, s.cfg.HoldBack, false, class)
-		s.marks.push(markItem{e: e, kind: markFailed, id: e.row.ID, attempts: e.attempts, reason: reason, backoff: s.cfg.HoldBack})
+		s.marks.push(markItem{e: e, kind: markFailed, id: e.row.ID, xid: e.xid, attempts: e.attempts, reason: reason, backoff: s.cfg.HoldBack})
 	case e.attempts >= s.cfg.MaxAttempts:
 		p.dead(e, fmt.Sprintf("gave up after %d attempts (relay.max_attempts); last error: %s", e.attempts, reason))
 	default:
@@ -496,7 +496,7 @@ func (p *pipeline) failed(e *entry, reason string, class source.FailureClass) {
 		e.state = queued
 		wait := s.backoff(e.attempts)
 		p.hold(e, wait, false, class)
-		s.marks.push(markItem{e: e, kind: markFailed, id: e.row.ID, attempts: e.attempts, reason: reason, backoff: wait})
+		s.marks.push(markItem{e: e, kind: markFailed, id: e.row.ID, xid: e.xid, attempts: e.attempts, reason: reason, backoff: wait})
 	}
 }
 
