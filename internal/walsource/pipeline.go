@@ -378,6 +378,7 @@ func (p *pipeline) emit(out chan<- *message.Message) {
 	var batch []watched
 	defer func() {
 		if len(batch) > 0 {
+			s.progress.Store(time.Now().UnixNano()) // as a claim is, for the stall watch
 			go s.watch(batch)
 		}
 	}()

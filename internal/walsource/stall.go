@@ -22,8 +22,10 @@ const stallSample = 100
 func (s *Subscriber) StallSource() outbox.StallSource { return &stallSource{s: s} }
 
 // stallSource tells a stalled postgres-wal relay. Rows move when this
-// relay settles one (a PubAck marked, a dead letter), and when a hold of
-// its queue ends (the rows after a failed one were not due before).
+// relay hands one to the publisher (as a claim does for source: table) or
+// settles one (a PubAck marked, a dead letter), when a hold of its queue
+// ends (the rows after a failed one were not due before), and when a
+// stream session starts.
 // Once nothing moved for relay.stall_after, rows wait while nothing
 // relays them when, outside a backoff of this relay's queue:
 //
