@@ -52,6 +52,10 @@ func TestConfigErrorsWrapErrInvalid(t *testing.T) {
 			_, err := wmsource.NewSubscriber(ctx, nil, wmsource.SubscriberConfig{}, watermill.NopLogger{})
 			return err
 		},
+		"wmsource.New": func() error {
+			_, err := wmsource.New(nil, nil, logger, wmsource.Config{})
+			return err
+		},
 		"sink.New": func() error {
 			_, err := sink.New(nil, sink.Config{})
 			return err

@@ -19,14 +19,15 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/daemon"
 	"github.com/outbox-bridge/bridge/internal/sink"
 	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 // CloseTimeoutDefault bounds the router's wait for running handlers at
-// shutdown.
-const CloseTimeoutDefault = 25 * time.Second
+// shutdown: shutdown_timeout's default.
+const CloseTimeoutDefault = config.ShutdownTimeoutDefault
 
 // Config configures a Forwarder.
 type Config struct {

@@ -2,13 +2,13 @@ package wmsource
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/forwarder"
 	"github.com/outbox-bridge/bridge/internal/sink"
 )
@@ -70,13 +70,13 @@ func New(sub message.Subscriber, pub *sink.Publisher, logger *slog.Logger, cfg C
 	}
 	switch {
 	case sub == nil:
-		return nil, errors.New("invalid config: sub: must not be nil")
+		return nil, fmt.Errorf("%w: sub: must not be nil", config.ErrInvalid)
 	case pub == nil:
-		return nil, errors.New("invalid config: pub: must not be nil")
+		return nil, fmt.Errorf("%w: pub: must not be nil", config.ErrInvalid)
 	case cfg.Topic == "":
-		return nil, errors.New("invalid config: Topic: must not be empty")
+		return nil, fmt.Errorf("%w: Topic: must not be empty", config.ErrInvalid)
 	case cfg.CloseTimeout < 0:
-		return nil, fmt.Errorf("invalid config: CloseTimeout: %s: must be positive", cfg.CloseTimeout)
+		return nil, fmt.Errorf("%w: CloseTimeout: %s: must be positive", config.ErrInvalid, cfg.CloseTimeout)
 	}
 	logger = logger.With(slog.String("component", "watermill-forwarder"), slog.String("topic", cfg.Topic))
 	src := newSource(sub, cfg.MsgIDMetadata, logger)
