@@ -91,14 +91,14 @@ func bench(ctx context.Context, s settings) (*results, error) {
 		}
 	}
 	if slices.Contains(phases, "latency") {
-		l, err := e.latency(ctx, "latency", s.Rate)
+		l, err := e.latency(ctx, "latency", s.Rate, 1)
 		if err != nil {
 			return nil, fmt.Errorf("latency: %w", err)
 		}
 		res.LatencyP50Ms, res.LatencyP90Ms, res.LatencyP99Ms, res.LatencyMaxMs = l.quantile(0.50), l.quantile(0.90), l.quantile(0.99), l.quantile(1)
 	}
 	if slices.Contains(phases, "latency-high") {
-		l, err := e.latency(ctx, "lathigh", s.HighRate)
+		l, err := e.latency(ctx, "lathigh", s.HighRate, s.HighRowsPerCommit)
 		if err != nil {
 			return nil, fmt.Errorf("latency-high: %w", err)
 		}
