@@ -120,6 +120,7 @@ func (s *Subscriber) watch(w *watched) {
 	timer := time.NewTimer(time.Until(w.emitted.Add(s.cfg.AckDeadline)))
 	defer timer.Stop()
 	var rest func(i int) settlement
+	var unsent func(i int) settlement // a row never handed to NATS, when it differs from rest
 	select {
 	case <-w.batch.Done():
 		return
@@ -141,6 +142,16 @@ func (s *Subscriber) watch(w *watched) {
 			st.err = fmt.Sprintf("no ack or nack within ack deadline %s; publish outcome unknown", s.cfg.AckDeadline)
 			return st
 		}
+		// Still waiting its turn in the forwarder (a batch whose hand-over
+		// outlasts the deadline): it is not sent now (Handover refuses it),
+		// so the attempt is given back, as the forwarder's own
+		// past-the-deadline path does.
+		unsent = func(i int) settlement {
+			st := settled(w.rows[i])
+			st.err = fmt.Sprintf("%v: still waiting its hand-over to NATS at ack deadline %s; not sent, attempt not counted", source.ErrPublishDeadline, s.cfg.AckDeadline)
+			st.refund = true
+			return st
+		}
 	case <-s.drainExpired:
 		rest = func(i int) settlement {
 			st := settled(w.rows[i])
@@ -149,8 +160,11 @@ func (s *Subscriber) watch(w *watched) {
 		}
 	}
 	for i := range w.batch.Len() {
-		if w.batch.At(i).Take() {
+		if ok, wasSent := w.batch.At(i).Take(); ok {
 			st := rest(i)
+			if !wasSent && unsent != nil {
+				st = unsent(i)
+			}
 			w.rows[i].Payload = nil
 			s.settleCh <- st
 		}

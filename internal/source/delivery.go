@@ -35,14 +35,17 @@ type Delivery struct {
 	Context context.Context
 
 	outcome Outcome
-	state   atomic.Uint32 // open, then taken (by a report or by the source), then reported
+	state   atomic.Uint32 // open, sent, then taken (by a report or by the source), then reported
 	batch   *Batch
 	index   int
 }
 
-// The states of a Delivery.
+// The states of a Delivery: open (not handed to the NATS client), sent
+// (Handover let the forwarder hand it over), taken (its outcome is being
+// reported, or its source took it over), reported.
 const (
 	open uint32 = iota
+	sent
 	taken
 	reported
 )
@@ -167,7 +170,7 @@ func (d *Delivery) Index() int { return d.index }
 // returns false when d was reported or taken over already. Safe on a nil
 // Delivery (a message no source emitted).
 func (d *Delivery) Report(o Outcome) bool {
-	if d == nil || !d.state.CompareAndSwap(open, taken) {
+	if d == nil || !d.state.CompareAndSwap(open, taken) && !d.state.CompareAndSwap(sent, taken) {
 		return false
 	}
 	d.outcome = o
@@ -183,15 +186,62 @@ func (d *Delivery) Report(o Outcome) bool {
 
 // Take takes d over for its source, which settles it by itself (its ack
 // deadline passed, or a drain gave up on it): a later Report does not
-// count. It returns false when d was reported (or taken) already.
-func (d *Delivery) Take() bool {
-	if !d.state.CompareAndSwap(open, taken) {
+// count, and a later Handover refuses to send it. It returns false when d
+// was reported (or taken) already; wasSent says whether the forwarder had
+// handed d to the NATS client (Handover): when not, it never will, and
+// the attempt was not made.
+func (d *Delivery) Take() (ok, wasSent bool) {
+	switch {
+	case d.state.CompareAndSwap(open, taken):
+	case d.state.CompareAndSwap(sent, taken):
+		wasSent = true
+	default:
+		return false, false
+	}
+	if d.batch != nil {
+		d.batch.settledOne()
+	}
+	return true, wasSent
+}
+
+// TakeUnsent takes d over, as Take does, only when it was neither handed
+// to the NATS client (Handover) nor reported: the source gives its
+// attempt back, and the forwarder will not send it. A source that must
+// still learn the outcome of a message that was sent (the postgres-wal
+// source, whose coalesced messages are acked or nacked by the report)
+// leaves the others open. It returns whether it took d.
+func (d *Delivery) TakeUnsent() bool {
+	if d == nil || !d.state.CompareAndSwap(open, taken) {
 		return false
 	}
 	if d.batch != nil {
 		d.batch.settledOne()
 	}
 	return true
+}
+
+// ErrTaken is returned (wrapped in ErrPublishDeadline's error) by
+// Handover for a delivery its source took over before it was sent.
+var ErrTaken = errors.New("taken over by its source at its publish deadline before it was handed to the NATS client")
+
+// Handover is called last before d is handed to the NATS client: it
+// returns CheckDeadline's error, or one wrapping ErrPublishDeadline and
+// ErrTaken when d's source took it over already (Take, TakeUnsent: the
+// deadline passed while d waited its turn in the forwarder). Otherwise it
+// marks d sent, atomically against Take: whichever comes first wins, so a
+// source that takes d over knows whether the attempt was made. Safe on a
+// nil Delivery (nil).
+func (d *Delivery) Handover() error {
+	if d == nil {
+		return nil
+	}
+	if err := d.CheckDeadline(); err != nil {
+		return err
+	}
+	if !d.state.CompareAndSwap(open, sent) {
+		return fmt.Errorf("%w: %w", ErrPublishDeadline, ErrTaken)
+	}
+	return nil
 }
 
 // Outcome returns the outcome reported for d, and whether one was.

@@ -83,6 +83,7 @@ type outcome struct {
 	msg      *message.Message
 	acked    bool
 	expired  bool // neither acked nor nacked within AckDeadline
+	unsent   bool // not handed to the NATS client within AckDeadline (source.Delivery.TakeUnsent)
 	released bool // given up by a drain that timed out
 }
 
@@ -461,6 +462,10 @@ func (p *pipeline) outcome(o outcome) {
 		s.marks.push(markItem{e: e, kind: markDone, id: e.row.ID, xid: e.xid, attempts: e.attempts, stream: out.Stream, seq: out.Seq, duplicate: out.Duplicate})
 	case o.released:
 		e.state, e.attempts = queued, e.attempts-1
+	case o.unsent:
+		// As the forwarder's own past-the-deadline path: not sent, the
+		// attempt does not count.
+		p.failed(e, fmt.Sprintf("%v: still waiting its hand-over to NATS at ack deadline %s; not sent, attempt not counted", source.ErrPublishDeadline, s.cfg.AckDeadline), source.Unavailable)
 	case o.expired:
 		p.failed(e, fmt.Sprintf("no ack or nack within ack deadline %s; publish outcome unknown", s.cfg.AckDeadline), source.Retryable)
 	default:

@@ -6,6 +6,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/outbox-bridge/bridge/internal/sink"
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 // watched is an emitted message awaiting its outcome.
@@ -54,8 +55,16 @@ func (s *Subscriber) watch(batch []watched) {
 				return
 			case now := <-tick.C:
 				if now.Sub(w.emitted) >= s.cfg.AckDeadline {
-					go passWhenSettled(w.msg, w.turn)
-					s.send(w, outcome{expired: true})
+					if source.Of(w.msg).TakeUnsent() {
+						// Still waiting its turn in the forwarder: it is
+						// not sent now (Handover refuses it), nor are the
+						// ones after it (its turn passes as not sent).
+						w.turn.Pass(false)
+						s.send(w, outcome{unsent: true})
+					} else {
+						go passWhenSettled(w.msg, w.turn)
+						s.send(w, outcome{expired: true})
+					}
 				}
 				for i := next + 1; i < len(batch); i++ {
 					if !batch[i].done {
