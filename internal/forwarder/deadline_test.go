@@ -2,8 +2,10 @@ package forwarder_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,4 +66,71 @@ func TestMessagePastItsPublishDeadlineIsNotSent(t *testing.T) {
 	last, err := stream.GetLastMsgForSubject(ctx, "events.deadline")
 	require.NoError(t, err)
 	require.Equal(t, "on-time", string(last.Data))
+}
+
+// TestRowsNotHandedOverByTheirDeadlineAreGivenBack: one claimed batch
+// whose hand-over to the NATS client outlasts relay.ack_deadline (here the
+// forwarder stalls on its 11th row, as a large batch of large payloads on
+// a slow link does). At the deadline the table source settles the rows
+// whose outcome is not known; those the forwarder had not handed over yet
+// are not sent afterwards, and their attempt is given back
+// (docs/GUARANTEES.md §2): with relay.max_attempts 1 they are published on
+// the next claim, not dead letters "after 1 attempts … publish outcome
+// unknown". Only the rows handed over before the deadline count their
+// attempt.
+func TestRowsNotHandedOverByTheirDeadlineAreGivenBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "postgres")
+	const rows, handedOver = 50, 10
+	const ackDeadline = 500 * time.Millisecond
+	for i := range rows {
+		_, err := b.prod.Exec(b.insertSQL(), fmt.Sprintf("row-%02d", i), fmt.Sprintf("events.handover.%02d", i), []byte("x"), "{}", nil)
+		require.NoError(t, err)
+	}
+	var stalled atomic.Int64 // how often the row that stalls was admitted
+	stall := func(_ context.Context, subject string) error {
+		// Admit runs on the forwarder's goroutine right before each
+		// hand-over: the rows after this one wait behind it.
+		if subject == fmt.Sprintf("events.handover.%02d", handedOver) && stalled.Add(1) == 1 {
+			time.Sleep(2 * ackDeadline)
+		}
+		return nil
+	}
+	b.startRelayWith(t, "relay-1", func(c *forwarder.Config) { c.Admit = stall }, func(c *outbox.SubscriberConfig) {
+		c.BatchSize, c.MaxInFlight = rows, rows // one claim of every row
+		c.AckDeadline, c.InflightTimeout, c.MaxAttempts = ackDeadline, 10*time.Second, 1
+	})
+	bridgetest.WaitFor(t, 60*time.Second, func() bool {
+		st, err := b.store.Stats(context.Background(), 0)
+		require.NoError(t, err)
+		return st.Rows[outbox.StatusDone]+st.Rows[outbox.StatusPermanentFailed] == rows
+	})
+
+	q := "SELECT idempotency_key, status, attempts, coalesce(last_error, '') FROM " + b.store.Table() + " ORDER BY id"
+	res, err := b.db.SQL.Query(q)
+	require.NoError(t, err)
+	defer res.Close()
+	for i := 0; res.Next(); i++ {
+		var key, status, lastError string
+		var attempts int
+		require.NoError(t, res.Scan(&key, &status, &attempts, &lastError))
+		if i < handedOver {
+			// Handed over before the deadline, their PubAcks not awaited
+			// yet: outcome unknown, the attempt counted.
+			require.Equal(t, 1, attempts, key)
+			continue
+		}
+		require.Equal(t, string(outbox.StatusDone), status, "%s, never sent before its deadline, is no dead letter (%s)", key, lastError)
+		require.Equal(t, 1, attempts, "%s was sent once: the attempt it was not sent is not counted", key)
+	}
+	require.NoError(t, res.Err())
+	require.GreaterOrEqual(t, stalled.Load(), int64(2), "the row that stalled went around again")
+	msgs := bridgetest.Messages(t, b.js, "EVENTS")
+	seen := map[string]int{}
+	for _, m := range msgs {
+		seen[m.Headers().Get("Outbox-Idempotency-Key")]++
+	}
+	for i := handedOver; i < rows; i++ {
+		require.Equal(t, 1, seen[fmt.Sprintf("row-%02d", i)], "row-%02d is stored once", i)
+	}
 }

@@ -68,6 +68,13 @@ type relay struct {
 // options adjust the subscriber's configuration.
 func (b *bundle) startRelay(t *testing.T, owner string, options ...func(*outbox.SubscriberConfig)) *relay {
 	t.Helper()
+	return b.startRelayWith(t, owner, nil, options...)
+}
+
+// startRelayWith is startRelay whose forwarder's configuration fwdOption,
+// when set, adjusts.
+func (b *bundle) startRelayWith(t *testing.T, owner string, fwdOption func(*forwarder.Config), options ...func(*outbox.SubscriberConfig)) *relay {
+	t.Helper()
 	logger := testLogger()
 	cfg := outbox.SubscriberConfig{
 		Owner: owner, BatchSize: 200, MaxInFlight: 500, PollInterval: 20 * time.Millisecond,
@@ -85,7 +92,11 @@ func (b *bundle) startRelay(t *testing.T, owner string, options ...func(*outbox.
 	require.NoError(t, err)
 	pub, err := sink.New(js, sink.Config{Marshaler: forwarder.NewPublisherMarshaler()})
 	require.NoError(t, err)
-	fwd, err := forwarder.New(sub, b.store.Table(), pub, logger, forwarder.Config{CloseTimeout: 10 * time.Second, Connected: nc.IsConnected})
+	fcfg := forwarder.Config{CloseTimeout: 10 * time.Second, Connected: nc.IsConnected}
+	if fwdOption != nil {
+		fwdOption(&fcfg)
+	}
+	fwd, err := forwarder.New(sub, b.store.Table(), pub, logger, fcfg)
 	require.NoError(t, err)
 
 	ctx, cancel := context.WithCancel(context.Background())
