@@ -149,7 +149,14 @@ func (f *Forwarder) handle(msg *message.Message) (failed error) {
 	}
 	defer batch.End()
 	var spans []trace.Span // per delivery, only when one is traced
+	done := func(i int, ack *jetstream.PubAck, err error, took time.Duration) {
+		f.observe(took)
+		failed = cmp.Or(failed, f.report(b.At(i), ack, err, spanAt(spans, i)))
+	}
 	for i := range b.Len() {
+		// Outcomes already in are reported while the rest is handed over:
+		// a long batch's hand-over may outlast the ack deadline.
+		batch.Reap(i, done)
 		d := b.At(i)
 		ctx := d.Context
 		if ctx == nil {
@@ -184,10 +191,7 @@ func (f *Forwarder) handle(msg *message.Message) (failed error) {
 			failed = cmp.Or(failed, f.report(d, nil, err, spanAt(spans, i)))
 		}
 	}
-	batch.Wait(func(i int, ack *jetstream.PubAck, err error, took time.Duration) {
-		f.observe(took)
-		failed = cmp.Or(failed, f.report(b.At(i), ack, err, spanAt(spans, i)))
-	})
+	batch.Wait(done)
 	return failed
 }
 

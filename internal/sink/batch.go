@@ -27,6 +27,8 @@ type Batch struct {
 	ctx  context.Context
 	pend []pending
 	late bool // some message is marked late
+	// reaped: the messages before it were reported by Reap, or not sent.
+	reaped int
 }
 
 // pending is one message of a Batch.
@@ -184,6 +186,20 @@ func (b *Batch) Wait(done func(i int, ack *jetstream.PubAck, err error, took tim
 	}
 }
 
+// Reap reports, as Wait does, the outcomes already known of messages
+// 0 to upto-1, oldest first, up to the first one still waiting; it does
+// not wait. Call it between Sends: a PubAck that came back while the rest
+// of a long batch is still being handed over is reported at once, not
+// after the last hand-over, which may come after the source's ack
+// deadline (the row's outcome would then be unknown).
+func (b *Batch) Reap(upto int, done func(i int, ack *jetstream.PubAck, err error, took time.Duration)) {
+	for ; b.reaped < upto; b.reaped++ {
+		if b.pend[b.reaped].future != nil && !b.poll(b.reaped, done) {
+			return
+		}
+	}
+}
+
 // End ends the batch, waited for or not (a panic between Begin and Wait);
 // b must not be used again.
 func (b *Batch) End() {
@@ -192,7 +208,7 @@ func (b *Batch) End() {
 		return
 	}
 	clear(b.pend)
-	b.p, b.ctx, b.late = nil, nil, false
+	b.p, b.ctx, b.late, b.reaped = nil, nil, false, 0
 	batchPool.Put(b)
 	p.mu.RUnlock()
 }
