@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -349,9 +350,41 @@ func subscriberSettlesOnAckDeadline(t *testing.T, kind string) {
 	s := setup(t, kind)
 	id := enqueue(t, s, "k", "")
 	runSubscriber(t, s, outbox.SubscriberConfig{AckDeadline: 50 * time.Millisecond, BackoffInitial: time.Hour, BackoffMax: time.Hour},
-		func(*source.Delivery) {}) // never acks
+		func(d *source.Delivery) { _ = d.Handover() }) // hands it to NATS (as the forwarder does), never acks
 	bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, id).status == "failed" })
 	require.Contains(t, get(t, s, id).lastError.String, "ack deadline")
+	require.Equal(t, 1, get(t, s, id).attempts, "sent, its outcome unknown: the attempt counts")
+}
+
+// TestSubscriberGivesBackARowNotHandedOverByItsDeadline: a row still
+// waiting its hand-over to NATS at its ack deadline (a long batch ahead of
+// it in the forwarder) is settled without counting the attempt, and the
+// forwarder may not send it afterwards (Handover refuses it).
+func TestSubscriberGivesBackARowNotHandedOverByItsDeadline(t *testing.T) {
+	onEveryDatabase(t, subscriberGivesBackARowNotHandedOverByItsDeadline)
+}
+
+func subscriberGivesBackARowNotHandedOverByItsDeadline(t *testing.T, kind string) {
+	s := setup(t, kind)
+	id := enqueue(t, s, "k", "")
+	refused := make(chan error, 1)
+	var calls atomic.Int32
+	runSubscriber(t, s, outbox.SubscriberConfig{AckDeadline: 50 * time.Millisecond, MaxAttempts: 1},
+		func(d *source.Delivery) {
+			if calls.Add(1) == 1 {
+				time.Sleep(200 * time.Millisecond) // its turn comes after the deadline
+				refused <- d.Handover()
+				return
+			}
+			if d.Handover() == nil { // claimed again: sent, published
+				d.Report(source.Published("S", 1, false))
+			}
+		})
+	require.ErrorIs(t, <-refused, source.ErrPublishDeadline)
+	bridgetest.WaitFor(t, 10*time.Second, func() bool { st := get(t, s, id).status; return st == "done" || st == "permanent_failed" })
+	r := get(t, s, id)
+	require.Equal(t, "done", r.status, "no dead letter with max_attempts 1: %s", r.lastError.String)
+	require.Equal(t, 1, r.attempts, "the attempt it was not sent is not counted")
 }
 
 // TestSubscriberSettlesBehindASlowMessage holds back the first message of

@@ -16,7 +16,10 @@ import (
 // Delivery is one row or envelope a source hands to the forwarder, and
 // where the forwarder reports what became of it. A source creates one per
 // row and puts it, alone (With) or in a Batch (WithBatch), in the context
-// of the Watermill message it emits.
+// of the Watermill message it emits. Whoever hands its message to the NATS
+// client calls Handover right before: a source that gives up on a
+// delivery at its deadline gives the attempt back when it was not handed
+// over (Take, TakeUnsent).
 type Delivery struct {
 	// Subject is the NATS subject to publish to.
 	Subject string
