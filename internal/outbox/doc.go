@@ -18,11 +18,12 @@
 //     the conformance suite in driver_suite_test.go.
 //   - Store: the table's operations: Claim (ClaimBatch), MarkDone,
 //     MarkFailed, RequeueInflightOlderThan, Stats, Enqueue.
-//   - Subscriber: a Watermill message.Subscriber over a Store. Beside its
-//     claim loop run its services, under one start/stop lifecycle
-//     (service.go): the completer writes settlements in batches
-//     (settle.go), the rescuer requeues expired leases on its own interval
-//     (rescuer.go), retention deletes old done rows (retention.go).
+//   - Subscriber: a Watermill message.Subscriber over a Store. Its jobs
+//     are services under one start/stop lifecycle (service.go): the
+//     claimer runs the claim loop (claimer.go), the completer writes
+//     settlements in batches (settle.go), the rescuer requeues expired
+//     leases on its own interval (rescuer.go), retention deletes old done
+//     rows (retention.go).
 //
 // Guarantees:
 //   - A claim is one short transaction (FOR UPDATE SKIP LOCKED on

@@ -14,9 +14,9 @@ import (
 // emit hands the rows of one claim to the router as one message carrying
 // a source.Batch, one delivery per row, and starts watching it. A row that
 // can never be published is settled at once as a dead letter instead. It
-// returns false when closing interrupted it; the rows were then released,
-// not emitted.
-func (s *Subscriber) emit(rows []Row, claimed claimWindow, out chan<- *message.Message) bool {
+// returns false when stop (the claimer's stop) interrupted it; the rows
+// were then released, not emitted.
+func (s *Subscriber) emit(rows []Row, claimed claimWindow, out chan<- *message.Message, stop <-chan struct{}) bool {
 	if len(rows) == 0 {
 		return true
 	}
@@ -63,7 +63,7 @@ func (s *Subscriber) emit(rows []Row, claimed claimWindow, out chan<- *message.M
 	w.batch = source.NewBatch(ds, w.reported)
 	w.msg = message.NewMessage(watermill.NewUUID(), nil)
 	w.msg.SetContext(source.WithBatch(s.hardCtx, w.batch))
-	if s.isClosing() { // select below picks at random when both are ready
+	if closed(stop) { // select below picks at random when both are ready
 		s.release(w.rows)
 		return false
 	}
@@ -72,7 +72,7 @@ func (s *Subscriber) emit(rows []Row, claimed claimWindow, out chan<- *message.M
 	case out <- w.msg:
 		go s.watch(w)
 		return true
-	case <-s.closing:
+	case <-stop:
 		s.outstanding.Add(-int64(len(w.rows)))
 		s.release(w.rows)
 		return false

@@ -107,8 +107,8 @@ func RescueSignal(sub *Subscriber) Signal[int] {
 // ClaimSignal enables the signal of sub's claims: the rows each claim
 // took. Call it before Subscribe.
 func ClaimSignal(sub *Subscriber) Signal[int] {
-	sub.claimed.init()
-	return Signal[int]{&sub.claimed}
+	sub.claimer.claimed.init()
+	return Signal[int]{&sub.claimer.claimed}
 }
 
 // DrainSignal enables the signal of sub's drain: it began. Call it before

@@ -128,10 +128,10 @@ func runStatement(ctx context.Context, db *DB, limit time.Duration, h *loopHealt
 // database says.
 func (s *Subscriber) Ready(context.Context) error {
 	limit := s.cfg.statementTimeout()
-	return errors.Join(s.claims.check("claims", limit), s.marks.check("settlement writes", limit))
+	return errors.Join(s.claimer.health.check("claims", limit), s.marks.check("settlement writes", limit))
 }
 
 // ClaimsFailing reports whether the last claims (or settlement writes)
 // failed, failingAfter in a row or more: the database does not serve the
 // relay, which a restart of the relay would not change.
-func (s *Subscriber) ClaimsFailing() bool { return s.claims.failing() || s.marks.failing() }
+func (s *Subscriber) ClaimsFailing() bool { return s.claimer.health.failing() || s.marks.failing() }

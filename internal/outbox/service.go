@@ -5,15 +5,15 @@ import (
 	"sync"
 )
 
-// service is one of the table source's jobs that run beside its claim
-// loop, each in its own goroutine: the completer (settle.go: writes
-// settlements in batches), the rescuer (rescuer.go: in-flight recovery)
-// and retention (retention.go: deletes old done rows). The Subscriber
+// service is one of the table source's jobs, each in its own goroutine:
+// the claimer (claimer.go: the claim loop), the completer (settle.go:
+// writes settlements in batches), the rescuer (rescuer.go: in-flight
+// recovery) and retention (retention.go: deletes old done rows). The Subscriber
 // starts them in Subscribe and stops them as it closes, all the same way
 // (after river's rivershared/startstop).
 type service interface {
-	// Start runs the service in its own goroutine until Stop; the
-	// maintenance services (rescuer, retention) end with ctx too.
+	// Start runs the service in its own goroutine until Stop; the claimer
+	// and the maintenance services (rescuer, retention) end with ctx too.
 	// Starting a running service does nothing.
 	Start(ctx context.Context)
 	// Stop ends the service and returns once its goroutine has returned.

@@ -17,7 +17,6 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/outbox-bridge/bridge/internal/config"
-	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/telemetry"
 )
 
@@ -191,10 +190,11 @@ func (c *Counters) add(prev *Counters) {
 // than MaxInFlight messages are unsettled and they hold less than
 // MaxInFlightBytes), emits one message per row, and settles each row when
 // its message is acked (done) or nacked or past AckDeadline (failed or
-// permanent_failed). Beside the claim loop run its services (service.go),
-// started by Subscribe and stopped as it closes: the completer writes the
-// settlements in batches (settle.go), the rescuer requeues expired leases
-// (rescuer.go) and retention deletes old done rows (retention.go).
+// permanent_failed). Its jobs are services (service.go), started by
+// Subscribe and stopped as it closes: the claimer runs the claim loop
+// (claimer.go), the completer writes the settlements in batches
+// (settle.go), the rescuer requeues expired leases (rescuer.go) and
+// retention deletes old done rows (retention.go).
 type Subscriber struct {
 	store  *Store
 	cfg    SubscriberConfig
@@ -207,24 +207,24 @@ type Subscriber struct {
 	// written), outstandingBytes what they take in memory (Row.size).
 	outstanding      atomic.Int64
 	outstandingBytes atomic.Int64
-	lastClaim        atomic.Int64 // unix nanoseconds of the last claim that took rows (or of NewSubscriber)
 	wake             chan struct{}
 	settleCh         chan settlement
 	doneBuf          []Done // the settle loop's, reused by every flush
 
-	// claims and marks are the recent record of the claim loop and of
-	// the settlement writes, for readiness.
-	claims, marks loopHealth
+	// marks is the recent record of the settlement writes, for readiness
+	// (the claims' is the claimer's).
+	marks loopHealth
 
-	// completer writes settlements; maintenance are the services that run
-	// while claims do: the rescuer, and retention when configured.
+	// claimer runs the claim loop; completer writes settlements;
+	// maintenance are the services that run while claims do: the rescuer,
+	// and retention when configured.
+	claimer     *claimer
 	completer   *completer
 	rescuer     *rescuer
 	maintenance []service
 
-	// Test signals (testsignal.go), enabled by tests only: claimed
-	// receives the rows of each claim, draining the start of the drain.
-	claimed  testSignal[int]
+	// draining, a test signal (testsignal.go) enabled by tests only,
+	// receives the start of the drain.
 	draining testSignal[struct{}]
 	// drainExpiry, when a test sets it, ends the drain when it fires, in
 	// place of DrainTimeout.
@@ -264,7 +264,7 @@ func NewSubscriber(store *Store, logger *slog.Logger, cfg SubscriberConfig) (*Su
 		hardCtx:      hardCtx,
 		hardCancel:   hardCancel,
 	}
-	s.lastClaim.Store(time.Now().UnixNano())
+	s.claimer = newClaimer(s)
 	s.completer = &completer{sub: s}
 	s.rescuer = newRescuer(store, &s.cfg, &s.Counters.Requeued, s.logger)
 	s.maintenance = []service{s.rescuer}
@@ -275,7 +275,7 @@ func NewSubscriber(store *Store, logger *slog.Logger, cfg SubscriberConfig) (*Su
 }
 
 // LastClaim is when a claim last took rows (or the subscriber was made).
-func (s *Subscriber) LastClaim() time.Time { return time.Unix(0, s.lastClaim.Load()) }
+func (s *Subscriber) LastClaim() time.Time { return time.Unix(0, s.claimer.lastClaim.Load()) }
 
 // Inherit takes over what prev, the subscriber of an earlier relay of this
 // process, counted, and its last claim: the counters go on from its totals,
@@ -284,7 +284,7 @@ func (s *Subscriber) LastClaim() time.Time { return time.Unix(0, s.lastClaim.Loa
 // Subscribe.
 func (s *Subscriber) Inherit(prev *Subscriber) {
 	s.Counters.add(&prev.Counters)
-	s.lastClaim.Store(prev.lastClaim.Load())
+	s.claimer.lastClaim.Store(prev.claimer.lastClaim.Load())
 }
 
 // Subscribe starts claiming and returns the channel of emitted messages. It
@@ -300,10 +300,12 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		return nil, errors.New("outbox subscriber: Subscribe called twice; one Subscriber serves one handler")
 	}
 	out := make(chan *message.Message)
+	s.claimer.out = out
 	s.completer.Start(s.hardCtx)
 	for _, m := range s.maintenance {
 		m.Start(s.hardCtx)
 	}
+	s.claimer.Start(s.hardCtx)
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -314,7 +316,10 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	go func() {
 		defer close(s.done)
 		defer close(out)
-		s.claimLoop(out)
+		// When closing begins: the claim loop stops first, then the
+		// maintenance services, the drain, and the completer last.
+		<-s.closing
+		s.claimer.Stop()
 		for _, m := range s.maintenance {
 			m.Stop()
 		}
@@ -348,91 +353,6 @@ func (s *Subscriber) Close() error {
 
 func (s *Subscriber) beginClose() {
 	s.closeOnce.Do(func() { close(s.closing) })
-}
-
-func (s *Subscriber) isClosing() bool {
-	select {
-	case <-s.closing:
-		return true
-	default:
-		return false
-	}
-}
-
-// claimLoop runs ticks until closing. A tick in progress when closing
-// begins is not cancelled: a claim cut short after its commit would leave
-// its rows leased to nobody until their lease expires; finished, its rows
-// are released at once.
-func (s *Subscriber) claimLoop(out chan<- *message.Message) {
-	ctx := s.hardCtx
-	var failures int
-	for !s.isClosing() {
-		full, err := s.tick(ctx, out)
-		switch {
-		case err != nil && s.isClosing():
-			return
-		case err != nil:
-			failures++
-			wait := min(s.cfg.PollInterval*time.Duration(1<<min(failures, 6)), 30*time.Second)
-			s.logger.Log(ctx, failureLevel(err), "relay tick failed", slog.Any("error", err), slog.Duration("retry_in", wait))
-			s.sleepAfterFailure(wait)
-		case full:
-			failures = 0
-		default:
-			failures = 0
-			s.sleep(s.cfg.PollInterval)
-		}
-	}
-}
-
-// tick claims as many rows as there is room for and emits them. It
-// reports whether the claim was full, i.e. more rows may be waiting.
-func (s *Subscriber) tick(ctx context.Context, out chan<- *message.Message) (full bool, err error) {
-	room := s.cfg.MaxInFlight - int(s.outstanding.Load())
-	byteRoom := s.cfg.MaxInFlightBytes - s.outstandingBytes.Load()
-	if room <= 0 || byteRoom <= 0 {
-		return false, nil // a settlement wakes the loop
-	}
-	if s.cfg.CanClaim != nil && !s.cfg.CanClaim() {
-		return false, nil
-	}
-	limit := min(s.cfg.BatchSize, room)
-	start := time.Now()
-	var rows []Row
-	err = s.statement(ctx, &s.claims, func(ctx context.Context) (err error) {
-		rows, err = s.store.ClaimBatch(ctx, ClaimParams{Owner: s.cfg.Owner, Limit: limit, MaxBytes: byteRoom, MaxPayload: s.payloadLimit()})
-		return err
-	})
-	if err != nil {
-		return false, err
-	}
-	var size int64
-	for i := range rows {
-		size += rows[i].size()
-	}
-	s.outstandingBytes.Add(size)
-	s.logger.Debug("claimed", slog.Int("rows", len(rows)), slog.Int("limit", limit), slog.Int64("bytes", size), slog.Duration("took", time.Since(start)))
-	s.Counters.Claimed.Add(int64(len(rows)))
-	if len(rows) > 0 {
-		s.lastClaim.Store(time.Now().UnixNano())
-	}
-	s.claimed.signal(len(rows))
-	claimed := claimWindow{start, time.Now()}
-	rows = s.reconcile(ctx, rows, start)
-	if !s.emit(rows, claimed, out) {
-		return false, nil
-	}
-	return len(rows) == limit, nil
-}
-
-// payloadLimit is the longest payload the claim reads: the server's
-// max_payload less the smallest headers a row's message has, so that a
-// row left out could never be published; 0 when the limit is unknown.
-func (s *Subscriber) payloadLimit() int64 {
-	if s.cfg.MaxPayload == nil {
-		return 0
-	}
-	return PayloadMaxBytes(s.cfg.MaxPayload())
 }
 
 // release gives rows that were claimed but not emitted back at once.
@@ -482,28 +402,6 @@ func (s *Subscriber) waitSettled(limit time.Duration) {
 	}
 }
 
-// sleepAfterFailure waits d after a failed tick: neither a notification
-// nor a settlement ends it (Wake), so that a database that refuses every
-// claim is not asked again at the rate rows are inserted.
-func (s *Subscriber) sleepAfterFailure(d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-s.closing:
-	}
-}
-
-func (s *Subscriber) sleep(d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-s.wake:
-	case <-s.closing:
-	}
-}
-
 // backoff is the delay before attempt+1: BackoffInitial doubled per
 // attempt, capped at BackoffMax, then scaled by a random factor in
 // [0.5, 1) so that failing rows spread out.
@@ -533,91 +431,4 @@ func (s *Subscriber) traceClaim(row Row, headers map[string][]string, claimed cl
 			attribute.String("outbox.table", s.store.Table())))
 	span.End(trace.WithTimestamp(claimed.end))
 	return ctx, true
-}
-
-// Reconciler settles rows whose earlier publish may have been stored beyond
-// the duplicate window; see dedup.Reconciler.
-type Reconciler interface {
-	InDoubt(ctx context.Context, c dedup.Candidate) (bool, error)
-	Reconcile(ctx context.Context, candidates []dedup.Candidate) (map[int64]dedup.Stored, error)
-}
-
-// reconcile settles the in-doubt rows found in their stream as relayed and
-// returns the rows still to publish. Only rows claimed before (first claimed
-// before this claim: a retried dead letter too, whose attempts were reset)
-// are examined, so first claims cost nothing.
-//
-// It is bounded by the lease: its rows must be handed on by claimStart plus
-// InflightTimeout less AckDeadline, so that their outcome is known before
-// the lease ends (after it, another relay may publish them too). A row
-// whose outcome cannot be told — its stream cannot be read, or the bound
-// passed before it was checked — is held back (failed, the attempt not
-// counted, claimed again after HoldBack) rather than published again: it
-// may be stored already, beyond the duplicate window. A scan that reaches
-// dedup.reconcile_max_messages, dedup.reconcile_timeout or the bound
-// without finding a row publishes it (see dedup.Reconciler.Reconcile).
-func (s *Subscriber) reconcile(ctx context.Context, rows []Row, claimStart time.Time) []Row {
-	if s.cfg.Reconciler == nil {
-		return rows
-	}
-	ctx, cancel := context.WithDeadline(ctx, claimStart.Add(s.cfg.InflightTimeout-s.cfg.AckDeadline))
-	defer cancel()
-	var doubt []dedup.Candidate
-	held := map[int64]string{}
-	for _, row := range rows {
-		if !row.FirstClaimedAt.Before(row.ClaimedAt) {
-			continue
-		}
-		c := dedup.Candidate{ID: row.ID, IdempotencyKey: row.IdempotencyKey, Subject: row.Subject, FirstClaimedAt: row.FirstClaimedAt, ClaimedAt: row.ClaimedAt}
-		inDoubt, err := s.cfg.Reconciler.InDoubt(ctx, c)
-		if err != nil {
-			held[row.ID] = err.Error()
-			continue
-		}
-		if inDoubt {
-			doubt = append(doubt, c)
-		}
-	}
-	var found map[int64]dedup.Stored
-	if len(doubt) > 0 {
-		var err error
-		found, err = s.cfg.Reconciler.Reconcile(ctx, doubt)
-		if err != nil {
-			for _, c := range doubt {
-				held[c.ID] = err.Error()
-			}
-		} else {
-			s.logger.Info("reconciled rows in doubt against the stream", slog.Int("in_doubt", len(doubt)), slog.Int("found", len(found)))
-		}
-	}
-	if len(found) == 0 && len(held) == 0 {
-		return rows
-	}
-	if len(held) > 0 {
-		var first string
-		for _, why := range held {
-			first = why
-			break
-		}
-		s.logger.Warn("rows in doubt held back: whether their earlier publish is stored cannot be told now, and publishing them again may store them twice",
-			slog.Int("rows", len(held)), slog.String("error", first), slog.Duration("retry_in", s.cfg.HoldBack))
-	}
-	out := rows[:0:0]
-	for _, row := range rows {
-		if why, ok := held[row.ID]; ok {
-			s.outstanding.Add(1)
-			s.settleCh <- settlement{row: row, err: "in doubt, not published again: " + why, held: true}
-			continue
-		}
-		stored, ok := found[row.ID]
-		if !ok {
-			out = append(out, row)
-			continue
-		}
-		s.outstanding.Add(1)
-		st := settled(row)
-		st.done, st.stream, st.seq = true, stored.Stream, stored.Seq
-		s.settleCh <- st
-	}
-	return out
 }

@@ -1,0 +1,247 @@
+package outbox
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/outbox-bridge/bridge/internal/dedup"
+)
+
+// claimer is the table source's claim loop, a service of the Subscriber:
+// it claims rows in ticks (a claim of up to BatchSize rows while fewer
+// than MaxInFlight messages are unsettled and they hold less than
+// MaxInFlightBytes), reconciles the rows in doubt, and emits the rest on
+// out, until Stop. The Subscriber stops it first as it closes, before the
+// other services and the drain.
+//
+// Stop does not cancel a tick in progress: a claim cut short after its
+// commit would leave its rows leased to nobody until their lease expires;
+// finished, its rows are released at once. Its statements run with the
+// context given to Start (the Subscriber's hardCtx), which Stop does not
+// end.
+type claimer struct {
+	startStop
+	sub *Subscriber
+	// out is the Subscriber's message channel, set by Subscribe before
+	// Start.
+	out chan<- *message.Message
+
+	// health is the recent record of the claims, for readiness.
+	health loopHealth
+	// lastClaim is the unix nanoseconds of the last claim that took rows
+	// (or of NewSubscriber).
+	lastClaim atomic.Int64
+
+	// claimed, when enabled by a test, receives the rows of each claim.
+	claimed testSignal[int]
+}
+
+func newClaimer(sub *Subscriber) *claimer {
+	c := &claimer{sub: sub}
+	c.lastClaim.Store(time.Now().UnixNano())
+	return c
+}
+
+// Start runs the claim loop until Stop. Its statements run with ctx.
+func (c *claimer) Start(ctx context.Context) {
+	c.start(ctx, func(stop context.Context) { c.claimLoop(ctx, stop.Done()) })
+}
+
+// claimLoop runs ticks until stop is closed. A tick in progress then is
+// not cancelled (see claimer).
+func (c *claimer) claimLoop(ctx context.Context, stop <-chan struct{}) {
+	s := c.sub
+	var failures int
+	for !closed(stop) {
+		full, err := c.tick(ctx, stop)
+		switch {
+		case err != nil && closed(stop):
+			return
+		case err != nil:
+			failures++
+			wait := min(s.cfg.PollInterval*time.Duration(1<<min(failures, 6)), 30*time.Second)
+			s.logger.Log(ctx, failureLevel(err), "relay tick failed", slog.Any("error", err), slog.Duration("retry_in", wait))
+			c.sleepAfterFailure(wait, stop)
+		case full:
+			failures = 0
+		default:
+			failures = 0
+			c.sleep(s.cfg.PollInterval, stop)
+		}
+	}
+}
+
+// closed reports whether ch is closed.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// tick claims as many rows as there is room for and emits them. It
+// reports whether the claim was full, i.e. more rows may be waiting.
+func (c *claimer) tick(ctx context.Context, stop <-chan struct{}) (full bool, err error) {
+	s := c.sub
+	room := s.cfg.MaxInFlight - int(s.outstanding.Load())
+	byteRoom := s.cfg.MaxInFlightBytes - s.outstandingBytes.Load()
+	if room <= 0 || byteRoom <= 0 {
+		return false, nil // a settlement wakes the loop
+	}
+	if s.cfg.CanClaim != nil && !s.cfg.CanClaim() {
+		return false, nil
+	}
+	limit := min(s.cfg.BatchSize, room)
+	start := time.Now()
+	var rows []Row
+	err = s.statement(ctx, &c.health, func(ctx context.Context) (err error) {
+		rows, err = s.store.ClaimBatch(ctx, ClaimParams{Owner: s.cfg.Owner, Limit: limit, MaxBytes: byteRoom, MaxPayload: c.payloadLimit()})
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	var size int64
+	for i := range rows {
+		size += rows[i].size()
+	}
+	s.outstandingBytes.Add(size)
+	s.logger.Debug("claimed", slog.Int("rows", len(rows)), slog.Int("limit", limit), slog.Int64("bytes", size), slog.Duration("took", time.Since(start)))
+	s.Counters.Claimed.Add(int64(len(rows)))
+	if len(rows) > 0 {
+		c.lastClaim.Store(time.Now().UnixNano())
+	}
+	c.claimed.signal(len(rows))
+	claimed := claimWindow{start, time.Now()}
+	rows = c.reconcile(ctx, rows, start)
+	if !s.emit(rows, claimed, c.out, stop) {
+		return false, nil
+	}
+	return len(rows) == limit, nil
+}
+
+// payloadLimit is the longest payload the claim reads: the server's
+// max_payload less the smallest headers a row's message has, so that a
+// row left out could never be published; 0 when the limit is unknown.
+func (c *claimer) payloadLimit() int64 {
+	if c.sub.cfg.MaxPayload == nil {
+		return 0
+	}
+	return PayloadMaxBytes(c.sub.cfg.MaxPayload())
+}
+
+// sleepAfterFailure waits d after a failed tick: neither a notification
+// nor a settlement ends it (Wake), so that a database that refuses every
+// claim is not asked again at the rate rows are inserted.
+func (c *claimer) sleepAfterFailure(d time.Duration, stop <-chan struct{}) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-stop:
+	}
+}
+
+func (c *claimer) sleep(d time.Duration, stop <-chan struct{}) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-c.sub.wake:
+	case <-stop:
+	}
+}
+
+// Reconciler settles rows whose earlier publish may have been stored beyond
+// the duplicate window; see dedup.Reconciler.
+type Reconciler interface {
+	InDoubt(ctx context.Context, c dedup.Candidate) (bool, error)
+	Reconcile(ctx context.Context, candidates []dedup.Candidate) (map[int64]dedup.Stored, error)
+}
+
+// reconcile settles the in-doubt rows found in their stream as relayed and
+// returns the rows still to publish. Only rows claimed before (first claimed
+// before this claim: a retried dead letter too, whose attempts were reset)
+// are examined, so first claims cost nothing.
+//
+// It is bounded by the lease: its rows must be handed on by claimStart plus
+// InflightTimeout less AckDeadline, so that their outcome is known before
+// the lease ends (after it, another relay may publish them too). A row
+// whose outcome cannot be told — its stream cannot be read, or the bound
+// passed before it was checked — is held back (failed, the attempt not
+// counted, claimed again after HoldBack) rather than published again: it
+// may be stored already, beyond the duplicate window. A scan that reaches
+// dedup.reconcile_max_messages, dedup.reconcile_timeout or the bound
+// without finding a row publishes it (see dedup.Reconciler.Reconcile).
+func (c *claimer) reconcile(ctx context.Context, rows []Row, claimStart time.Time) []Row {
+	s := c.sub
+	if s.cfg.Reconciler == nil {
+		return rows
+	}
+	ctx, cancel := context.WithDeadline(ctx, claimStart.Add(s.cfg.InflightTimeout-s.cfg.AckDeadline))
+	defer cancel()
+	var doubt []dedup.Candidate
+	held := map[int64]string{}
+	for _, row := range rows {
+		if !row.FirstClaimedAt.Before(row.ClaimedAt) {
+			continue
+		}
+		cand := dedup.Candidate{ID: row.ID, IdempotencyKey: row.IdempotencyKey, Subject: row.Subject, FirstClaimedAt: row.FirstClaimedAt, ClaimedAt: row.ClaimedAt}
+		inDoubt, err := s.cfg.Reconciler.InDoubt(ctx, cand)
+		if err != nil {
+			held[row.ID] = err.Error()
+			continue
+		}
+		if inDoubt {
+			doubt = append(doubt, cand)
+		}
+	}
+	var found map[int64]dedup.Stored
+	if len(doubt) > 0 {
+		var err error
+		found, err = s.cfg.Reconciler.Reconcile(ctx, doubt)
+		if err != nil {
+			for _, cand := range doubt {
+				held[cand.ID] = err.Error()
+			}
+		} else {
+			s.logger.Info("reconciled rows in doubt against the stream", slog.Int("in_doubt", len(doubt)), slog.Int("found", len(found)))
+		}
+	}
+	if len(found) == 0 && len(held) == 0 {
+		return rows
+	}
+	if len(held) > 0 {
+		var first string
+		for _, why := range held {
+			first = why
+			break
+		}
+		s.logger.Warn("rows in doubt held back: whether their earlier publish is stored cannot be told now, and publishing them again may store them twice",
+			slog.Int("rows", len(held)), slog.String("error", first), slog.Duration("retry_in", s.cfg.HoldBack))
+	}
+	out := rows[:0:0]
+	for _, row := range rows {
+		if why, ok := held[row.ID]; ok {
+			s.outstanding.Add(1)
+			s.settleCh <- settlement{row: row, err: "in doubt, not published again: " + why, held: true}
+			continue
+		}
+		stored, ok := found[row.ID]
+		if !ok {
+			out = append(out, row)
+			continue
+		}
+		s.outstanding.Add(1)
+		st := settled(row)
+		st.done, st.stream, st.seq = true, stored.Stream, stored.Seq
+		s.settleCh <- st
+	}
+	return out
+}
