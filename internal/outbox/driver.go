@@ -482,6 +482,59 @@ func queryRecentErrors(ctx context.Context, q querier, query string, args ...any
 	return out, rows.Err()
 }
 
+// readers runs the read-only statements every driver executes the same
+// way, one query through database/sql each; only their SQL, from the
+// driver's queries/<dialect>/ files, differs. Executors embed it for
+// Retryable, CountByStatus, OldestFailed, RecentErrors, RowStatus,
+// RelayedStream and Probe.
+type readers struct {
+	sql                                           *sql.DB
+	retryable, countByStatus, oldestFailed        string
+	recentErrors, rowStatus, relayedStream, probe string
+}
+
+// takeReaders takes the readers' statements from f.
+func takeReaders(db *sql.DB, f *queryFiles) readers {
+	return readers{
+		sql:           db,
+		retryable:     f.take("retryable"),
+		countByStatus: f.take("count_by_status"),
+		oldestFailed:  f.take("oldest_failed"),
+		recentErrors:  f.take("recent_errors"),
+		rowStatus:     f.take("row_status"),
+		relayedStream: f.take("relayed_stream"),
+		probe:         f.take("probe"),
+	}
+}
+
+func (r readers) Retryable(ctx context.Context) ([]retryableRow, error) {
+	return queryRetryable(ctx, r.sql, r.retryable)
+}
+
+func (r readers) CountByStatus(ctx context.Context) (statusCounts, error) {
+	return queryCountByStatus(ctx, r.sql, r.countByStatus)
+}
+
+func (r readers) OldestFailed(ctx context.Context) (RowError, bool, error) {
+	return queryOldestFailed(ctx, r.sql, r.oldestFailed)
+}
+
+func (r readers) RecentErrors(ctx context.Context, p *recentErrorsParams) ([]RowError, error) {
+	return queryRecentErrors(ctx, r.sql, r.recentErrors, p.Limit)
+}
+
+func (r readers) RowStatus(ctx context.Context, p *rowStatusParams) (Status, bool, error) {
+	s, ok, err := queryOptionalString(ctx, r.sql, r.rowStatus, p.ID)
+	return Status(s), ok, err
+}
+
+func (r readers) RelayedStream(ctx context.Context, p *relayedStreamParams) (string, error) {
+	s, _, err := queryOptionalString(ctx, r.sql, r.relayedStream, p.Subject)
+	return s, err
+}
+
+func (r readers) Probe(ctx context.Context) error { return probe(ctx, r.sql, r.probe) }
+
 // queryRetryable runs a statement returning id, subject, status.
 func queryRetryable(ctx context.Context, q querier, query string) ([]retryableRow, error) {
 	rows, err := q.QueryContext(ctx, query)

@@ -124,6 +124,7 @@ func mysqlCode(err error) uint16 {
 
 // mysqlExecutor runs the operations of one table on MySQL or MariaDB.
 type mysqlExecutor struct {
+	readers
 	db *sql.DB
 	q  mysqlQueries
 }
@@ -135,11 +136,10 @@ type mysqlQueries struct {
 	claimCandidates, claimLock, claimLease, claimRead string
 	requeueStale, requeueLock, requeueMove            string
 	markDone, deleteDone, markFailed                  string
-	countByStatus, recentErrors, oldestFailed         string
-	insert, probe                                     string
+	insert                                            string
 	retryDead, retryAllDead                           string
-	retryFailed, retryAllFailed, retryable            string
-	stalled, purge, rowStatus, relayedStream          string
+	retryFailed, retryAllFailed                       string
+	stalled, purge                                    string
 }
 
 func (d mysqlDriver) executor(db *DB, t tableName) (executor, error) {
@@ -147,15 +147,14 @@ func (d mysqlDriver) executor(db *DB, t tableName) (executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &mysqlExecutor{db: db.SQL, q: mysqlQueries{
+	e := &mysqlExecutor{readers: takeReaders(db.SQL, f), db: db.SQL, q: mysqlQueries{
 		claimCandidates: f.take("claim_candidates"), claimLock: f.take("claim_lock"), claimLease: f.take("claim_lease"), claimRead: f.take("claim_read"),
 		requeueStale: f.take("requeue_stale"), requeueLock: f.take("requeue_lock"), requeueMove: f.take("requeue_move"),
 		markDone: f.take("mark_done"), deleteDone: f.take("delete_done"), markFailed: f.take("mark_failed"),
-		countByStatus: f.take("count_by_status"), recentErrors: f.take("recent_errors"), oldestFailed: f.take("oldest_failed"),
-		insert: f.take("insert"), probe: f.take("probe"),
+		insert:    f.take("insert"),
 		retryDead: f.take("retry_dead"), retryAllDead: f.take("retry_all_dead"),
-		retryFailed: f.take("retry_failed"), retryAllFailed: f.take("retry_all_failed"), retryable: f.take("retryable"),
-		stalled: f.take("stalled"), purge: f.take("purge"), rowStatus: f.take("row_status"), relayedStream: f.take("relayed_stream"),
+		retryFailed: f.take("retry_failed"), retryAllFailed: f.take("retry_all_failed"),
+		stalled: f.take("stalled"), purge: f.take("purge"),
 	}}
 	return e, f.done()
 }
@@ -554,34 +553,6 @@ func (e *mysqlExecutor) Retry(ctx context.Context, p *retryParams) (int, error) 
 	n, err := execCount(ctx, e.db, query, args...)
 	return int(n), err
 }
-
-func (e *mysqlExecutor) Retryable(ctx context.Context) ([]retryableRow, error) {
-	return queryRetryable(ctx, e.db, e.q.retryable)
-}
-
-func (e *mysqlExecutor) CountByStatus(ctx context.Context) (statusCounts, error) {
-	return queryCountByStatus(ctx, e.db, e.q.countByStatus)
-}
-
-func (e *mysqlExecutor) OldestFailed(ctx context.Context) (RowError, bool, error) {
-	return queryOldestFailed(ctx, e.db, e.q.oldestFailed)
-}
-
-func (e *mysqlExecutor) RecentErrors(ctx context.Context, p *recentErrorsParams) ([]RowError, error) {
-	return queryRecentErrors(ctx, e.db, e.q.recentErrors, p.Limit)
-}
-
-func (e *mysqlExecutor) RowStatus(ctx context.Context, p *rowStatusParams) (Status, bool, error) {
-	s, ok, err := queryOptionalString(ctx, e.db, e.q.rowStatus, p.ID)
-	return Status(s), ok, err
-}
-
-func (e *mysqlExecutor) RelayedStream(ctx context.Context, p *relayedStreamParams) (string, error) {
-	s, _, err := queryOptionalString(ctx, e.db, e.q.relayedStream, p.Subject)
-	return s, err
-}
-
-func (e *mysqlExecutor) Probe(ctx context.Context) error { return probe(ctx, e.db, e.q.probe) }
 
 // Stalled passes the age in microseconds.
 func (e *mysqlExecutor) Stalled(ctx context.Context, p *stalledParams) (bool, error) {

@@ -94,6 +94,7 @@ func pgCode(err error) string {
 
 // postgresExecutor runs the operations of one table on PostgreSQL.
 type postgresExecutor struct {
+	readers
 	db *DB
 	q  postgresQueries
 }
@@ -101,13 +102,12 @@ type postgresExecutor struct {
 // postgresQueries are the statements of queries/postgres/, rendered for
 // one table; each file says its parameters.
 type postgresQueries struct {
-	claim, jump, requeue                      string
-	markDone, deleteDone, markFailed          string
-	countByStatus, recentErrors, oldestFailed string
-	insert, probe                             string
-	retryDead, retryAllDead                   string
-	retryFailed, retryAllFailed, retryable    string
-	stalled, purge, rowStatus, relayedStream  string
+	claim, jump, requeue             string
+	markDone, deleteDone, markFailed string
+	insert                           string
+	retryDead, retryAllDead          string
+	retryFailed, retryAllFailed      string
+	stalled, purge                   string
 }
 
 func (d postgresDriver) executor(db *DB, t tableName) (executor, error) {
@@ -115,14 +115,13 @@ func (d postgresDriver) executor(db *DB, t tableName) (executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &postgresExecutor{db: db, q: postgresQueries{
+	e := &postgresExecutor{readers: takeReaders(db.SQL, f), db: db, q: postgresQueries{
 		claim: f.take("claim"), jump: f.take("jump"), requeue: f.take("requeue"),
 		markDone: f.take("mark_done"), deleteDone: f.take("delete_done"), markFailed: f.take("mark_failed"),
-		countByStatus: f.take("count_by_status"), recentErrors: f.take("recent_errors"), oldestFailed: f.take("oldest_failed"),
-		insert: f.take("insert"), probe: f.take("probe"),
+		insert:    f.take("insert"),
 		retryDead: f.take("retry_dead"), retryAllDead: f.take("retry_all_dead"),
-		retryFailed: f.take("retry_failed"), retryAllFailed: f.take("retry_all_failed"), retryable: f.take("retryable"),
-		stalled: f.take("stalled"), purge: f.take("purge"), rowStatus: f.take("row_status"), relayedStream: f.take("relayed_stream"),
+		retryFailed: f.take("retry_failed"), retryAllFailed: f.take("retry_all_failed"),
+		stalled: f.take("stalled"), purge: f.take("purge"),
 	}}
 	return e, f.done()
 }
@@ -263,32 +262,6 @@ func (e *postgresExecutor) Retry(ctx context.Context, p *retryParams) (int, erro
 	return int(n), err
 }
 
-func (e *postgresExecutor) Retryable(ctx context.Context) ([]retryableRow, error) {
-	return queryRetryable(ctx, e.db.SQL, e.q.retryable)
-}
-
-func (e *postgresExecutor) CountByStatus(ctx context.Context) (statusCounts, error) {
-	return queryCountByStatus(ctx, e.db.SQL, e.q.countByStatus)
-}
-
-func (e *postgresExecutor) OldestFailed(ctx context.Context) (RowError, bool, error) {
-	return queryOldestFailed(ctx, e.db.SQL, e.q.oldestFailed)
-}
-
-func (e *postgresExecutor) RecentErrors(ctx context.Context, p *recentErrorsParams) ([]RowError, error) {
-	return queryRecentErrors(ctx, e.db.SQL, e.q.recentErrors, p.Limit)
-}
-
-func (e *postgresExecutor) RowStatus(ctx context.Context, p *rowStatusParams) (Status, bool, error) {
-	s, ok, err := queryOptionalString(ctx, e.db.SQL, e.q.rowStatus, p.ID)
-	return Status(s), ok, err
-}
-
-func (e *postgresExecutor) RelayedStream(ctx context.Context, p *relayedStreamParams) (string, error) {
-	s, _, err := queryOptionalString(ctx, e.db.SQL, e.q.relayedStream, p.Subject)
-	return s, err
-}
-
 // Insert reads the new id from INSERT … RETURNING; ON CONFLICT DO NOTHING
 // returns no row for a key that exists.
 func (e *postgresExecutor) Insert(ctx context.Context, p *insertParams) (int64, bool, error) {
@@ -304,8 +277,6 @@ func (e *postgresExecutor) Insert(ctx context.Context, p *insertParams) (int64, 
 	}
 	return id, true, nil
 }
-
-func (e *postgresExecutor) Probe(ctx context.Context) error { return probe(ctx, e.db.SQL, e.q.probe) }
 
 // Stalled passes the age in microseconds.
 func (e *postgresExecutor) Stalled(ctx context.Context, p *stalledParams) (bool, error) {

@@ -86,6 +86,7 @@ func sqliteCode(err error) int {
 
 // sqliteExecutor runs the operations of one table on SQLite.
 type sqliteExecutor struct {
+	readers
 	db *sql.DB
 	q  sqliteQueries
 }
@@ -93,13 +94,12 @@ type sqliteExecutor struct {
 // sqliteQueries are the statements of queries/sqlite/, rendered for one
 // table; each file says its parameters.
 type sqliteQueries struct {
-	claim, jump, requeue                      string
-	markDone, deleteDone, markFailed          string
-	countByStatus, recentErrors, oldestFailed string
-	insert, probe                             string
-	retryDead, retryAllDead                   string
-	retryFailed, retryAllFailed, retryable    string
-	stalled, purge, rowStatus, relayedStream  string
+	claim, jump, requeue             string
+	markDone, deleteDone, markFailed string
+	insert                           string
+	retryDead, retryAllDead          string
+	retryFailed, retryAllFailed      string
+	stalled, purge                   string
 }
 
 func (d sqliteDriver) executor(db *DB, t tableName) (executor, error) {
@@ -107,14 +107,13 @@ func (d sqliteDriver) executor(db *DB, t tableName) (executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &sqliteExecutor{db: db.SQL, q: sqliteQueries{
+	e := &sqliteExecutor{readers: takeReaders(db.SQL, f), db: db.SQL, q: sqliteQueries{
 		claim: f.take("claim"), jump: f.take("jump"), requeue: f.take("requeue"),
 		markDone: f.take("mark_done"), deleteDone: f.take("delete_done"), markFailed: f.take("mark_failed"),
-		countByStatus: f.take("count_by_status"), recentErrors: f.take("recent_errors"), oldestFailed: f.take("oldest_failed"),
-		insert: f.take("insert"), probe: f.take("probe"),
+		insert:    f.take("insert"),
 		retryDead: f.take("retry_dead"), retryAllDead: f.take("retry_all_dead"),
-		retryFailed: f.take("retry_failed"), retryAllFailed: f.take("retry_all_failed"), retryable: f.take("retryable"),
-		stalled: f.take("stalled"), purge: f.take("purge"), rowStatus: f.take("row_status"), relayedStream: f.take("relayed_stream"),
+		retryFailed: f.take("retry_failed"), retryAllFailed: f.take("retry_all_failed"),
+		stalled: f.take("stalled"), purge: f.take("purge"),
 	}}
 	return e, f.done()
 }
@@ -259,32 +258,6 @@ func (e *sqliteExecutor) Retry(ctx context.Context, p *retryParams) (int, error)
 	return int(n), err
 }
 
-func (e *sqliteExecutor) Retryable(ctx context.Context) ([]retryableRow, error) {
-	return queryRetryable(ctx, e.db, e.q.retryable)
-}
-
-func (e *sqliteExecutor) CountByStatus(ctx context.Context) (statusCounts, error) {
-	return queryCountByStatus(ctx, e.db, e.q.countByStatus)
-}
-
-func (e *sqliteExecutor) OldestFailed(ctx context.Context) (RowError, bool, error) {
-	return queryOldestFailed(ctx, e.db, e.q.oldestFailed)
-}
-
-func (e *sqliteExecutor) RecentErrors(ctx context.Context, p *recentErrorsParams) ([]RowError, error) {
-	return queryRecentErrors(ctx, e.db, e.q.recentErrors, p.Limit)
-}
-
-func (e *sqliteExecutor) RowStatus(ctx context.Context, p *rowStatusParams) (Status, bool, error) {
-	s, ok, err := queryOptionalString(ctx, e.db, e.q.rowStatus, p.ID)
-	return Status(s), ok, err
-}
-
-func (e *sqliteExecutor) RelayedStream(ctx context.Context, p *relayedStreamParams) (string, error) {
-	s, _, err := queryOptionalString(ctx, e.db, e.q.relayedStream, p.Subject)
-	return s, err
-}
-
 // Insert reads the new id from INSERT … RETURNING; ON CONFLICT DO NOTHING
 // returns no row for a key that exists.
 func (e *sqliteExecutor) Insert(ctx context.Context, p *insertParams) (int64, bool, error) {
@@ -298,8 +271,6 @@ func (e *sqliteExecutor) Insert(ctx context.Context, p *insertParams) (int64, bo
 	}
 	return id, true, nil
 }
-
-func (e *sqliteExecutor) Probe(ctx context.Context) error { return probe(ctx, e.db, e.q.probe) }
 
 func (e *sqliteExecutor) Stalled(ctx context.Context, p *stalledParams) (bool, error) {
 	return queryBool(ctx, e.db, e.q.stalled, sqliteAgo(p.Age))
