@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -33,7 +34,7 @@ func databasePhase(t *testing.T, dbURL string, rows, keys int, del bool) *result
 func TestDatabasePhasePostgres(t *testing.T) {
 	url := bridgetest.PostgresURL(t)
 	if localServerCommands(url) == nil {
-		t.Skip("the PostgreSQL test server is not on this machine: its backend's CPU cannot be read")
+		skipUnlessCI(t, "the PostgreSQL test server is not on this machine: its backend's CPU cannot be read")
 	}
 	t.Run("done", func(t *testing.T) {
 		res := databasePhase(t, url, 5000, 0, false)
@@ -63,7 +64,7 @@ func TestDatabasePhasePostgres(t *testing.T) {
 func TestDatabasePhaseMySQL(t *testing.T) {
 	url := bridgetest.MySQLURL(t)
 	if localServerCommands(url) == nil {
-		t.Skip("the MySQL test server is not on this machine: its threads' CPU cannot be read")
+		skipUnlessCI(t, "the MySQL test server is not on this machine: its threads' CPU cannot be read")
 	}
 	res := databasePhase(t, url, 3000, 0, false)
 	require.NotNil(t, res.DatabasePhaseCPUUsPerRow, res.databaseNotMeasured)
@@ -79,4 +80,14 @@ func TestDatabasePhaseSQLite(t *testing.T) {
 	assert.Nil(t, res.DatabasePhaseCPUUsPerRow)
 	assert.Contains(t, res.databaseNotMeasured, "SQLite")
 	assert.Nil(t, res.DatabasePhaseWALBytesPerRow)
+}
+
+// skipUnlessCI skips the test, or fails it in CI (CI=true), where .ci/run
+// starts the database servers on this machine.
+func skipUnlessCI(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatal(why)
+	}
+	t.Skip(why)
 }
