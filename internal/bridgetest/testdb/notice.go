@@ -14,11 +14,14 @@ import (
 
 // SkipNotice says once per `go test` run which database suites are skipped
 // and how to run them. go test shows nothing of a passing package but its
-// "ok" line, so a t.Skip alone goes unseen: the notice goes to the terminal
-// (/dev/tty) when there is one, otherwise to stderr (shown with -v or when
-// the package fails). The test binaries of one `go test` run share their
-// parent, the go command: a marker file named after it lets the first
-// binary that skips print the line and the others stay silent.
+// "ok" line (it buffers the test binary's stdout and stderr), so a t.Skip
+// alone goes unseen, on a terminal and in a CI log alike: the notice goes
+// to the stderr of the test binary's parent, the go command, opened as
+// /proc/<ppid>/fd/2 (Linux, proc(5)); where that cannot be opened, to the
+// terminal (/dev/tty), otherwise to the binary's own stderr (shown with -v
+// or when the package fails). The test binaries of one `go test` run share
+// that parent: a marker file named after it lets the first binary that
+// skips print the line and the others stay silent.
 var SkipNotice = sync.OnceFunc(func() {
 	var missing, vars []string
 	if os.Getenv(PostgresURLEnv) == "" {
@@ -36,9 +39,12 @@ var SkipNotice = sync.OnceFunc(func() {
 		return
 	}
 	var w io.Writer = os.Stderr
-	if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
-		defer tty.Close()
-		w = tty
+	for _, name := range []string{"/proc/" + strconv.Itoa(os.Getppid()) + "/fd/2", "/dev/tty"} {
+		if f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND, 0); err == nil {
+			defer f.Close()
+			w = f
+			break
+		}
 	}
 	fmt.Fprintf(w, "go test: the %s tests are skipped; to run them: %s%s go test ./... (README, Run the tests)\n",
 		strings.Join(missing, " and "), start, strings.Join(vars, " "))
