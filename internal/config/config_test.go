@@ -206,6 +206,20 @@ func TestUnknownYAMLKey(t *testing.T) {
 	requireConfigError(t, err, "colour")
 }
 
+// TestUnknownYAMLKeysAllAtOnce: a file with several unknown keys, at
+// several depths, is refused with every one of them named, one per line.
+func TestUnknownYAMLKeysAllAtOnce(t *testing.T) {
+	t.Parallel()
+
+	_, err := load(t, "colour: blue\nrelay:\n  bach_size: 5\n  max_inflight: 3\nstreams:\n  - name: A\n    subjects: [a]\n    replica: 3\n", nil)
+	requireConfigError(t, err, "colour")
+	lines := strings.Split(err.Error(), "\n")
+	require.Len(t, lines, 4, "one line per unknown key:\n%v", err)
+	for i, key := range []string{"colour", "relay.bach_size", "relay.max_inflight", "streams[0].replica"} {
+		require.True(t, strings.HasPrefix(lines[i], "invalid config: "+key+": unknown key; "), "line %d: %s", i, lines[i])
+	}
+}
+
 func TestWrongType(t *testing.T) {
 	t.Parallel()
 

@@ -175,13 +175,22 @@ func flagString(fs *pflag.FlagSet, name string) string {
 	return f.Value.String()
 }
 
-// checkKeys refuses a key of m that is not a field of struct type t, naming the key and the
-// keys known at that level. It descends into sections and into the items of streams.
+// checkKeys refuses the keys of m that are not fields of struct type t: it returns every one
+// of them at once, as *Error values joined with errors.Join (one line each, in the order of
+// the file's sorted paths), each naming the key and the keys known at its level, so that a
+// file with several mistakes is fixed in one round. It descends into sections and into the
+// items of streams. nil when every key is known.
 func checkKeys(m map[string]any, t reflect.Type, prefix string) error {
+	return errors.Join(unknownKeys(m, t, prefix)...)
+}
+
+// unknownKeys returns an *Error for each key of m, at any depth, that names no field of t.
+func unknownKeys(m map[string]any, t reflect.Type, prefix string) []error {
 	fields := make(map[string]field)
 	for _, f := range fieldsOf(t) {
 		fields[f.key] = f
 	}
+	var errs []error
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		path := k
 		if prefix != "" {
@@ -193,28 +202,25 @@ func checkKeys(m map[string]any, t reflect.Type, prefix string) error {
 			if prefix != "" {
 				where = "known keys under " + prefix + ": "
 			}
-			return &Error{Key: path, Allowed: "unknown key; " + where + keyNames(t), noValue: true}
+			errs = append(errs, &Error{Key: path, Allowed: "unknown key; " + where + keyNames(t), noValue: true})
+			continue
 		}
 		switch v := m[k].(type) {
 		case map[string]any:
 			if isSection(f.typ) {
-				if err := checkKeys(v, f.typ, path); err != nil {
-					return err
-				}
+				errs = append(errs, unknownKeys(v, f.typ, path)...)
 			}
 		case []any:
 			if f.typ.Kind() == reflect.Slice && isSection(f.typ.Elem()) {
 				for i, item := range v {
 					if im, ok := item.(map[string]any); ok {
-						if err := checkKeys(im, f.typ.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
-							return err
-						}
+						errs = append(errs, unknownKeys(im, f.typ.Elem(), fmt.Sprintf("%s[%d]", path, i))...)
 					}
 				}
 			}
 		}
 	}
-	return nil
+	return errs
 }
 
 // fillStreamDefaults adds the stream defaults to each item of streams that leaves out
