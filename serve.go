@@ -10,6 +10,7 @@ import (
 
 	"github.com/outbox-bridge/bridge/internal/broker"
 	"github.com/outbox-bridge/bridge/internal/config"
+	"github.com/outbox-bridge/bridge/internal/console"
 	"github.com/outbox-bridge/bridge/internal/daemon"
 	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
@@ -75,6 +76,13 @@ func Serve(ctx context.Context, cfg *config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if cfg.UI.Enabled {
+		ui, err := newConsole(cfg, logger, hs)
+		if err != nil {
+			return err
+		}
+		defer ui.Close()
+	}
 	httpCtx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))
 	httpErr := make(chan error, 1)
 	go func() { httpErr <- hs.Serve(httpCtx) }()
@@ -88,6 +96,28 @@ func Serve(ctx context.Context, cfg *config.Config, logger *slog.Logger) error {
 		err = errors.Join(err, herr)
 	}
 	return err
+}
+
+// newConsole serves the console at /ui/ of hs (ui.enabled). It opens the
+// outbox table with its own sessions at its first request, so that it
+// answers while the relay waits for its database.
+func newConsole(cfg *config.Config, logger *slog.Logger, hs *health.Server) (*console.Console, error) {
+	logger = logger.With(slog.String("component", "console"))
+	ui, err := console.New(console.Config{
+		Token:                cfg.UI.Token,
+		ReadOnlyWithoutToken: cfg.UI.ReadOnlyWithoutToken,
+		Table:                cfg.Database.Table,
+		InflightTimeout:      cfg.Relay.InflightTimeout,
+	}, func(ctx context.Context) (*outbox.Store, func(), error) {
+		return NewStore(ctx, cfg, logger)
+	}, hs.Ready, logger)
+	if err != nil {
+		return nil, err
+	}
+	hs.Handle("/ui/", ui)
+	logger.Info("console at /ui/", slog.String("http", hs.Addr()), slog.Bool("actions", cfg.UI.Token != ""),
+		slog.Bool("read_only_without_token", cfg.UI.ReadOnlyWithoutToken))
+	return ui, nil
 }
 
 // built, when set (by tests), is called with every relay serve builds.

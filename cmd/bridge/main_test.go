@@ -407,6 +407,11 @@ func TestBadInput(t *testing.T) {
 		// absent, when set, is a path in the working directory that the
 		// command must not have created.
 		absent string
+		// unwanted are fragments stderr must not hold.
+		unwanted []string
+		// migrated runs bridge migrate in the working directory first (the
+		// --data-dir default).
+		migrated bool
 	}{
 		{name: "unknown command", args: []string{"frobnicate"}, want: []string{"unknown command", "frobnicate"}},
 		{name: "unknown flag", args: []string{"run", "--frob"}, want: []string{"unknown flag", "--frob"}},
@@ -499,6 +504,24 @@ func TestBadInput(t *testing.T) {
 		{name: "positional argument to status", args: []string{"status", "extra-arg"}, want: []string{`bridge status takes no arguments, got "extra-arg" (see bridge status --help)`}},
 		{name: "positional arguments to enqueue", args: []string{"enqueue", "--subject", "events.x", "a", "b"}, want: []string{`got "a b" (see bridge enqueue --help)`}},
 		{name: "unknown flag of status", args: []string{"status", "--frob"}, want: []string{"unknown flag: --frob (see bridge status --help)"}},
+		// A table that is not there is a configuration mistake like any other.
+		{name: "status on a table not migrated", args: []string{"status", "--table", "nosuch"}, migrated: true, want: []string{`table "nosuch"`, "bridge migrate"}},
+		{name: "retry on a table not migrated", args: []string{"retry", "--table", "nosuch", "--id", "1"}, migrated: true, want: []string{`table "nosuch"`, "bridge migrate"}},
+		{name: "purge on a table not migrated", args: []string{"purge", "--table", "nosuch", "--done-older-than", "1h"}, migrated: true, want: []string{`table "nosuch"`, "bridge migrate"}},
+		{name: "enqueue on a table not migrated", args: []string{"enqueue", "--table", "nosuch", "--subject", "events.x"}, migrated: true, want: []string{`table "nosuch"`, "bridge migrate"}},
+		// An error about a value given by flag names the flag, not a YAML path.
+		{
+			name: "ensure-stream bad subject", args: []string{"run", "--check-config", "--ensure-stream", "EVENTS:events.a,bad subj"},
+			want: []string{`--ensure-stream EVENTS:events.a,bad subj (subject 2): "bad subj": must be a NATS subject`}, unwanted: []string{"streams["},
+		},
+		{
+			name: "ensure-stream bad name", args: []string{"run", "--check-config", "--ensure-stream", "bad name:events.a"},
+			want: []string{"--ensure-stream bad name:events.a (the name)", "JetStream stream name"}, unwanted: []string{"streams["},
+		},
+		{
+			name: "ensure-stream overlap", args: []string{"run", "--check-config", "--ensure-stream", "EVENTS:a", "--ensure-stream", "OTHER:a"},
+			want: []string{"--ensure-stream OTHER:a (subject 1)", "must not overlap --ensure-stream EVENTS:a (subject 1)"}, unwanted: []string{"streams["},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -506,6 +529,10 @@ func TestBadInput(t *testing.T) {
 			dir := t.TempDir()
 			if tt.yaml != "" {
 				require.NoError(t, os.WriteFile(filepath.Join(dir, "bridge.yaml"), []byte(tt.yaml), 0o600))
+			}
+			if tt.migrated {
+				r := runBridge(t, dir, nil, "migrate")
+				require.Equal(t, 0, r.code, "bridge migrate\n%s", r)
 			}
 			args := tt.args
 			if args[0] == "run" {
@@ -516,6 +543,9 @@ func TestBadInput(t *testing.T) {
 			r := runBridge(t, dir, nil, args...)
 			require.Equal(t, 2, r.code, "bridge %s\n%s", strings.Join(args, " "), r)
 			require.NotContains(t, r.stderr, "pw1", "a password in a bad database URL is redacted")
+			for _, w := range tt.unwanted {
+				require.NotContains(t, r.stderr, w, "bridge %s\n%s", strings.Join(args, " "), r)
+			}
 			for _, w := range tt.want {
 				require.Contains(t, r.stderr, w, "bridge %s\n%s", strings.Join(args, " "), r)
 			}

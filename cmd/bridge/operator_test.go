@@ -34,7 +34,7 @@ func TestRetryNamesWhatItLeftAlone(t *testing.T) {
 
 	r := runBridge(t, dir, nil, "retry", "--id", "1", "--id", "2", "--id", "99", "--id", "1")
 	require.Equal(t, 1, r.code, "an id without a row fails the command\n%s", r)
-	require.Contains(t, r.stdout, "1 dead letters back to pending")
+	require.Contains(t, r.stdout, "1 dead letter back to pending")
 	require.Contains(t, r.stderr, "row 2 is pending, neither failed nor a dead letter: left alone")
 	require.Contains(t, r.stderr, "no row with id 99")
 

@@ -28,7 +28,7 @@ Pending, in-flight, failed and dead-letter rows are never deleted.`,
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "deleted %d done rows relayed more than %s ago\n", n, olderThan)
+				fmt.Fprintf(cmd.OutOrStdout(), "deleted %s relayed more than %s ago\n", outbox.Count(n, "done row"), olderThan)
 				return nil
 			})
 		},

@@ -30,7 +30,7 @@ Nats-Msg-Id: JetStream drops the repeat within the stream's duplicate window.`,
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "requeued %d rows in flight for more than %s\n", n, olderThan)
+				fmt.Fprintf(cmd.OutOrStdout(), "requeued %s in flight for more than %s\n", outbox.Count(n, "row"), olderThan)
 				return nil
 			})
 		},

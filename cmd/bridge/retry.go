@@ -91,7 +91,7 @@ payload), or the row fails again.`,
 }
 
 func printRetried(cmd *cobra.Command, dead, failed int) {
-	fmt.Fprintf(cmd.OutOrStdout(), "%d dead letters back to pending, %d failed rows claimable now\n", dead, failed)
+	fmt.Fprintf(cmd.OutOrStdout(), "%s back to pending, %s claimable now\n", outbox.Count(dead, "dead letter"), outbox.Count(failed, "failed row"))
 }
 
 // retryIDs retries dead and failed, in batches.

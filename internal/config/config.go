@@ -116,6 +116,9 @@ type Config struct {
 	// HTTP is the health and metrics server. Defaults to :8080.
 	HTTP HTTP `koanf:"http"`
 
+	// UI is the web console at /ui/ on http.listen. Defaults to off.
+	UI UI `koanf:"ui"`
+
 	// Log configures the slog logger. Defaults to info, auto.
 	Log Log `koanf:"log"`
 
@@ -349,6 +352,24 @@ type HTTP struct {
 	// empty (all interfaces). Defaults to :8080.
 	Listen string `koanf:"listen"`
 }
+
+// UI configures the web console (internal/console), served at /ui/ on http.listen.
+type UI struct {
+	// Enabled serves the console. Defaults to false.
+	Enabled bool `koanf:"enabled"`
+
+	// Token is the bearer token that allows the console's actions (retry, requeue, purge)
+	// and, unless ReadOnlyWithoutToken, reading it; a secret, at least 16 bytes. Defaults to
+	// empty (no actions).
+	Token string `koanf:"token"`
+
+	// ReadOnlyWithoutToken lets anyone who reaches http.listen read the console without the
+	// token; actions still need it. Defaults to false.
+	ReadOnlyWithoutToken bool `koanf:"read_only_without_token"`
+}
+
+// UITokenMinBytes is the shortest ui.token accepted.
+const UITokenMinBytes = 16
 
 // Log configures logging.
 type Log struct {

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,6 +61,7 @@ func Load(fs *pflag.FlagSet, environ []string) (*Config, error) {
 	}
 
 	var ensure []Stream
+	var ensureValues []string
 	if fs != nil {
 		p := posflag.ProviderWithFlag(fs, ".", nil, func(f *pflag.Flag) (string, any) {
 			key, ok := flagKeys[f.Name]
@@ -82,6 +84,7 @@ func Load(fs *pflag.FlagSet, environ []string) (*Config, error) {
 					return nil, err
 				}
 				ensure = append(ensure, s)
+				ensureValues = append(ensureValues, v)
 			}
 		}
 	}
@@ -104,9 +107,49 @@ func Load(fs *pflag.FlagSet, environ []string) (*Config, error) {
 		cfg.Relay.Owner = defaultOwner()
 	}
 	if err := cfg.Validate(); err != nil {
+		if ensure != nil {
+			return nil, inFlagTerms(err, ensureValues)
+		}
 		return nil, err
 	}
 	return &cfg, nil
+}
+
+// streamPath matches a path into streams: streams[i], streams[i].subjects[j], streams[i].key.
+var streamPath = regexp.MustCompile(`streams\[(\d+)\](?:\.subjects\[(\d+)\]|\.([a-z_]+))?`)
+
+// inFlagTerms rewrites an *Error of Validate about streams given with --ensure-stream (values,
+// in order) so that it names the flag and its value rather than a YAML path the user never
+// wrote: streams[1].subjects[0] becomes `--ensure-stream OTHER:a (subject 1)`. Other errors
+// are returned as they are.
+func inFlagTerms(err error, values []string) error {
+	var e *Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	rewrite := func(text string) string {
+		return streamPath.ReplaceAllStringFunc(text, func(m string) string {
+			sub := streamPath.FindStringSubmatch(m)
+			i, _ := strconv.Atoi(sub[1])
+			if i >= len(values) {
+				return m
+			}
+			flag := "--" + flagEnsureStream + " " + values[i]
+			switch {
+			case sub[2] != "":
+				j, _ := strconv.Atoi(sub[2])
+				return fmt.Sprintf("%s (subject %d)", flag, j+1)
+			case sub[3] == "name":
+				return flag + " (the name)"
+			case sub[3] != "":
+				return fmt.Sprintf("%s (its %s, a default of the flag)", flag, sub[3])
+			}
+			return flag
+		})
+	}
+	out := *e
+	out.Key, out.Allowed = rewrite(e.Key), rewrite(e.Allowed)
+	return &out
 }
 
 // UnknownEnv returns the names of the BRIDGE_* variables in environ that name no key, sorted,

@@ -10,7 +10,7 @@ import (
 const redacted = secret.Redacted
 
 // Redacted returns a copy of c with secrets replaced by "REDACTED": the password in the
-// userinfo and in password= parameters of database.url and wal.replication_url, nats.password, nats.token and the
+// userinfo and in password= parameters of database.url and wal.replication_url, nats.password, nats.token, ui.token and the
 // userinfo password of every nats.url (a user alone there is a token to nats.go, so it is
 // replaced too). File paths are not secrets and stay. The URLs are redacted on their text,
 // so that one a URL parser cannot read is redacted too (see package secret).
@@ -25,6 +25,9 @@ func (c *Config) Redacted() Config {
 	}
 	if out.NATS.Token != "" {
 		out.NATS.Token = redacted
+	}
+	if out.UI.Token != "" {
+		out.UI.Token = redacted
 	}
 	return out
 }

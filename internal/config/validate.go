@@ -54,6 +54,7 @@ func (c *Config) Validate() error {
 		c.validateDedup,
 		c.validateSource,
 		c.validateServer,
+		c.validateUI,
 	}
 	for _, check := range checks {
 		if err := check(); err != nil {
@@ -542,6 +543,19 @@ func (c *Config) validateServer() error {
 		return err
 	}
 	return positive("shutdown_timeout", c.ShutdownTimeout)
+}
+
+func (c *Config) validateUI() error {
+	u := &c.UI
+	switch {
+	case u.Token != "" && len(u.Token) < UITokenMinBytes:
+		return &Error{Key: "ui.token", Value: redacted, Allowed: fmt.Sprintf("must be at least %d bytes (a random value, e.g. openssl rand -hex 32)", UITokenMinBytes)}
+	case u.Token != "" && strings.ContainsFunc(u.Token, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+		return &Error{Key: "ui.token", Value: redacted, Allowed: "must not contain spaces or control characters"}
+	case u.Enabled && u.Token == "" && !u.ReadOnlyWithoutToken:
+		return &Error{Key: "ui.token", Value: "", Allowed: "must be set when ui.enabled is true (or set ui.read_only_without_token for a console without actions)"}
+	}
+	return nil
 }
 
 func oneOf(key, value string, allowed ...string) error {

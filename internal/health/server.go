@@ -74,6 +74,7 @@ type state struct {
 type Server struct {
 	listener net.Listener
 	srv      *http.Server
+	mux      *http.ServeMux
 	draining atomic.Bool
 	state    atomic.Pointer[state]
 	own      *prometheus.Registry // bridge_ready, bridge_build_info
@@ -120,9 +121,18 @@ func Listen(addr string, logger *slog.Logger) (*Server, error) {
 	mux.HandleFunc("/debug/pprof/", loopbackOnly(pprof.Index))
 	mux.HandleFunc("/debug/pprof/profile", loopbackOnly(pprof.Profile))
 	mux.HandleFunc("/debug/pprof/trace", loopbackOnly(pprof.Trace))
+	s.mux = mux
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	return s, nil
 }
+
+// Handle serves h at pattern (http.ServeMux's patterns) beside the probes,
+// such as the console at /ui/.
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// Ready runs the readiness checks as /readyz does: each result by name, and
+// whether /readyz answers 200.
+func (s *Server) Ready(ctx context.Context) (map[string]string, bool) { return s.ready(ctx) }
 
 // Addr is the bound address.
 func (s *Server) Addr() string { return s.listener.Addr().String() }

@@ -232,6 +232,14 @@ type executor interface {
 	// Purge deletes up to p.Limit done rows relayed more than p.OlderThan
 	// ago and returns how many.
 	Purge(ctx context.Context, p *purgeParams) (int, error)
+	// ListRows lists rows of p's statuses, newest first (see browse.go).
+	ListRows(ctx context.Context, p *listRowsParams) ([]RowSummary, error)
+	// RowDetail reads one row whole but for its payload, of which it reads
+	// p.PreviewBytes; false when there is none.
+	RowDetail(ctx context.Context, p *rowDetailParams) (RowDetail, bool, error)
+	// ErrorGroups groups the p.Scan newest failed and dead-letter rows by
+	// status, subject and the start of last_error.
+	ErrorGroups(ctx context.Context, p *errorGroupsParams) ([]ErrorGroup, error)
 }
 
 // claimRowsParams are the parameters of executor.Claim.
@@ -491,6 +499,7 @@ type readers struct {
 	sql                                           *sql.DB
 	retryable, countByStatus, oldestFailed        string
 	recentErrors, rowStatus, relayedStream, probe string
+	browse                                        browseQueries
 }
 
 // takeReaders takes the readers' statements from f.
@@ -504,6 +513,7 @@ func takeReaders(db *sql.DB, f *queryFiles) readers {
 		rowStatus:     f.take("row_status"),
 		relayedStream: f.take("relayed_stream"),
 		probe:         f.take("probe"),
+		browse:        takeBrowseQueries(f),
 	}
 }
 

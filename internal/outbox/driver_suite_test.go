@@ -55,6 +55,7 @@ var suiteCases = []suiteCase{
 	{name: "RetryDeadAndFailed", run: suiteRetry},
 	{name: "StatusCountsAndErrors", run: suiteStatus},
 	{name: "StalledSeesOnlyClaimableRows", run: suiteStalled},
+	{name: "BrowseListsGroupsAndReadsRows", run: suiteBrowse},
 	{name: "PurgeDeletesOldDoneRows", run: suitePurge},
 	{name: "NotifyOnInsert", run: suiteNotify},
 	{name: "ClassifiesMissingSchema", run: suiteClassifyMissing},

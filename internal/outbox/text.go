@@ -112,3 +112,12 @@ func ReservedSubject(subject string) string {
 	}
 	return ""
 }
+
+// Count is n with noun in the plural form n takes: "1 row", "2 rows". For
+// the counts commands and the console print.
+func Count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
