@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
 func main() {
@@ -68,7 +70,12 @@ func usage(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }
 
+// isUsage reports whether err is bad usage or configuration: a usageError,
+// cobra's own usage errors, or an outbox table that is not there
+// (outbox.ErrNoTable: --table or database.table names a table that was
+// never migrated, a mistake in the configuration like a bad URL; bridge
+// run does not stop for it, it waits for the migration).
 func isUsage(err error) bool {
 	var u usageError
-	return errors.As(err, &u) || isCobraUsage(err)
+	return errors.As(err, &u) || isCobraUsage(err) || errors.Is(err, outbox.ErrNoTable)
 }

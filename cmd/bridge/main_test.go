@@ -505,10 +505,10 @@ func TestBadInput(t *testing.T) {
 		{name: "positional arguments to enqueue", args: []string{"enqueue", "--subject", "events.x", "a", "b"}, want: []string{`got "a b" (see bridge enqueue --help)`}},
 		{name: "unknown flag of status", args: []string{"status", "--frob"}, want: []string{"unknown flag: --frob (see bridge status --help)"}},
 		// A table that is not there is a configuration mistake like any other.
-		{name: "status on a table not migrated", args: []string{"status", "--table", "nosuch"}, migrated: true, want: []string{`table "nosuch"`, "bridge migrate"}},
-		{name: "retry on a table not migrated", args: []string{"retry", "--table", "nosuch", "--id", "1"}, migrated: true, want: []string{`table "nosuch"`, "bridge migrate"}},
-		{name: "purge on a table not migrated", args: []string{"purge", "--table", "nosuch", "--done-older-than", "1h"}, migrated: true, want: []string{`table "nosuch"`, "bridge migrate"}},
-		{name: "enqueue on a table not migrated", args: []string{"enqueue", "--table", "nosuch", "--subject", "events.x"}, migrated: true, want: []string{`table "nosuch"`, "bridge migrate"}},
+		{name: "status on a table not migrated", args: []string{"status", "--database-url", "sqlite:bridge-data/outbox.db", "--table", "nosuch"}, migrated: true, want: []string{`table "nosuch"`, "bridge migrate"}},
+		{name: "retry on a table not migrated", args: []string{"retry", "--database-url", "sqlite:bridge-data/outbox.db", "--table", "nosuch", "--id", "1"}, migrated: true, want: []string{`table "nosuch"`, "bridge migrate"}},
+		{name: "purge on a table not migrated", args: []string{"purge", "--database-url", "sqlite:bridge-data/outbox.db", "--table", "nosuch", "--done-older-than", "1h"}, migrated: true, want: []string{`table "nosuch"`, "bridge migrate"}},
+		{name: "enqueue on a table not migrated", args: []string{"enqueue", "--database-url", "sqlite:bridge-data/outbox.db", "--table", "nosuch", "--subject", "events.x"}, migrated: true, want: []string{`table "nosuch"`, "bridge migrate"}},
 		// An error about a value given by flag names the flag, not a YAML path.
 		{
 			name: "ensure-stream bad subject", args: []string{"run", "--check-config", "--ensure-stream", "EVENTS:events.a,bad subj"},
