@@ -410,7 +410,7 @@ func TestBadInput(t *testing.T) {
 		// unwanted are fragments stderr must not hold.
 		unwanted []string
 		// migrated runs bridge migrate in the working directory first (the
-		// --data-dir default).
+		// table outbox in other.db).
 		migrated bool
 	}{
 		{name: "unknown command", args: []string{"frobnicate"}, want: []string{"unknown command", "frobnicate"}},
@@ -505,10 +505,10 @@ func TestBadInput(t *testing.T) {
 		{name: "positional arguments to enqueue", args: []string{"enqueue", "--subject", "events.x", "a", "b"}, want: []string{`got "a b" (see bridge enqueue --help)`}},
 		{name: "unknown flag of status", args: []string{"status", "--frob"}, want: []string{"unknown flag: --frob (see bridge status --help)"}},
 		// A table that is not there is a configuration mistake like any other.
-		{name: "status on a table not migrated", args: []string{"status", "--database-url", "sqlite:bridge-data/outbox.db", "--table", "nosuch"}, migrated: true, want: []string{`table "nosuch"`, "bridge migrate"}},
-		{name: "retry on a table not migrated", args: []string{"retry", "--database-url", "sqlite:bridge-data/outbox.db", "--table", "nosuch", "--id", "1"}, migrated: true, want: []string{`table "nosuch"`, "bridge migrate"}},
-		{name: "purge on a table not migrated", args: []string{"purge", "--database-url", "sqlite:bridge-data/outbox.db", "--table", "nosuch", "--done-older-than", "1h"}, migrated: true, want: []string{`table "nosuch"`, "bridge migrate"}},
-		{name: "enqueue on a table not migrated", args: []string{"enqueue", "--database-url", "sqlite:bridge-data/outbox.db", "--table", "nosuch", "--subject", "events.x"}, migrated: true, want: []string{`table "nosuch"`, "bridge migrate"}},
+		{name: "status on a table not migrated", args: []string{"status", "--database-url", "sqlite:other.db", "--table", "nosuch"}, migrated: true, want: []string{`table "nosuch"`, "bridge migrate"}},
+		{name: "retry on a table not migrated", args: []string{"retry", "--database-url", "sqlite:other.db", "--table", "nosuch", "--id", "1"}, migrated: true, want: []string{`table "nosuch"`, "bridge migrate"}},
+		{name: "purge on a table not migrated", args: []string{"purge", "--database-url", "sqlite:other.db", "--table", "nosuch", "--done-older-than", "1h"}, migrated: true, want: []string{`table "nosuch"`, "bridge migrate"}},
+		{name: "enqueue on a table not migrated", args: []string{"enqueue", "--database-url", "sqlite:other.db", "--table", "nosuch", "--subject", "events.x"}, migrated: true, want: []string{`table "nosuch"`, "bridge migrate"}},
 		// An error about a value given by flag names the flag, not a YAML path.
 		{
 			name: "ensure-stream bad subject", args: []string{"run", "--check-config", "--ensure-stream", "EVENTS:events.a,bad subj"},
@@ -531,7 +531,7 @@ func TestBadInput(t *testing.T) {
 				require.NoError(t, os.WriteFile(filepath.Join(dir, "bridge.yaml"), []byte(tt.yaml), 0o600))
 			}
 			if tt.migrated {
-				r := runBridge(t, dir, nil, "migrate")
+				r := runBridge(t, dir, nil, "migrate", "--database-url", "sqlite:other.db")
 				require.Equal(t, 0, r.code, "bridge migrate\n%s", r)
 			}
 			args := tt.args
