@@ -184,10 +184,11 @@ func TestOperationsDocumentsEveryMetric(t *testing.T) {
 var monitoredMetric = regexp.MustCompile(`\b(?:(?:bridge|watermill|go|process)_[a-zA-Z0-9_]+|up\{)`)
 
 // TestMonitoringQueriesExistingMetrics checks deployments/monitoring: the
-// dashboard's JSON parses, and every metric that a panel, a dashboard
-// variable or an alert rule queries is one the relay registers (a
-// histogram's _bucket, _sum and _count included), so that no panel stays
-// empty and no alert waits on a metric that does not exist.
+// dashboard's JSON parses, every metric that a panel, a dashboard variable
+// or an alert rule queries is one the relay registers (a histogram's
+// _bucket, _sum and _count included), so that no panel stays empty and no
+// alert waits on a metric that does not exist, and every metric an alert
+// uses has a panel.
 func TestMonitoringQueriesExistingMetrics(t *testing.T) {
 	t.Parallel()
 	metrics := relayMetrics(t)
@@ -234,6 +235,22 @@ func TestMonitoringQueriesExistingMetrics(t *testing.T) {
 		}
 	}
 	require.Greater(t, len(queries), panelQueries, "alerts.yaml has no rule")
+
+	// Every metric an alert waits on has a panel: an operator paged by an
+	// alert finds its series on the dashboard.
+	onDashboard := make(map[string]bool)
+	for _, q := range queries[:panelQueries] {
+		for _, name := range monitoredMetric.FindAllString(q, -1) {
+			onDashboard[name] = true
+		}
+	}
+	for _, q := range queries[panelQueries:] {
+		for _, name := range monitoredMetric.FindAllString(q, -1) {
+			if name != "up{" && !onDashboard[name] {
+				t.Errorf("the alert expression %q uses %s, which no dashboard panel shows", q, name)
+			}
+		}
+	}
 
 	for _, q := range queries {
 		names := monitoredMetric.FindAllString(q, -1)
