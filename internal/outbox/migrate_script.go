@@ -59,10 +59,13 @@ func MigrationScript(dialect Dialect, table string, after int64) (string, error)
 		fmt.Fprintf(&b, "\n-- The migrations table (goose's layout).\n%s;\nINSERT INTO %s (version_id, is_applied) VALUES (0, %s);\n",
 			spec.versionTableDDL(versions), versions, spec.trueLiteral)
 	}
+	printed, latest := 0, int64(0)
 	for _, m := range rendered {
+		latest = max(latest, m.version)
 		if m.version <= after {
 			continue
 		}
+		printed++
 		fmt.Fprintf(&b, "\n-- Migration %05d (%s).\n", m.version, m.file)
 		if transactional {
 			b.WriteString("BEGIN;\n")
@@ -73,6 +76,9 @@ func MigrationScript(dialect Dialect, table string, after int64) (string, error)
 		if transactional {
 			b.WriteString("COMMIT;\n")
 		}
+	}
+	if printed == 0 {
+		fmt.Fprintf(&b, "\n-- Nothing to apply: %d is the latest migration of this bridge, and --after %d is not below it.\n", latest, after)
 	}
 	return b.String(), nil
 }

@@ -103,3 +103,18 @@ func TestMigrationScriptRefusesUnknownDialect(t *testing.T) {
 	_, err := outbox.MigrationScript("oracle", "outbox", 0)
 	require.ErrorIs(t, err, outbox.ErrUnknownDialect)
 }
+
+// TestMigrationScriptSaysWhenNothingIsLeft: --print --after N at or past
+// the latest migration prints no statement and says so, rather than an
+// empty script that reads like success.
+func TestMigrationScriptSaysWhenNothingIsLeft(t *testing.T) {
+	for _, d := range drivers {
+		script, err := MigrationScript(d.dialect(), "outbox", 9999)
+		require.NoError(t, err)
+		require.Contains(t, script, "Nothing to apply", d.dialect())
+		require.NotContains(t, script, "-- Migration ", d.dialect())
+		all, err := MigrationScript(d.dialect(), "outbox", 0)
+		require.NoError(t, err)
+		require.NotContains(t, all, "Nothing to apply", d.dialect())
+	}
+}
