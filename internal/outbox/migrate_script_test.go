@@ -108,13 +108,13 @@ func TestMigrationScriptRefusesUnknownDialect(t *testing.T) {
 // the latest migration prints no statement and says so, rather than an
 // empty script that reads like success.
 func TestMigrationScriptSaysWhenNothingIsLeft(t *testing.T) {
-	for _, d := range drivers {
-		script, err := MigrationScript(d.dialect(), "outbox", 9999)
+	for _, d := range outbox.Dialects {
+		script, err := outbox.MigrationScript(d, "outbox", 9999)
 		require.NoError(t, err)
-		require.Contains(t, script, "Nothing to apply", d.dialect())
-		require.NotContains(t, script, "-- Migration ", d.dialect())
-		all, err := MigrationScript(d.dialect(), "outbox", 0)
+		require.Contains(t, script, "Nothing to apply", d)
+		require.NotContains(t, script, "-- Migration ", d)
+		all, err := outbox.MigrationScript(d, "outbox", 0)
 		require.NoError(t, err)
-		require.NotContains(t, all, "Nothing to apply", d.dialect())
+		require.NotContains(t, all, "Nothing to apply", d)
 	}
 }
