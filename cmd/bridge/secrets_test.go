@@ -308,6 +308,10 @@ func secretCases() []secretCase {
 			srv := natsWithToken(t, pw)
 			return append(sqliteOutbox(t), "BRIDGE_NATS_URL=nats://"+srv.Addr().String(), "BRIDGE_NATS_TOKEN="+pw), works
 		}, nil},
+		{"ui.token", func(t *testing.T, pw string) ([]string, outcome) {
+			srv := bridgetest.StartNATSWithOptions(t, nil)
+			return append(sqliteOutbox(t), "BRIDGE_NATS_URL=nats://"+srv.Addr().String(), "BRIDGE_UI_ENABLED=true", "BRIDGE_UI_TOKEN="+pw), anything
+		}, nil},
 		{"nats.nkey_seed_file holding no seed", func(t *testing.T, pw string) ([]string, outcome) {
 			srv := bridgetest.StartNATSWithOptions(t, nil)
 			return append(sqliteOutbox(t), "BRIDGE_NATS_URL=nats://"+srv.Addr().String(), "BRIDGE_NATS_NKEY_SEED_FILE="+secretFile(t, "seed.nk", pw+"\n")), anything

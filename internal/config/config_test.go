@@ -426,18 +426,20 @@ func TestRedacted(t *testing.T) {
 	c.NATS.Password = "npass"
 	c.NATS.Token = "ntoken"
 	c.NATS.CredsFile = "/etc/nats/user.creds"
+	c.UI.Token = "uitoken-uitoken-uitoken"
 
 	r := c.Redacted()
 	require.Equal(t, "postgres://u:REDACTED@h/db", r.Database.URL)
 	require.Equal(t, "nats://REDACTED@a:4222,nats://REDACTED@b:4222", r.NATS.URL, "a NATS userinfo is hidden whole: a token may hold a colon")
 	require.Equal(t, "REDACTED", r.NATS.Password)
 	require.Equal(t, "REDACTED", r.NATS.Token)
+	require.Equal(t, "REDACTED", r.UI.Token)
 	require.Equal(t, "/etc/nats/user.creds", r.NATS.CredsFile, "file paths are not secrets")
 	require.Equal(t, "postgres://u:secret@h/db", c.Database.URL, "the original is unchanged")
 
 	out, err := r.YAML()
 	require.NoError(t, err)
-	for _, secret := range []string{"secret", "npass", "ntoken", "tok@"} {
+	for _, secret := range []string{"secret", "npass", "ntoken", "tok@", "uitoken"} {
 		require.NotContains(t, string(out), secret)
 	}
 
