@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
@@ -232,4 +235,56 @@ func TestClusterQuorumLost(t *testing.T) {
 	require.Contains(t, both, `"stream":"EVENTS"`)
 	require.Contains(t, both, `"lost_leader":"`+l+`"`, "the log names the lost leader")
 	require.Positive(t, stalled, "the stall watch counts rows held for the broker")
+}
+
+// TestClusterRowsInDoubtSettle: 2,000 rows first claimed ten minutes ago
+// (beyond the stream's 2 min duplicate window), outcome unknown, whose
+// messages are stored among the 20,000 of an R3 stream. A relay finds
+// every one in the stream (the reconcile scan) and marks it done within
+// 30 s, publishing none again.
+func TestClusterRowsInDoubtSettle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := bridgetest.StartCluster(t)
+	e := newCrashEnv(t, c.URLs(), 3)
+	const total, doubt = 20000, 2000
+	e.insert(t, 0, total)
+	for n := range total {
+		m := nats.NewMsg("events.crash")
+		m.Data = []byte("row " + strconv.Itoa(n))
+		m.Header.Set(jetstream.MsgIDHeader, "k-"+strconv.Itoa(n))
+		m.Header.Set("X-N", strconv.Itoa(n))
+		_, err := e.js.PublishMsgAsync(m)
+		require.NoError(t, err)
+		if n%500 == 499 || n == total-1 { // a window of 500 unacknowledged
+			select {
+			case <-e.js.PublishAsyncComplete():
+			case <-time.After(60 * time.Second):
+				require.Fail(t, "the stream's messages were not all acknowledged")
+			}
+		}
+	}
+	// Every tenth row (n % 10 == 5, none with an ordering key) was
+	// published by a relay that never marked it; the others are done.
+	_, err := e.db.Exec(`UPDATE ` + e.table + ` SET status = 'done', attempts = 1, first_claimed_at = now(), claimed_at = now(), relayed_at = now()
+		WHERE (substring(idempotency_key from 3))::int % 10 <> 5`)
+	require.NoError(t, err)
+	_, err = e.db.Exec(`UPDATE ` + e.table + ` SET status = 'failed', attempts = 1, first_claimed_at = now() - interval '10 minutes',
+		claimed_at = now() - interval '10 minutes', available_at = now(), last_error = 'publish outcome unknown'
+		WHERE (substring(idempotency_key from 3))::int % 10 = 5`)
+	require.NoError(t, err)
+	require.Equal(t, doubt, e.count(t, "failed"))
+
+	httpA := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	began := time.Now()
+	p := e.relay(t, "relay-a", "BRIDGE_HTTP_LISTEN="+httpA, "BRIDGE_RELAY_BATCH_SIZE=1000", "BRIDGE_RELAY_INFLIGHT_TIMEOUT=20s", "BRIDGE_RELAY_ACK_DEADLINE=5s")
+	e.waitDone(t, total, 30*time.Second, p)
+	t.Logf("%d rows in doubt settled %s after the relay started", doubt, time.Since(began).Round(time.Millisecond))
+	s, err := e.js.Stream(ctx, "EVENTS")
+	require.NoError(t, err)
+	require.Equal(t, uint64(total), s.CachedInfo().State.Msgs, "none published again")
+	m := metrics(t, httpA)
+	require.Equal(t, float64(doubt), metricValue(m, "bridge_rows_reconciled_total"))
+	require.Zero(t, metricValue(m, "bridge_reconcile_scans_failed_total"))
+	e.verify(t, total)
 }
