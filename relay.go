@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -56,6 +55,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		slog.Any("streams", streams), slog.String("http", r.Health.Addr()), slog.String("owner", r.Config.Relay.Owner))
 
 	daemon.LogStreams(r.Logger, streams)
+	r.Stall.HeldBy(r.Keeper.Outage)
 	services := []func(context.Context){
 		func(ctx context.Context) { r.Guard.Run(ctx, dedup.GuardIntervalDefault) },
 		func(ctx context.Context) { r.Keeper.Run(ctx, broker.KeeperIntervalDefault) },
@@ -135,7 +135,7 @@ func newRegistry(cs ...prometheus.Collector) (*prometheus.Registry, error) {
 // duplicate-window guard holds back are named without failing it; the
 // source's own readiness checks) and the source's liveness checks, with
 // the relay's metrics.
-func provideHealth(reg *prometheus.Registry, db *outbox.DB, pinger *broker.Pinger, denials *broker.Denials, js jetstream.JetStream, streams broker.Streams, guard *dedup.Guard, source sourceChecks) *health.Probes {
+func provideHealth(reg *prometheus.Registry, db *outbox.DB, pinger *broker.Pinger, denials *broker.Denials, keeper *broker.Keeper, guard *dedup.Guard, source sourceChecks) *health.Probes {
 	checks := []health.Check{
 		{Name: "database", Check: db.CheckWritable},
 		{Name: "nats", Check: func(ctx context.Context) error {
@@ -144,14 +144,10 @@ func provideHealth(reg *prometheus.Registry, db *outbox.DB, pinger *broker.Pinge
 			}
 			return denials.Inbox()
 		}},
-		{Name: "streams", Check: func(ctx context.Context) error {
-			for _, s := range streams {
-				if _, err := js.Stream(ctx, s.Name); err != nil {
-					return errors.New("stream " + s.Name + ": " + err.Error())
-				}
-			}
-			return nil
-		}},
+		// Ensured streams present; no stream in an outage (no leader, no
+		// quorum: failing until a publish to it succeeds); degraded while an
+		// ensured stream exists with other settings (broker.Keeper.Check).
+		{Name: "streams", Check: keeper.Check},
 		{Name: "dedup_guard", Check: func(context.Context) error { return guardDetail(guard) }},
 	}
 	return &health.Probes{Gatherer: reg, Ready: append(checks, source.Ready...), Alive: source.Alive}
@@ -186,8 +182,8 @@ func watermillChecks() sourceChecks { return sourceChecks{} }
 // and the stall watch as liveness: a relay stalled for
 // relay.stall_unhealthy_after in the active role fails it; a standby, or
 // a relay whose stream cannot start, does not (see walsource.StallSource).
-func provideWALHealth(reg *prometheus.Registry, db *outbox.DB, pinger *broker.Pinger, denials *broker.Denials, js jetstream.JetStream, streams broker.Streams, guard *dedup.Guard, sub *walsource.Subscriber, stall *outbox.StallWatch) *health.Probes {
-	p := provideHealth(reg, db, pinger, denials, js, streams, guard, sourceChecks{Alive: []health.Check{{Name: "stall", Check: stall.Alive}}})
+func provideWALHealth(reg *prometheus.Registry, db *outbox.DB, pinger *broker.Pinger, denials *broker.Denials, keeper *broker.Keeper, guard *dedup.Guard, sub *walsource.Subscriber, stall *outbox.StallWatch) *health.Probes {
+	p := provideHealth(reg, db, pinger, denials, keeper, guard, sourceChecks{Alive: []health.Check{{Name: "stall", Check: stall.Alive}}})
 	p.Ready = append(p.Ready, health.Check{Name: "replication", Check: sub.Ready})
 	return p
 }

@@ -110,7 +110,7 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 		return nil, nil, err
 	}
 	bridgeSourceChecks := tableChecks(stallWatch, subscriber)
-	probes := provideHealth(registry, db, pinger, denials, jetStream, streams, guard, bridgeSourceChecks)
+	probes := provideHealth(registry, db, pinger, denials, keeper, guard, bridgeSourceChecks)
 	relay := &Relay{
 		Forwarder:  forwarderForwarder,
 		Subscriber: subscriber,
@@ -199,7 +199,7 @@ func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Log
 		return nil, nil, err
 	}
 	bridgeSourceChecks := watermillChecks()
-	probes := provideHealth(registry, db, pinger, denials, jetStream, streams, guard, bridgeSourceChecks)
+	probes := provideHealth(registry, db, pinger, denials, keeper, guard, bridgeSourceChecks)
 	relay := &wmsource.Relay{
 		Forwarder: wmsourceForwarder,
 		Guard:     guard,
@@ -297,7 +297,7 @@ func NewWALRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, h
 		cleanup()
 		return nil, nil, err
 	}
-	probes := provideWALHealth(registry, db, pinger, denials, jetStream, streams, guard, subscriber, stallWatch)
+	probes := provideWALHealth(registry, db, pinger, denials, keeper, guard, subscriber, stallWatch)
 	relay := &walsource.Relay{
 		Forwarder:  forwarderForwarder,
 		Subscriber: subscriber,

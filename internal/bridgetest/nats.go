@@ -143,9 +143,24 @@ func readStream(js jetstream.JetStream, stream string) ([]jetstream.Msg, error) 
 }
 
 // Cluster is three in-process NATS servers with JetStream, routed to each
-// other on loopback.
+// other on loopback, on fixed ports so that a server stopped and started
+// again (Stop, Restart) is found where the clients were told it is.
 type Cluster struct {
 	Servers []*server.Server
+	opts    []*server.Options
+}
+
+// freePorts returns n free loopback ports.
+func freePorts(t testing.TB, n int) []int {
+	t.Helper()
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		require.NoError(t, l.Close())
+	}
+	return ports
 }
 
 // StartCluster starts a 3-node JetStream cluster and waits until it has a
@@ -153,32 +168,29 @@ type Cluster struct {
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
 	const size = 3
-	routePorts := make([]int, size)
-	for i := range routePorts {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		routePorts[i] = l.Addr().(*net.TCPAddr).Port
-		require.NoError(t, l.Close())
-	}
+	routePorts, clientPorts := freePorts(t, size), freePorts(t, size)
 	var routes []*url.URL
 	for _, p := range routePorts {
 		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", p)})
 	}
-	c := &Cluster{}
+	c := &Cluster{Servers: make([]*server.Server, size)}
 	for i := range size {
-		srv, err := server.NewServer(&server.Options{
+		c.opts = append(c.opts, &server.Options{
 			ServerName: fmt.Sprintf("n%d", i+1),
-			Host:       "127.0.0.1", Port: -1,
+			Host:       "127.0.0.1", Port: clientPorts[i],
 			JetStream: true, StoreDir: t.TempDir(),
 			Cluster: server.ClusterOpts{Name: "bridge-test", Host: "127.0.0.1", Port: routePorts[i]},
 			Routes:  routes,
 			NoSigs:  true, NoLog: true,
 		})
-		require.NoError(t, err)
-		go srv.Start()
-		c.Servers = append(c.Servers, srv)
-		t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+		c.start(t, i)
 	}
+	t.Cleanup(func() {
+		for _, srv := range c.Servers {
+			srv.Shutdown()
+			srv.WaitForShutdown()
+		}
+	})
 	for _, srv := range c.Servers {
 		require.True(t, srv.ReadyForConnections(10*time.Second))
 	}
@@ -191,6 +203,42 @@ func StartCluster(t testing.TB) *Cluster {
 		return false
 	}, 30*time.Second, 50*time.Millisecond, "no JetStream meta leader")
 	return c
+}
+
+func (c *Cluster) start(t testing.TB, i int) {
+	t.Helper()
+	opts := *c.opts[i]
+	srv, err := server.NewServer(&opts)
+	require.NoError(t, err)
+	go srv.Start()
+	c.Servers[i] = srv
+}
+
+func (c *Cluster) index(t testing.TB, name string) int {
+	t.Helper()
+	for i, o := range c.opts {
+		if o.ServerName == name {
+			return i
+		}
+	}
+	require.Failf(t, "no such server", "%s", name)
+	return -1
+}
+
+// Stop shuts the server named name down, keeping its store.
+func (c *Cluster) Stop(t testing.TB, name string) {
+	t.Helper()
+	srv := c.Servers[c.index(t, name)]
+	srv.Shutdown()
+	srv.WaitForShutdown()
+}
+
+// Restart starts the server named name again on its ports and store.
+func (c *Cluster) Restart(t testing.TB, name string) {
+	t.Helper()
+	i := c.index(t, name)
+	c.start(t, i)
+	require.True(t, c.Servers[i].ReadyForConnections(10*time.Second), "%s did not start again", name)
 }
 
 // URLs is the comma-separated client URLs of all servers.

@@ -36,8 +36,10 @@ type Keeper struct {
 	specs  []StreamSpec
 	logger *slog.Logger
 
-	mu     sync.Mutex
-	looked map[string]time.Time // stream → last lookup from Missing
+	mu       sync.Mutex
+	looked   map[string]time.Time    // stream → last lookup from Missing
+	streams  map[string]*streamState // stream → what the outage watch knows (outage.go)
+	subjects map[string]string       // subject → the stream a PubAck named
 
 	// Recreated counts streams created again.
 	Recreated atomic.Int64
@@ -45,7 +47,8 @@ type Keeper struct {
 
 // NewKeeper returns a keeper of specs (the streams ensured at start).
 func NewKeeper(js jetstream.JetStream, specs []StreamSpec, logger *slog.Logger) *Keeper {
-	return &Keeper{js: js, specs: slices.Clone(specs), logger: logger, looked: map[string]time.Time{}}
+	return &Keeper{js: js, specs: slices.Clone(specs), logger: logger, looked: map[string]time.Time{},
+		streams: map[string]*streamState{}, subjects: map[string]string{}}
 }
 
 // Missing is told that a publish to subject found no stream. When a stream
@@ -71,21 +74,23 @@ func (k *Keeper) Missing(ctx context.Context, subject string) {
 }
 
 // Run checks every interval, until ctx ends, that each owned stream
-// exists, and creates the missing ones.
+// exists, and creates the missing ones; and every outageProbeEvery it
+// watches the streams it knows for an outage (see Diagnose, Check).
 func (k *Keeper) Run(ctx context.Context, interval time.Duration) {
-	if len(k.specs) == 0 {
-		return
-	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	probe := time.NewTicker(outageProbeEvery)
+	defer probe.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-probe.C:
+			k.watch(ctx)
 		case <-t.C:
-		}
-		for _, spec := range k.specs {
-			k.restore(ctx, spec)
+			for _, spec := range k.specs {
+				k.restore(ctx, spec)
+			}
 		}
 	}
 }
@@ -121,11 +126,49 @@ func cmpStorage(s string) string {
 // process).
 func (k *Keeper) Inherit(prev *Keeper) { k.Recreated.Add(prev.Recreated.Load()) }
 
-// Collector exposes bridge_streams_recreated_total.
-func (k *Keeper) Collector() prometheus.Collector {
-	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bridge_streams_recreated_total",
-		Help: "Ensured streams found missing while the relay ran and created again (empty)."},
-		func() float64 { return float64(k.Recreated.Load()) })
+// Collector exposes bridge_streams_recreated_total,
+// bridge_stream_config_drift{stream} (1 for an ensured stream that exists
+// with other settings than configured) and bridge_stream_unavailable{stream}
+// (1 while a stream is in an outage: no leader, no quorum, or publishes not
+// acknowledged while the connection is up).
+func (k *Keeper) Collector() prometheus.Collector { return keeperCollector{k} }
+
+var (
+	recreatedDesc = prometheus.NewDesc("bridge_streams_recreated_total",
+		"Ensured streams found missing while the relay ran and created again (empty).", nil, nil)
+	driftDesc = prometheus.NewDesc("bridge_stream_config_drift",
+		"1 for an ensured stream that exists with other replicas, storage, subjects or duplicate window than configured (see the WARN line at start).", []string{"stream"}, nil)
+	unavailableDesc = prometheus.NewDesc("bridge_stream_unavailable",
+		"1 while the stream cannot take messages: no leader, no quorum, or no PubAck while the connection is up (its rows wait, attempts not counted).", []string{"stream"}, nil)
+)
+
+type keeperCollector struct{ k *Keeper }
+
+func (c keeperCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- recreatedDesc
+	ch <- driftDesc
+	ch <- unavailableDesc
+}
+
+func (c keeperCollector) Collect(ch chan<- prometheus.Metric) {
+	k := c.k
+	ch <- prometheus.MustNewConstMetric(recreatedDesc, prometheus.CounterValue, float64(k.Recreated.Load()))
+	for _, spec := range k.specs {
+		v := 0.0
+		if spec.Drift != "" {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(driftDesc, prometheus.GaugeValue, v, spec.Name)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for name, st := range k.streams {
+		v := 0.0
+		if !st.outSince.IsZero() {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(unavailableDesc, prometheus.GaugeValue, v, name)
+	}
 }
 
 // createStream creates spec with limits retention; a stream created

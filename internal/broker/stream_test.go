@@ -3,13 +3,20 @@ package broker_test
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
 	"github.com/outbox-bridge/bridge/internal/broker"
+	"github.com/outbox-bridge/bridge/internal/health"
 )
 
 func TestMain(m *testing.M) {
@@ -61,4 +68,72 @@ func TestEnsureStreamsExistingStream(t *testing.T) {
 	s, err := js.Stream(ctx, "EVENTS")
 	require.NoError(t, err)
 	require.Equal(t, []string{"events.>", "audit.*"}, s.CachedInfo().Config.Subjects, "the stream was not changed")
+}
+
+// TestEnsureStreamsOnACluster: on a 3-node cluster a stream configured
+// with replicas 0 (auto, the default) is created with 3 replicas; an
+// existing stream with other replicas, storage or duplicate window is
+// reported once at WARN, as degraded readiness and as
+// bridge_stream_config_drift, and left as it is.
+func TestEnsureStreamsOnACluster(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := bridgetest.StartCluster(t)
+	nc, err := nats.Connect(c.URLs())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	require.Equal(t, 3, broker.ClusterReplicas(nc))
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "OLD", Subjects: []string{"old.>"}, Replicas: 1, Storage: jetstream.MemoryStorage})
+	require.NoError(t, err)
+
+	var logs bridgetest.SyncBuffer
+	logger := slog.New(slog.NewJSONHandler(&logs, nil))
+	specs := []broker.StreamSpec{
+		{Name: "EVENTS", Subjects: []string{"events.>"}, Duplicates: 2 * time.Minute},
+		{Name: "OLD", Subjects: []string{"old.>"}, Duplicates: time.Minute, Storage: "file"},
+	}
+	require.NoError(t, broker.EnsureStreams(ctx, js, specs, logger))
+	s, err := js.Stream(ctx, "EVENTS")
+	require.NoError(t, err)
+	require.Equal(t, 3, s.CachedInfo().Config.Replicas, "auto replicas on a 3-node cluster")
+	require.Equal(t, 3, specs[0].Replicas)
+	require.Empty(t, specs[0].Drift)
+	require.Equal(t, "replicas 1, configured 3; storage memory, configured file; duplicate window 2m0s, configured 1m0s", specs[1].Drift)
+
+	var warned int
+	for _, r := range logs.Records(t) {
+		if r["level"] == "WARN" {
+			warned++
+			require.Equal(t, "OLD", r["stream"])
+			require.Equal(t, specs[1].Drift, r["differs"])
+		}
+	}
+	require.Equal(t, 1, warned, "the drift is logged once")
+	old, err := js.Stream(ctx, "OLD")
+	require.NoError(t, err)
+	require.Equal(t, 1, old.CachedInfo().Config.Replicas, "the existing stream is not changed")
+
+	k := broker.NewKeeper(js, specs, logger)
+	err = k.Check(ctx)
+	require.Error(t, err)
+	require.True(t, health.IsDegraded(err), "a drift is degraded readiness, not a failure: %v", err)
+	require.Contains(t, err.Error(), "stream OLD differs from its configuration: replicas 1, configured 3")
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(k.Collector()))
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP bridge_stream_config_drift 1 for an ensured stream that exists with other replicas, storage, subjects or duplicate window than configured (see the WARN line at start).
+# TYPE bridge_stream_config_drift gauge
+bridge_stream_config_drift{stream="EVENTS"} 0
+bridge_stream_config_drift{stream="OLD"} 1
+`), "bridge_stream_config_drift"))
+}
+
+// TestClusterReplicasSingleServer: auto replicas on one server are 1.
+func TestClusterReplicasSingleServer(t *testing.T) {
+	t.Parallel()
+	n := bridgetest.StartNATS(t)
+	nc, _ := n.JetStream(t)
+	require.Equal(t, 1, broker.ClusterReplicas(nc))
 }

@@ -47,8 +47,10 @@ const (
 	// StreamDuplicatesDefault, StreamReplicasDefault and StreamStorageDefault fill the
 	// keys a stream (from the file or from --ensure-stream) leaves out.
 	StreamDuplicatesDefault = 2 * time.Minute
-	StreamReplicasDefault   = 1
-	StreamStorageDefault    = StorageFile
+	// StreamReplicasDefault 0 is "auto": 3 replicas when the NATS server is one of a
+	// cluster of three or more servers, 1 otherwise (see broker.EnsureStreams).
+	StreamReplicasDefault = 0
+	StreamStorageDefault  = StorageFile
 
 	// EmbeddedStreamName and EmbeddedStreamSubject describe the stream created for the
 	// embedded NATS server when no stream is configured (see Config.EffectiveStreams).
@@ -211,7 +213,9 @@ type Stream struct {
 	// dropped; at least 100ms. Defaults to 2m.
 	Duplicates time.Duration `koanf:"duplicates"`
 
-	// Replicas is the number of stream replicas, 1 to 5. Defaults to 1.
+	// Replicas is the number of stream replicas, 1 to 5, or 0 for "auto": 3 on a
+	// cluster of three or more servers, 1 on a single server (found when the relay
+	// connects). Defaults to 0 (auto).
 	Replicas int `koanf:"replicas"`
 
 	// Storage is "file" or "memory". Defaults to file.

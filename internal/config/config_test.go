@@ -67,8 +67,8 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, filepath.Join("bridge-data", "jetstream"), cfg.JetStreamDir())
 	require.Empty(t, cfg.Streams)
 	require.Equal(t, []Stream{{
-		Name: "EVENTS", Subjects: []string{"events.>"}, Duplicates: 2 * time.Minute, Replicas: 1, Storage: "file",
-	}}, cfg.EffectiveStreams())
+		Name: "EVENTS", Subjects: []string{"events.>"}, Duplicates: 2 * time.Minute, Replicas: 0, Storage: "file",
+	}}, cfg.EffectiveStreams(), "replicas 0: auto, 1 on the embedded single server")
 
 	r := cfg.Relay
 	require.Equal(t, 500, r.BatchSize)
@@ -387,7 +387,7 @@ func TestValidateRefuses(t *testing.T) {
 }
 
 func stream(name string, subjects ...string) Stream {
-	return Stream{Name: name, Subjects: subjects, Duplicates: 2 * time.Minute, Replicas: 1, Storage: "file"}
+	return Stream{Name: name, Subjects: subjects, Duplicates: 2 * time.Minute, Replicas: 0, Storage: "file"}
 }
 
 func TestEnsureStream(t *testing.T) {
@@ -395,9 +395,12 @@ func TestEnsureStream(t *testing.T) {
 
 	s, err := ParseStreamFlag("EVENTS:a.>,b.>")
 	require.NoError(t, err)
-	require.Equal(t, Stream{Name: "EVENTS", Subjects: []string{"a.>", "b.>"}, Duplicates: 2 * time.Minute, Replicas: 1, Storage: "file"}, s)
+	require.Equal(t, Stream{Name: "EVENTS", Subjects: []string{"a.>", "b.>"}, Duplicates: 2 * time.Minute, Replicas: 0, Storage: "file"}, s)
+	r3, err := ParseStreamFlag("EVENTS:a.>,b.>:r3")
+	require.NoError(t, err)
+	require.Equal(t, Stream{Name: "EVENTS", Subjects: []string{"a.>", "b.>"}, Duplicates: 2 * time.Minute, Replicas: 3, Storage: "file"}, r3)
 
-	for _, bad := range []string{"EVENTS", "EVENTS:", ":a.>", "A:x.>,B:y.>"} {
+	for _, bad := range []string{"EVENTS", "EVENTS:", ":a.>", "A:x.>,B:y.>", "A:x.>:3", "A:x.>:r0", "A:x.>:r6", "A:x.>:r3:r3", "A::r3"} {
 		_, err := ParseStreamFlag(bad)
 		requireConfigError(t, err, "--ensure-stream")
 	}

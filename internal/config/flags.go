@@ -2,7 +2,7 @@ package config
 
 import (
 	"fmt"
-	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -62,7 +62,8 @@ func RegisterCommonFlags(fs *pflag.FlagSet) {
 // --batch-size, --poll-interval, --inflight-timeout and --http-listen.
 func RegisterRelayFlags(fs *pflag.FlagSet) {
 	fs.StringArray(flagEnsureStream, nil,
-		"create stream `NAME:SUBJ[,SUBJ]` when missing (duplicates 2m, 1 replica, file storage);"+
+		"create stream `NAME:SUBJ[,SUBJ][:rN]` when missing (duplicates 2m, file storage; N replicas, 1 to 5,"+
+			" by default 3 on a cluster of three or more servers and 1 on a single server);"+
 			" repeatable; replaces the streams of the file (default EVENTS:events.> with embedded NATS; no variable)")
 	fs.Int("batch-size", BatchSizeDefault,
 		"rows claimed at once, 1 to 100000"+envHelp("relay.batch_size"))
@@ -76,37 +77,43 @@ func RegisterRelayFlags(fs *pflag.FlagSet) {
 
 func envHelp(key string) string { return "; env " + EnvName(key) }
 
-// ParseStreamFlag parses an --ensure-stream value "NAME:SUBJ[,SUBJ]" into a Stream with the
-// stream defaults (duplicates 2m, 1 replica, file storage). It checks the shape only;
-// Validate checks the name and subjects. The error is an *Error.
+// ParseStreamFlag parses an --ensure-stream value "NAME:SUBJ[,SUBJ][:rN]" into a Stream
+// with the stream defaults (duplicates 2m, file storage, replicas auto: 3 on a cluster
+// of three or more servers, 1 otherwise); ":rN" asks for N replicas (1 to 5). It checks
+// the shape only; Validate checks the name, subjects and replicas. The error is an *Error.
 func ParseStreamFlag(s string) (Stream, error) {
 	name, subjects, ok := strings.Cut(s, ":")
 	name = strings.TrimSpace(name)
+	replicas := StreamReplicasDefault
+	if head, tail, more := strings.Cut(subjects, ":"); more {
+		n, err := strconv.Atoi(strings.TrimPrefix(strings.TrimSpace(tail), "r"))
+		if !strings.HasPrefix(strings.TrimSpace(tail), "r") || err != nil || n < 1 || n > StreamReplicasMax {
+			return Stream{}, &Error{
+				Key:     "--" + flagEnsureStream,
+				Value:   s,
+				Allowed: "must be NAME:SUBJECT[,SUBJECT…][:rN] with N replicas from 1 to 5, such as EVENTS:events.>:r3; give each stream its own --" + flagEnsureStream + " (a subject here may not contain ':')",
+			}
+		}
+		subjects, replicas = head, n
+	}
 	var subs []string
 	for sub := range strings.SplitSeq(subjects, ",") {
 		if sub = strings.TrimSpace(sub); sub != "" {
 			subs = append(subs, sub)
 		}
 	}
-	if slices.ContainsFunc(subs, func(sub string) bool { return strings.Contains(sub, ":") }) {
-		return Stream{}, &Error{
-			Key:     "--" + flagEnsureStream,
-			Value:   s,
-			Allowed: "must name one stream, NAME:SUBJECT[,SUBJECT…]; give each stream its own --" + flagEnsureStream + " (a subject here may not contain ':')",
-		}
-	}
 	if !ok || name == "" || len(subs) == 0 {
 		return Stream{}, &Error{
 			Key:     "--" + flagEnsureStream,
 			Value:   s,
-			Allowed: fmt.Sprintf("must be NAME:SUBJECT[,SUBJECT…] such as %s:%s", EmbeddedStreamName, EmbeddedStreamSubject),
+			Allowed: fmt.Sprintf("must be NAME:SUBJECT[,SUBJECT…][:rN] such as %s:%s or %s:%s:r3", EmbeddedStreamName, EmbeddedStreamSubject, EmbeddedStreamName, EmbeddedStreamSubject),
 		}
 	}
 	return Stream{
 		Name:       name,
 		Subjects:   subs,
 		Duplicates: StreamDuplicatesDefault,
-		Replicas:   StreamReplicasDefault,
+		Replicas:   replicas,
 		Storage:    StreamStorageDefault,
 	}, nil
 }

@@ -262,8 +262,8 @@ func (c *Config) validateStreams() error {
 		if s.Duplicates < StreamDuplicatesMin {
 			return &Error{Key: key("duplicates"), Value: fmtDuration(s.Duplicates), Allowed: "must be a duration of at least 100ms such as 2m"}
 		}
-		if s.Replicas < 1 || s.Replicas > StreamReplicasMax {
-			return &Error{Key: key("replicas"), Value: strconv.Itoa(s.Replicas), Allowed: "must be an integer from 1 to 5"}
+		if s.Replicas < 0 || s.Replicas > StreamReplicasMax {
+			return &Error{Key: key("replicas"), Value: strconv.Itoa(s.Replicas), Allowed: "must be an integer from 1 to 5, or 0 for auto (3 on a cluster of three or more servers, else 1)"}
 		}
 		if s.Replicas > 1 && c.EmbeddedNATS() {
 			return &Error{Key: key("replicas"), Value: strconv.Itoa(s.Replicas), Allowed: "must be 1 with nats.url embedded (one server holds one replica)"}

@@ -16,7 +16,8 @@ func (g *Guard) Collectors() []prometheus.Collector {
 }
 
 // Collectors expose bridge_rows_reconciled_total,
-// bridge_reconcile_incomplete_total and bridge_reconcile_unresolved_total.
+// bridge_reconcile_incomplete_total, bridge_reconcile_unresolved_total and
+// bridge_reconcile_scans_failed_total.
 func (r *Reconciler) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bridge_rows_reconciled_total",
@@ -28,5 +29,8 @@ func (r *Reconciler) Collectors() []prometheus.Collector {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bridge_reconcile_unresolved_total",
 			Help: "Rows in doubt whose stream could not be found (no stream captures the subject, or an account subject mapping hides it), published again without a scan."},
 			func() float64 { return float64(r.Unresolved.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bridge_reconcile_scans_failed_total",
+			Help: "Reconcile scans whose stream info, consumer or fetches kept failing until the scan's bound (no responders, no leader): their rows are held back and tried again, not republished."},
+			func() float64 { return float64(r.ScansFailed.Load()) }),
 	}
 }

@@ -111,8 +111,10 @@ type Reconciler struct {
 
 	// Reconciled counts rows found in a stream (not republished);
 	// Incomplete counts scans stopped by a bound; Unresolved counts rows in
-	// doubt whose stream could not be found, published without a scan.
-	Reconciled, Incomplete, Unresolved atomic.Int64
+	// doubt whose stream could not be found, published without a scan;
+	// ScansFailed counts scans whose stream or consumer failed until their
+	// bound (their rows are held back, not republished).
+	Reconciled, Incomplete, Unresolved, ScansFailed atomic.Int64
 }
 
 // streamWindow is what a scan needs to know of the stream of a subject.
@@ -153,6 +155,7 @@ func (r *Reconciler) Inherit(prev *Reconciler) {
 	r.Reconciled.Add(prev.Reconciled.Load())
 	r.Incomplete.Add(prev.Incomplete.Load())
 	r.Unresolved.Add(prev.Unresolved.Load())
+	r.ScansFailed.Add(prev.ScansFailed.Load())
 }
 
 // safeWithin is how long after a row's first claim a republish is still
@@ -392,6 +395,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, candidates []Candidate) (map
 	return found, nil
 }
 
+// scanRetryMax bounds the wait between two tries of a scan's consumer.
+const scanRetryMax = time.Second
+
+// scan reads stream from the earliest first claim of cs for their ids. A
+// stream info, consumer or fetch that fails — on a cluster an ordered
+// consumer can fail its first fetches with "no responders" while its
+// assignment propagates, and any request fails while the stream has no
+// leader — is tried again, the consumer made again from the message after
+// the last one read, until the scan's bound (dedup.reconcile_timeout, or
+// the lease) ends: then the scan failed (an error, counted by
+// ScansFailed), and its rows are held back rather than republished.
 func (r *Reconciler) scan(parent context.Context, streamName string, cs []Candidate, filters []string, found map[int64]Stored) error {
 	ctx, cancel := context.WithTimeout(parent, r.cfg.Timeout)
 	defer cancel()
@@ -409,29 +423,98 @@ func (r *Reconciler) scan(parent context.Context, streamName string, cs []Candid
 			start = c.FirstClaimedAt
 		}
 	}
-	s, err := r.js.Stream(ctx, streamName)
-	if err != nil {
-		return fmt.Errorf("reconcile against stream %s: %w", streamName, err)
-	}
-	last := s.CachedInfo().State.LastSeq
 	from := start.Add(-clockSkew)
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: filters, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &from, HeadersOnly: true,
-	})
-	if err != nil {
-		return fmt.Errorf("reconcile against stream %s: %w", streamName, err)
-	}
-	read := 0
-	for len(want) > 0 {
-		if read >= r.cfg.MaxMessages {
-			return r.incomplete(streamName, read, len(want), "dedup.reconcile_max_messages")
+	var (
+		last     uint64 // the stream's last sequence when the scan began
+		next     uint64 // the sequence to read from; 0: from the start time
+		read     int
+		lastErr  error
+		failures int
+		readAt   int // read at the last failure
+	)
+	retry := func(err error) bool {
+		lastErr, readAt = err, read
+		failures++
+		wait := min(100*time.Millisecond<<min(failures, 4), scanRetryMax)
+		r.logger.Debug("reconcile scan: trying again", slog.String("stream", streamName), slog.Int("failures", failures), slog.Any("error", err))
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(wait):
+			return true
 		}
-		batch, err := cons.Fetch(min(500, r.cfg.MaxMessages-read), jetstream.FetchMaxWait(time.Second))
-		if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+	}
+	failed := func() error {
+		r.ScansFailed.Add(1)
+		err := fmt.Errorf("reconcile against stream %s: failed %d times within %s, last: %w", streamName, failures, bound(), lastErr)
+		r.logger.Warn("reconcile scan failed; its rows are held back and tried again", slog.String("stream", streamName),
+			slog.Int("messages_read", read), slog.Int("rows_not_found", len(want)), slog.Any("error", err))
+		return err
+	}
+	var s jetstream.Stream
+	for s == nil {
+		var err error
+		if s, err = r.js.Stream(ctx, streamName); err != nil {
+			s = nil
+			if !retry(err) {
+				return failed()
+			}
+		}
+	}
+	last = s.CachedInfo().State.LastSeq
+	for len(want) > 0 {
+		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, HeadersOnly: true,
+			DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &from}
+		if next > 0 {
+			cfg.DeliverPolicy, cfg.OptStartTime, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, nil, next
+		}
+		cons, err := s.OrderedConsumer(ctx, cfg)
+		if err != nil {
+			if !retry(err) {
+				return failed()
+			}
+			continue
+		}
+		done, err := r.read(ctx, cons, streamName, last, want, found, &read, &next)
+		switch {
+		case done:
+			return nil
+		case errors.Is(err, errScanBound):
+			if lastErr != nil && read == readAt {
+				return failed() // nothing read since the last failure
+			}
 			return r.incomplete(streamName, read, len(want), bound())
+		case errors.Is(err, errScanMax):
+			return r.incomplete(streamName, read, len(want), "dedup.reconcile_max_messages")
+		case err != nil:
+			if !retry(err) {
+				return failed()
+			}
+		}
+	}
+	return nil
+}
+
+var (
+	errScanBound = errors.New("scan bound reached")
+	errScanMax   = errors.New("scan message bound reached")
+)
+
+// read fetches from cons until every id is found, the stream's last
+// sequence when the scan began is read (done), a bound is reached
+// (errScanBound, errScanMax), or a fetch fails (its error: the caller makes
+// the consumer again from *next).
+func (r *Reconciler) read(ctx context.Context, cons jetstream.Consumer, streamName string, last uint64, want map[string]int64, found map[int64]Stored, read *int, next *uint64) (bool, error) {
+	for len(want) > 0 {
+		if *read >= r.cfg.MaxMessages {
+			return false, errScanMax
+		}
+		batch, err := cons.Fetch(min(500, r.cfg.MaxMessages-*read), jetstream.FetchMaxWait(time.Second))
+		if ctx.Err() != nil {
+			return false, errScanBound
 		}
 		if err != nil {
-			return fmt.Errorf("reconcile against stream %s: %w", streamName, err)
+			return false, err
 		}
 		n, done := 0, false
 		for m := range batch.Messages() {
@@ -440,6 +523,7 @@ func (r *Reconciler) scan(parent context.Context, streamName string, cs []Candid
 			if err != nil {
 				continue
 			}
+			*next = meta.Sequence.Stream + 1
 			if id, ok := want[m.Headers().Get(jetstream.MsgIDHeader)]; ok {
 				found[id] = Stored{Stream: streamName, Seq: meta.Sequence.Stream}
 				delete(want, m.Headers().Get(jetstream.MsgIDHeader))
@@ -448,15 +532,15 @@ func (r *Reconciler) scan(parent context.Context, streamName string, cs []Candid
 				done = true
 			}
 		}
-		read += n
+		*read += n
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			if ctx.Err() != nil {
-				return r.incomplete(streamName, read, len(want), bound())
+				return false, errScanBound
 			}
-			return fmt.Errorf("reconcile against stream %s: %w", streamName, err)
+			return done, err
 		}
 		if done {
-			return nil
+			return true, nil
 		}
 		if n == 0 {
 			// An empty fetch is not the end: a busy server may be slow to
@@ -464,16 +548,16 @@ func (r *Reconciler) scan(parent context.Context, streamName string, cs []Candid
 			info, err := cons.Info(ctx)
 			if err != nil {
 				if ctx.Err() != nil {
-					return r.incomplete(streamName, read, len(want), bound())
+					return false, errScanBound
 				}
-				return fmt.Errorf("reconcile against stream %s: %w", streamName, err)
+				return false, err
 			}
 			if info.NumPending == 0 {
-				return nil
+				return true, nil
 			}
 		}
 	}
-	return nil
+	return true, nil
 }
 
 func (r *Reconciler) incomplete(stream string, read, left int, bound string) error {

@@ -73,7 +73,17 @@ var permanentCodes = map[jetstream.ErrorCode]bool{
 // (10158), too many requests (10167), insufficient resources (10023),
 // not leader (10009), stream offline (10118), stream full with
 // discard-new (10077).
+//
+// Held: the stream cannot take messages now — no leader, no quorum, the
+// JetStream API not answering while the connection is up
+// (*broker.StreamUnavailableError, which broker.Keeper.Diagnose makes from
+// the server's own answers): the broker's outage. The row waits
+// broker.OutageHoldBack, its attempt is not counted and its last_error
+// names the stream, so no outage, however long, makes a dead letter.
 func Classify(err error) source.FailureClass {
+	if errors.Is(err, broker.ErrBrokerUnavailable) {
+		return source.Held
+	}
 	if errors.Is(err, source.ErrPublishDeadline) || errors.Is(err, sink.ErrTurnBroken) || errors.Is(err, sink.ErrNotSent) {
 		return source.Unavailable // never sent: not the row's fault
 	}

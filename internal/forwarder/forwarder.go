@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/outbox-bridge/bridge/internal/broker"
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/daemon"
 	"github.com/outbox-bridge/bridge/internal/sink"
@@ -49,6 +50,11 @@ type Config struct {
 	// as last_error, the attempt not counted, tried again later) — the
 	// duplicate-window guard refusing an unsafe stream. Defaults to nil.
 	Admit func(ctx context.Context, subject string) error
+	// Diagnose, when set, is given every failed publish with its subject,
+	// and returns the error to report: a *broker.StreamUnavailableError when
+	// the failure is the broker's outage (broker.Keeper.Diagnose). Defaults
+	// to nil.
+	Diagnose func(ctx context.Context, subject string, err error) error
 	// StreamMissing, when set, is told the subject of every publish that
 	// found no stream (the relay's streams are created again when lost).
 	// Defaults to nil.
@@ -77,6 +83,7 @@ type Forwarder struct {
 	seen      func(subject, stream string)
 	admit     func(ctx context.Context, subject string) error
 	missing   func(ctx context.Context, subject string)
+	diagnose  func(ctx context.Context, subject string, err error) error
 	tracer    trace.Tracer
 	duration  prometheus.Observer
 	stopped   func()
@@ -108,7 +115,7 @@ func New(sub message.Subscriber, table string, pub *sink.Publisher, logger *slog
 	if err != nil {
 		return nil, fmt.Errorf("create router: %w", err)
 	}
-	f := &Forwarder{router: router, pub: pub, logger: logger, connected: cfg.Connected, seen: cfg.StreamSeen, admit: cfg.Admit, missing: cfg.StreamMissing, tracer: cfg.Tracer, stopped: cfg.Stopped}
+	f := &Forwarder{router: router, pub: pub, logger: logger, connected: cfg.Connected, seen: cfg.StreamSeen, admit: cfg.Admit, missing: cfg.StreamMissing, diagnose: cfg.Diagnose, tracer: cfg.Tracer, stopped: cfg.Stopped}
 	// First added is outermost: classification sees recovered panics too.
 	router.AddMiddleware(f.classify, middleware.Recoverer)
 	if cfg.Registerer != nil {
@@ -199,12 +206,15 @@ func (f *Forwarder) handle(msg *message.Message) (failed error) {
 // classified. It returns the error as reported.
 func (f *Forwarder) report(d *source.Delivery, ack *jetstream.PubAck, err error, span trace.Span) error {
 	if err != nil {
+		ctx := d.Context
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		if f.diagnose != nil {
+			err = f.diagnose(ctx, d.Subject, err)
+		}
 		err = NoStream(d.Subject, err)
-		if f.missing != nil && errors.Is(err, jetstream.ErrNoStreamResponse) {
-			ctx := d.Context
-			if ctx == nil {
-				ctx = context.Background()
-			}
+		if f.missing != nil && errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, broker.ErrBrokerUnavailable) {
 			f.missing(ctx, d.Subject)
 		}
 		if span != nil {
@@ -212,7 +222,11 @@ func (f *Forwarder) report(d *source.Delivery, ack *jetstream.PubAck, err error,
 			span.SetStatus(codes.Error, err.Error())
 			span.End()
 		}
-		d.Report(source.Failed(err, f.class(err)))
+		out := source.Failed(err, f.class(err))
+		if errors.Is(err, broker.ErrBrokerUnavailable) {
+			out.HoldFor = broker.OutageHoldBack
+		}
+		d.Report(out)
 		return err
 	}
 	if span != nil {
@@ -306,7 +320,7 @@ func (e *NoStreamError) Unwrap() error { return e.Err }
 // NoStream returns err, said in words as a *NoStreamError when it is
 // jetstream.ErrNoStreamResponse.
 func NoStream(subject string, err error) error {
-	if errors.Is(err, jetstream.ErrNoStreamResponse) {
+	if errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, broker.ErrBrokerUnavailable) {
 		return &NoStreamError{Subject: subject, Err: err}
 	}
 	return err

@@ -24,5 +24,6 @@ var ProviderSet = wire.NewSet(ProvideForwarder, NewPublisherMarshaler)
 // unsafe streams; the keeper creates a lost ensured stream again.
 func ProvideForwarder(sub *outbox.Subscriber, store *outbox.Store, pub *sink.Publisher, nc *nats.Conn, guard *dedup.Guard, keeper *broker.Keeper, tracer trace.Tracer, reg *prometheus.Registry, cfg *config.Config, logger *slog.Logger) (*Forwarder, error) {
 	return New(sub, store.Table(), pub, logger, Config{CloseTimeout: cfg.ShutdownTimeout, Connected: nc.IsConnected,
-		StreamSeen: guard.Published, Admit: guard.Admit, StreamMissing: keeper.Missing, Tracer: tracer, Registerer: reg})
+		StreamSeen: func(subject, stream string) { guard.Published(subject, stream); keeper.Published(subject, stream) },
+		Admit:      guard.Admit, StreamMissing: keeper.Missing, Diagnose: keeper.Diagnose, Tracer: tracer, Registerer: reg})
 }

@@ -39,6 +39,12 @@ func Degraded(err error) error {
 	return degraded{err}
 }
 
+// IsDegraded reports whether err is (or wraps) one made by Degraded.
+func IsDegraded(err error) bool {
+	var d degraded
+	return errors.As(err, &d)
+}
+
 type degraded struct{ err error }
 
 func (d degraded) Error() string { return d.err.Error() }

@@ -165,6 +165,12 @@ type Reconciler interface {
 	Reconcile(ctx context.Context, candidates []dedup.Candidate) (map[int64]dedup.Stored, error)
 }
 
+// doubtHoldBack is how long a row in doubt whose stream cannot be read now
+// waits before it is claimed (and its stream scanned) again: a leader
+// election's length, so that it settles within seconds once the cluster
+// answers.
+const doubtHoldBack = 2 * time.Second
+
 // reconcile settles the in-doubt rows found in their stream as relayed and
 // returns the rows still to publish. Only rows claimed before (first claimed
 // before this claim: a retried dead letter too, whose attempts were reset)
@@ -175,7 +181,7 @@ type Reconciler interface {
 // the lease ends (after it, another relay may publish them too). A row
 // whose outcome cannot be told — its stream cannot be read, or the bound
 // passed before it was checked — is held back (failed, the attempt not
-// counted, claimed again after HoldBack) rather than published again: it
+// counted, claimed again after doubtHoldBack) rather than published again: it
 // may be stored already, beyond the duplicate window. A scan that reaches
 // dedup.reconcile_max_messages, dedup.reconcile_timeout or the bound
 // without finding a row publishes it (see dedup.Reconciler.Reconcile).
@@ -224,13 +230,13 @@ func (c *claimer) reconcile(ctx context.Context, rows []Row, claimStart time.Tim
 			break
 		}
 		s.logger.Warn("rows in doubt held back: whether their earlier publish is stored cannot be told now, and publishing them again may store them twice",
-			slog.Int("rows", len(held)), slog.String("error", first), slog.Duration("retry_in", s.cfg.HoldBack))
+			slog.Int("rows", len(held)), slog.String("error", first), slog.Duration("retry_in", doubtHoldBack))
 	}
 	out := rows[:0:0]
 	for _, row := range rows {
 		if why, ok := held[row.ID]; ok {
 			s.outstanding.Add(1)
-			s.settleCh <- settlement{row: row, err: "in doubt, not published again: " + why, held: true}
+			s.settleCh <- settlement{row: row, err: "in doubt, not published again: " + why, held: true, holdFor: doubtHoldBack}
 			continue
 		}
 		stored, ok := found[row.ID]

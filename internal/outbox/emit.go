@@ -101,6 +101,7 @@ func (w *watched) reported(i int) {
 	} else {
 		st.err = out.Reason()
 		st.permanent, st.refund, st.held = out.Class == source.Permanent, out.Class == source.Unavailable, out.Class == source.Held
+		st.holdFor = out.HoldFor
 	}
 	w.rows[i].Payload, d.Msg.Data = nil, nil
 	w.s.settleCh <- st

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -25,6 +26,7 @@ type settlement struct {
 	permanent bool
 	refund    bool
 	held      bool
+	holdFor   time.Duration // a held row's wait; 0: HoldBack
 }
 
 // settled starts the settlement of row: the row without its payload, which
@@ -179,7 +181,7 @@ func (s *Subscriber) failure(st settlement) Failure {
 	f := Failure{ID: st.row.ID, Attempt: st.row.Attempt, Err: st.err, Permanent: st.permanent, Refund: st.refund || st.held, Held: st.held}
 	switch {
 	case f.Held:
-		f.Backoff = s.cfg.HoldBack
+		f.Backoff = cmp.Or(st.holdFor, s.cfg.HoldBack)
 	case f.Permanent, f.Refund:
 	case st.row.Attempt >= s.cfg.MaxAttempts:
 		f.Permanent = true

@@ -68,6 +68,29 @@ type StallWatch struct {
 
 	since atomic.Int64 // unix nanoseconds when the stall was found; 0: not stalled
 	cause atomic.Pointer[string]
+	// heldBy, when set, names the rows held for the broker (see HeldBy).
+	heldBy atomic.Pointer[func() (string, time.Time)]
+}
+
+// HeldBy tells the watch who holds rows outside the relay: held returns
+// what holds them in words (broker.Keeper.Outage: streams without a leader)
+// and since when, or "". Rows held for longer than After are a stall even
+// though the relay claims them again and again (each claim publishes
+// nothing), with held's words as its cause; liveness does not fail for it
+// (a restart does not bring a stream's leader back). Call it before Run.
+func (w *StallWatch) HeldBy(held func() (string, time.Time)) { w.heldBy.Store(&held) }
+
+// held returns what holds rows for longer than After, or "".
+func (w *StallWatch) held() string {
+	f := w.heldBy.Load()
+	if f == nil {
+		return ""
+	}
+	cause, since := (*f)()
+	if cause == "" || time.Since(since) < w.cfg.After {
+		return ""
+	}
+	return "rows held for the broker: " + cause
 }
 
 // NewStallWatch watches the claims of sub on store. The config is copied;
@@ -123,6 +146,10 @@ func (w *StallWatch) Run(ctx context.Context) {
 }
 
 func (w *StallWatch) check(ctx context.Context) {
+	if cause := w.held(); cause != "" {
+		w.stalled(cause, w.cfg.After)
+		return
+	}
 	idle := time.Since(w.src.LastProgress())
 	if idle < w.cfg.After {
 		w.clear()
@@ -140,12 +167,26 @@ func (w *StallWatch) check(ctx context.Context) {
 		w.clear()
 		return
 	}
+	w.stalled(cause, idle)
+}
+
+// stalled records a stall of cause, logging it when it starts or its
+// cause changes.
+func (w *StallWatch) stalled(cause string, idle time.Duration) {
 	w.since.CompareAndSwap(0, time.Now().UnixNano())
 	if prev := w.cause.Swap(&cause); prev == nil || *prev != cause {
 		w.logger.Error("relay stalled: "+cause,
 			slog.String("cause", cause), slog.Duration("stall_after", w.cfg.After), slog.Duration("moved_nothing_for", idle.Round(time.Second)),
-			slog.Duration("unhealthy_after", w.cfg.UnhealthyAfter), slog.Bool("liveness_fails", w.src.Excuse() == "" && w.cfg.UnhealthyAfter >= 0))
+			slog.Duration("unhealthy_after", w.cfg.UnhealthyAfter), slog.Bool("liveness_fails", w.excuse() == "" && w.cfg.UnhealthyAfter >= 0))
 	}
+}
+
+// excuse is the source's excuse, or the broker's hold.
+func (w *StallWatch) excuse() string {
+	if cause := w.held(); cause != "" {
+		return cause
+	}
+	return w.src.Excuse()
 }
 
 func (w *StallWatch) clear() {
@@ -181,7 +222,7 @@ func (w *StallWatch) Stalled() time.Duration {
 // /readyz detail name it, liveness does not fail, so that an orchestrator
 // does not restart the relay in a loop for as long as the cause lasts.
 func (w *StallWatch) Alive(context.Context) error {
-	if w.src.Excuse() != "" {
+	if w.excuse() != "" {
 		return nil
 	}
 	if d := w.Stalled(); w.cfg.UnhealthyAfter >= 0 && d > 0 && d >= w.cfg.UnhealthyAfter {

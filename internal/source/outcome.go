@@ -1,6 +1,8 @@
 package source
 
 import (
+	"time"
+
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
@@ -41,6 +43,9 @@ type Outcome struct {
 	Class FailureClass
 	// Err is why it failed; nil when Published.
 	Err error
+	// HoldFor is how long a Held row waits before it is tried again; 0
+	// means the source's own hold-back time.
+	HoldFor time.Duration
 }
 
 // Published is the outcome of a PubAck.

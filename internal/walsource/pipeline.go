@@ -1,6 +1,7 @@
 package walsource
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"time"
@@ -50,11 +51,14 @@ const (
 
 // entry is a row or a position in the window, in stream order.
 type entry struct {
-	marker bool          // a position (commit or keepalive), not a row
-	lsn    pglogrepl.LSN // marker: confirmed once everything before it is settled
-	txTime time.Time     // commit time of the row's transaction; a swept row: its created_at
-	xid    uint32        // the row's transaction; 0 for a swept row
-	txLSN  pglogrepl.LSN // the commit LSN of the row's transaction (0 for a swept row)
+	marker bool // a position (commit or keepalive), not a row
+	// holdFor is how long the failure being handled asks a Held row to
+	// wait (source.Outcome.HoldFor); 0: the guard's HoldBack.
+	holdFor time.Duration
+	lsn     pglogrepl.LSN // marker: confirmed once everything before it is settled
+	txTime  time.Time     // commit time of the row's transaction; a swept row: its created_at
+	xid     uint32        // the row's transaction; 0 for a swept row
+	txLSN   pglogrepl.LSN // the commit LSN of the row's transaction (0 for a swept row)
 
 	row       outbox.Row
 	decodeErr error
@@ -470,6 +474,7 @@ func (p *pipeline) outcome(o outcome) {
 		p.failed(e, fmt.Sprintf("no ack or nack within ack deadline %s; publish outcome unknown", s.cfg.AckDeadline), source.Retryable)
 	default:
 		out := source.OutcomeOf(o.msg)
+		e.holdFor = out.HoldFor
 		p.failed(e, out.Reason(), out.Class)
 	}
 }
@@ -493,8 +498,12 @@ func (p *pipeline) failed(e *entry, reason string, class source.FailureClass) {
 		s.Counters.Held.Add(1)
 		e.state = queued
 		e.attempts--
-		p.hold(e, s.cfg.HoldBack, false, class)
-		s.marks.push(markItem{e: e, kind: markFailed, id: e.row.ID, xid: e.xid, attempts: e.attempts, reason: reason, backoff: s.cfg.HoldBack})
+		// A stream without a leader holds its rows for broker.OutageHoldBack
+		// (the Outcome's HoldFor), the guard for HoldBack.
+		hold := cmp.Or(e.holdFor, s.cfg.HoldBack)
+		e.holdFor = 0
+		p.hold(e, hold, false, class)
+		s.marks.push(markItem{e: e, kind: markFailed, id: e.row.ID, xid: e.xid, attempts: e.attempts, reason: reason, backoff: hold})
 	case e.attempts >= s.cfg.MaxAttempts:
 		p.dead(e, fmt.Sprintf("gave up after %d attempts (relay.max_attempts); last error: %s", e.attempts, reason))
 	default:

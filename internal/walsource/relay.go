@@ -45,6 +45,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		slog.String("slot", r.Config.WAL.Slot), slog.String("publication", r.Config.WAL.Publication),
 		slog.Any("streams", streams), slog.String("http", r.Health.Addr()))
 	daemon.LogStreams(r.Logger, streams)
+	r.Stall.HeldBy(r.Keeper.Outage)
 	services := []func(context.Context){
 		func(ctx context.Context) { r.Guard.Run(ctx, dedup.GuardIntervalDefault) },
 		func(ctx context.Context) { r.Keeper.Run(ctx, broker.KeeperIntervalDefault) },

@@ -77,5 +77,6 @@ func ProvideStallWatch(sub *Subscriber, cfg *config.Config, logger *slog.Logger)
 // most relay.batch_size (source.Coalesce).
 func ProvideForwarder(sub *Subscriber, store *outbox.Store, pub *sink.Publisher, nc *nats.Conn, guard *dedup.Guard, keeper *broker.Keeper, tracer trace.Tracer, reg *prometheus.Registry, cfg *config.Config, logger *slog.Logger) (*forwarder.Forwarder, error) {
 	return forwarder.New(source.Coalesce(sub, cfg.Relay.BatchSize), store.Table(), pub, logger, forwarder.Config{CloseTimeout: cfg.ShutdownTimeout, Connected: nc.IsConnected,
-		StreamSeen: guard.Published, Admit: guard.Admit, StreamMissing: keeper.Missing, Tracer: tracer, Registerer: reg})
+		StreamSeen: func(subject, stream string) { guard.Published(subject, stream); keeper.Published(subject, stream) },
+		Admit:      guard.Admit, StreamMissing: keeper.Missing, Diagnose: keeper.Diagnose, Tracer: tracer, Registerer: reg})
 }

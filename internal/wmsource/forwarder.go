@@ -48,6 +48,9 @@ type Config struct {
 	// StreamMissing, when set, is told the subject of every publish that
 	// found no stream. Defaults to nil.
 	StreamMissing func(ctx context.Context, subject string)
+	// Diagnose, when set, tells a failed publish that is the broker's
+	// outage (forwarder.Config.Diagnose). Defaults to nil.
+	Diagnose func(ctx context.Context, subject string, err error) error
 }
 
 // Forwarder relays the envelopes of a Watermill forwarder topic to
@@ -86,6 +89,7 @@ func New(sub message.Subscriber, pub *sink.Publisher, logger *slog.Logger, cfg C
 		StreamSeen:    cfg.StreamSeen,
 		Admit:         cfg.Admit,
 		StreamMissing: cfg.StreamMissing,
+		Diagnose:      cfg.Diagnose,
 		Stopped:       src.cancel,
 	})
 	if err != nil {

@@ -70,8 +70,9 @@ func ProvideForwarder(sub *wmsql.Subscriber, pub *sink.Publisher, nc *nats.Conn,
 		MsgIDMetadata: cfg.Watermill.MsgIDMetadata,
 		CloseTimeout:  cfg.ShutdownTimeout,
 		Connected:     nc.IsConnected,
-		StreamSeen:    guard.Published,
+		StreamSeen:    func(subject, stream string) { guard.Published(subject, stream); keeper.Published(subject, stream) },
 		Admit:         guard.Admit,
 		StreamMissing: keeper.Missing,
+		Diagnose:      keeper.Diagnose,
 	})
 }
