@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -136,6 +137,9 @@ func (s *Subscriber) session(again bool) (started bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("start replication from slot %s at %s: %w", s.cfg.Slot, start, err)
 	}
+	// No earlier holder of the slot can have read past the server's WAL
+	// position now: the rows committed before it are checked (check.go).
+	s.checkBelow.Store(s.walPosition(ctx))
 	r := &reader{s: s, conn: conn, relations: map[uint32]*relation{}, types: pgtype.NewMap()}
 	defer r.discard()
 	if again {
@@ -150,6 +154,24 @@ func (s *Subscriber) session(again bool) (started bool, err error) {
 		return true, errStopped
 	}
 	return true, err
+}
+
+// walPosition returns the server's current WAL position
+// (pg_current_wal_lsn()); when it cannot be read, the largest position:
+// every row of the session is checked.
+func (s *Subscriber) walPosition(ctx context.Context) uint64 {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var text string
+	if err := s.db.SQL.QueryRowContext(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&text); err != nil {
+		s.logger.Warn("cannot read the server's WAL position; checking every row of this session against the table", slog.Any("error", err))
+		return math.MaxUint64
+	}
+	lsn, err := pglogrepl.ParseLSN(text)
+	if err != nil {
+		return math.MaxUint64
+	}
+	return uint64(lsn)
 }
 
 // reader decodes one session's messages into events.
