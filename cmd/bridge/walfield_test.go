@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // Tests of source: postgres-wal against failures users of logical
@@ -49,4 +51,29 @@ func TestWALNoDuplicateAfterLateRestart(t *testing.T) {
 	final := e.run(t, "BRIDGE_WAL_SWEEP_INTERVAL=1h")
 	e.waitDone(t, total, 120*time.Second, final)
 	e.verifyCommitOrder(t, total)
+}
+
+// TestWALStatusWithinSenderTimeout: with wal_sender_timeout 3 s on the
+// relay's replication connection, NATS away for 30 s while rows keep
+// coming (the pipeline holds its queue, the reader waits for room in the
+// budget and reads nothing), the server never ends the walsender: the
+// relay sends standby status at least every wal_sender_timeout / 3. Every
+// row is then in the stream once, in commit order.
+func TestWALStatusWithinSenderTimeout(t *testing.T) {
+	t.Parallel()
+	e := newWALEnv(t)
+	p := e.run(t, "BRIDGE_RELAY_MAX_IN_FLIGHT=200", "BRIDGE_WAL_SWEEP_INTERVAL=1h",
+		"BRIDGE_WAL_REPLICATION_URL="+e.dbURL+"&options=-c%20wal_sender_timeout%3D3s")
+	e.insert(t, 0, 500)
+	e.waitDone(t, 500, 60*time.Second, p)
+	e.nats.Stop()
+	for n := 500; n < 3500; n += 100 {
+		e.insert(t, n, n+100)
+	}
+	time.Sleep(30 * time.Second)
+	require.NotContains(t, p.stderr.String(), "replication stream interrupted", "the walsender ended during the NATS outage")
+	e.nats.Restart(t)
+	e.waitDone(t, 3500, 90*time.Second, p)
+	require.NotContains(t, p.stderr.String(), "replication stream interrupted")
+	e.verifyCommitOrder(t, 3500)
 }
