@@ -32,6 +32,13 @@ type walEnv struct {
 
 func newWALEnv(t *testing.T) *walEnv {
 	t.Helper()
+	return newWALEnvWindow(t, 2*time.Minute)
+}
+
+// newWALEnvWindow is newWALEnv with a stream EVENTS whose duplicate window
+// is window.
+func newWALEnvWindow(t *testing.T, window time.Duration) *walEnv {
+	t.Helper()
 	url, table := bridgetest.PostgresLogicalTable(t)
 	slot, pub := bridgetest.WALNames(t, url)
 	n := bridgetest.StartNATS(t)
@@ -39,7 +46,7 @@ func newWALEnv(t *testing.T) *walEnv {
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	js := natsClient(t, n.URL())
-	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Duplicates: 2 * time.Minute})
+	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Duplicates: window})
 	require.NoError(t, err)
 	e := &walEnv{crashEnv: crashEnv{dbURL: url, table: table, db: db, natsURL: n.URL(), js: js, dir: t.TempDir()}, slot: slot, publication: pub, nats: n}
 	r := runBridge(t, e.dir, e.env(), "migrate")

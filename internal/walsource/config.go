@@ -71,6 +71,12 @@ type Config struct {
 	// DeleteOnRelay deletes a row after its PubAck instead of marking it
 	// done. Defaults to false.
 	DeleteOnRelay bool
+	// RowsDeletedByProducer: the producer deletes each row in the
+	// transaction that inserts it (wal.rows_deleted_by_producer): the
+	// table stays empty and the log carries the event, so a row missing
+	// from the table is not taken for one relayed or deleted by hand.
+	// Defaults to false.
+	RowsDeletedByProducer bool
 	// Namespace prefixes every Nats-Msg-Id (see dedup.MsgID). Defaults to "".
 	Namespace string
 	// DrainTimeout bounds how long Close waits for emitted messages'

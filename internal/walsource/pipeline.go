@@ -42,11 +42,12 @@ type event struct {
 type entryState int
 
 const (
-	queued  entryState = iota // to emit (first time, or again after a failure)
-	emitted                   // handed to the router, outcome awaited
-	acked                     // PubAck in, mark not yet written
-	dead                      // a dead letter, mark not yet written
-	settled                   // marked: done, deleted or permanent_failed
+	queued   entryState = iota // to emit (first time, or again after a failure)
+	emitted                    // handed to the router, outcome awaited
+	acked                      // PubAck in, mark not yet written
+	dead                       // a dead letter, mark not yet written
+	settled                    // marked: done, deleted or permanent_failed
+	checking                   // read again by a new session: checked against the table first (check.go)
 )
 
 // entry is a row or a position in the window, in stream order.
@@ -140,6 +141,7 @@ func (p *pipeline) run(out chan<- *message.Message) {
 	var retry *time.Timer
 	for {
 		p.settle()
+		p.applyChecks()
 		p.popSettled()
 		if p.restarting && s.emitted.Load() == 0 {
 			p.reset()
@@ -189,6 +191,7 @@ func (p *pipeline) run(out chan<- *message.Message) {
 		case o := <-s.outcomes:
 			p.outcome(o)
 		case <-s.settled.ready:
+		case <-s.checked.ready:
 		case r := <-sweeps:
 			p.sweep(r)
 		case <-wake:
@@ -251,6 +254,11 @@ func (p *pipeline) handle(ev event) {
 		e.charged, e.size = true, size
 		if e.state != queued {
 			p.drop(e) // published or dead before the restart
+		} else if uint64(p.txLSN) < s.checkBelow.Load() {
+			// Committed before the session began: another run may have
+			// relayed it (check.go).
+			e.state = checking
+			s.checks.push(checkItem{e: e, id: id, xid: e.xid, txTime: e.txTime, subject: e.row.Subject, idKey: e.row.IdempotencyKey})
 		}
 		p.push(e)
 	case evCommit:
@@ -376,6 +384,34 @@ func (p *pipeline) settle() {
 	}
 }
 
+// applyChecks takes the verdicts of the check (check.go) on rows read
+// again; a verdict on a row no longer checking (a restart came between)
+// is dropped: the row is checked again when it is read again.
+func (p *pipeline) applyChecks() {
+	s := p.s
+	for _, r := range s.checked.take() {
+		e := r.e
+		if e.state != checking {
+			continue
+		}
+		switch r.v {
+		case settledRow:
+			e.state = settled
+			p.drop(e)
+			s.progress.Store(time.Now().UnixNano())
+		case storedRow:
+			e.state = acked
+			p.drop(e)
+			s.marks.push(markItem{e: e, kind: markDone, id: e.row.ID, xid: e.xid, attempts: e.attempts, stream: r.stream, seq: r.seq})
+		case publishRow:
+			e.state = queued
+			// Another run may have published it at any time after its
+			// commit: a retry reconciles from there.
+			e.firstEmit = e.txTime.Add(-time.Duration(s.clockOffset.Load()))
+		}
+	}
+}
+
 // emit hands the queued rows to the router, in window order, while the
 // queue is not held and fewer than MaxInFlight messages await an outcome.
 func (p *pipeline) emit(out chan<- *message.Message) {
@@ -389,6 +425,9 @@ func (p *pipeline) emit(out chan<- *message.Message) {
 	}()
 	for !p.halted && !p.restarting && !p.closing && p.next < len(p.win) && s.emitted.Load() < int64(s.cfg.MaxInFlight) {
 		e := p.win[p.next]
+		if !e.marker && e.state == checking {
+			break // commit order: the rows after it wait for its check
+		}
 		if e.marker || e.state != queued {
 			p.next++
 			continue
@@ -656,6 +695,9 @@ func (p *pipeline) reset() {
 			p.resent.add(e.row.ID, e.txLSN)
 		default:
 			p.release(e) // its payload comes again with it
+			if e.state == checking {
+				e.state = queued // checked again if read again before checkBelow
+			}
 			adopt[e.row.ID] = e
 		}
 	}

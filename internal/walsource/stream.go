@@ -1,10 +1,14 @@
 package walsource
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -126,6 +130,7 @@ func (s *Subscriber) session(again bool) (started bool, err error) {
 		defer cancel()
 		conn.Close(closeCtx)
 	}()
+	statusEvery := s.statusInterval(ctx, conn)
 	start := pglogrepl.LSN(s.confirmed.Load())
 	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: []string{
 		"proto_version '1'",
@@ -136,7 +141,10 @@ func (s *Subscriber) session(again bool) (started bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("start replication from slot %s at %s: %w", s.cfg.Slot, start, err)
 	}
-	r := &reader{s: s, conn: conn, relations: map[uint32]*relation{}, types: pgtype.NewMap()}
+	// No earlier holder of the slot can have read past the server's WAL
+	// position now: the rows committed before it are checked (check.go).
+	s.checkBelow.Store(s.walPosition(ctx))
+	r := &reader{s: s, conn: conn, relations: map[uint32]*relation{}, types: pgtype.NewMap(), statusEvery: statusEvery}
 	defer r.discard()
 	if again {
 		r.push(event{kind: evRestart})
@@ -152,6 +160,75 @@ func (s *Subscriber) session(again bool) (started bool, err error) {
 	return true, err
 }
 
+// statusInterval returns the longest wait between two standby status
+// updates on conn: Config.StatusInterval, or a third of the session's
+// wal_sender_timeout (SHOW on the replication connection: the role, the
+// database or the connection's options may set it) when that is shorter.
+// PostgreSQL ends a walsender that heard nothing for wal_sender_timeout
+// (0 disables it: WalSndCheckTimeOut, src/backend/replication/walsender.c);
+// the reader sends a status update at least this often, also while the
+// pipeline does not take its events. When the setting cannot be read, a
+// third of PostgreSQL's least useful value, 1 s (the reader's own wait
+// for a message is readTimeout).
+func (s *Subscriber) statusInterval(ctx context.Context, conn *pgconn.PgConn) time.Duration {
+	every := s.cfg.StatusInterval
+	res, err := conn.Exec(ctx, "SHOW wal_sender_timeout").ReadAll()
+	var text string
+	if err == nil && len(res) == 1 && len(res[0].Rows) == 1 && len(res[0].Rows[0]) == 1 {
+		text = string(res[0].Rows[0][0])
+	}
+	timeout, perr := parseGUCDuration(text)
+	switch {
+	case err != nil || perr != nil:
+		s.logger.Warn("cannot read wal_sender_timeout; sending standby status every second", slog.String("value", text), slog.Any("error", cmp.Or(err, perr)))
+		return min(every, time.Second)
+	case timeout > 0:
+		every = min(every, timeout/3)
+	}
+	return max(every, statusMinInterval)
+}
+
+// parseGUCDuration reads a PostgreSQL time setting as SHOW prints it: an
+// integer and a unit (us, ms, s, min, h, d), milliseconds without one.
+func parseGUCDuration(text string) (time.Duration, error) {
+	i := strings.IndexFunc(text, func(r rune) bool { return r < '0' || r > '9' })
+	if i == 0 || text == "" {
+		return 0, fmt.Errorf("time setting %q: not an integer and a unit", text)
+	}
+	if i < 0 {
+		i = len(text)
+	}
+	n, err := strconv.ParseInt(text[:i], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("time setting %q: %w", text, err)
+	}
+	unit := map[string]time.Duration{"": time.Millisecond, "us": time.Microsecond, "ms": time.Millisecond, "s": time.Second,
+		"min": time.Minute, "h": time.Hour, "d": 24 * time.Hour}
+	u, ok := unit[strings.TrimSpace(text[i:])]
+	if !ok {
+		return 0, fmt.Errorf("time setting %q: unit not one of us, ms, s, min, h, d", text)
+	}
+	return time.Duration(n) * u, nil
+}
+
+// walPosition returns the server's current WAL position
+// (pg_current_wal_lsn()); when it cannot be read, the largest position:
+// every row of the session is checked.
+func (s *Subscriber) walPosition(ctx context.Context) uint64 {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var text string
+	if err := s.db.SQL.QueryRowContext(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&text); err != nil {
+		s.logger.Warn("cannot read the server's WAL position; checking every row of this session against the table", slog.Any("error", err))
+		return math.MaxUint64
+	}
+	lsn, err := pglogrepl.ParseLSN(text)
+	if err != nil {
+		return math.MaxUint64
+	}
+	return uint64(lsn)
+}
+
 // reader decodes one session's messages into events.
 type reader struct {
 	s         *Subscriber
@@ -163,6 +240,7 @@ type reader struct {
 	batch     []event // events not yet handed to the pipeline
 
 	deadline       time.Time
+	statusEvery    time.Duration // the longest wait between two status updates (statusInterval)
 	lastStatus     time.Time
 	lastSent       uint64
 	replyRequested bool
@@ -334,11 +412,12 @@ func (r *reader) take(ctx context.Context, size int64) error {
 
 // maybeSendStatus tells the server the confirmed position when it moved
 // (at most every statusMinInterval), when the server asked, and at least
-// every StatusInterval.
+// every statusEvery (Config.StatusInterval, or a third of the server's
+// wal_sender_timeout when that is shorter).
 func (r *reader) maybeSendStatus() error {
 	c := r.s.confirmed.Load()
 	since := time.Since(r.lastStatus)
-	if r.replyRequested || (c != r.lastSent && since >= statusMinInterval) || since >= r.s.cfg.StatusInterval {
+	if r.replyRequested || (c != r.lastSent && since >= statusMinInterval) || since >= r.statusEvery {
 		return r.sendStatus()
 	}
 	return nil

@@ -34,6 +34,7 @@ type Counters struct {
 	Held         atomic.Int64 // rows refused for now by their stream (the guard), not counted as attempts
 	Swept        atomic.Int64 // pending rows published by the sweep
 	Restarts     atomic.Int64 // replication streams started again after an interruption
+	Checked      atomic.Int64 // rows read again found settled in the table (check.go), not published again
 }
 
 // Subscriber is a Watermill message.Subscriber over the inserts of the
@@ -70,13 +71,19 @@ type Subscriber struct {
 	outcomes chan outcome
 	marks    *queue[markItem]
 	settled  *queue[*entry]
+	checks   *queue[checkItem]
+	checked  *queue[checkResult]
 	sweeps   chan sweepRequest
 	budget   *budget
 
-	confirmed   atomic.Uint64 // the slot position confirmed to the server (or to be)
-	oldestTx    atomic.Int64  // commit time (unix ns) of the oldest unsettled row read from the slot; 0: none
-	clockOffset atomic.Int64  // server clock minus this process's clock, ns (from keepalives)
-	emitted     atomic.Int64  // messages awaiting their outcome
+	confirmed atomic.Uint64 // the slot position confirmed to the server (or to be)
+	// checkBelow: rows of transactions committed before this LSN, the
+	// server's WAL position when the session acquired the slot, are
+	// checked against the table before they are published (check.go).
+	checkBelow  atomic.Uint64
+	oldestTx    atomic.Int64 // commit time (unix ns) of the oldest unsettled row read from the slot; 0: none
+	clockOffset atomic.Int64 // server clock minus this process's clock, ns (from keepalives)
+	emitted     atomic.Int64 // messages awaiting their outcome
 	state       atomic.Pointer[streamState]
 
 	// What the stall watch reads (stall.go).
@@ -172,6 +179,8 @@ func NewSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, logg
 		outcomes:     make(chan outcome, cfg.MaxInFlight),
 		marks:        newQueue[markItem](),
 		settled:      newQueue[*entry](),
+		checks:       newQueue[checkItem](),
+		checked:      newQueue[checkResult](),
 		sweeps:       make(chan sweepRequest),
 		budget:       newBudget(int64(cfg.MaxInFlight), cfg.MaxInFlightBytes),
 		closing:      make(chan struct{}),
@@ -214,6 +223,11 @@ func (s *Subscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.M
 		s.markLoop()
 	}()
 	wg.Go(s.sweepLoop)
+	checkerDone := make(chan struct{})
+	go func() {
+		defer close(checkerDone)
+		s.checkLoop()
+	}()
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -226,6 +240,8 @@ func (s *Subscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.M
 		defer close(out)
 		p := &pipeline{s: s, adopt: map[int64]*entry{}}
 		p.run(out)
+		s.checks.close()
+		<-checkerDone
 		// Every outcome is in: write the last marks, confirm what they
 		// settle, then let the reader send the final position and stop.
 		s.marks.close()
