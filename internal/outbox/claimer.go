@@ -56,8 +56,9 @@ func (c *claimer) Start(ctx context.Context) {
 func (c *claimer) claimLoop(ctx context.Context, stop <-chan struct{}) {
 	s := c.sub
 	var failures int
+	wait := s.cfg.PollInterval
 	for !closed(stop) {
-		full, err := c.tick(ctx, stop)
+		full, took, err := c.tick(ctx, stop)
 		switch {
 		case err != nil && closed(stop):
 			return
@@ -68,11 +69,38 @@ func (c *claimer) claimLoop(ctx context.Context, stop <-chan struct{}) {
 			c.sleepAfterFailure(wait, stop)
 		case full:
 			failures = 0
+			wait = min(PollFloor, s.cfg.PollInterval)
 		default:
 			failures = 0
-			c.sleep(s.cfg.PollInterval, stop)
+			wait = nextPoll(wait, took, s.cfg.PollInterval)
+			c.sleep(wait, stop)
 		}
 	}
+}
+
+// PollFloor is the shortest wait between claims: the wait after a claim
+// that took rows. See nextPoll.
+const PollFloor = time.Millisecond
+
+// pollGrowth is the factor by which the wait grows after each claim that
+// took no row, up to the poll interval.
+const pollGrowth = 1.5
+
+// nextPoll is the wait before the next claim after one that was not full
+// (took is the number of rows it took): the relay's wake-up, which asks
+// nothing of the producers' transactions (no NOTIFY; see docs/DESIGN.md,
+// "The wake-up"). While rows arrive the claims follow them closely: after
+// a claim that took rows the wait is PollFloor, and it grows by pollGrowth
+// after each empty claim, up to max (relay.poll_interval) once the table
+// has been quiet for about 3 × max. A row committed t after the last one
+// claimed therefore waits at most about t/2 (and at most max): at
+// 200 rows/s the waits are a few milliseconds, while an idle table costs
+// one claim per max.
+func nextPoll(prev time.Duration, took int, max time.Duration) time.Duration {
+	if took > 0 {
+		return min(PollFloor, max)
+	}
+	return min(time.Duration(float64(prev)*pollGrowth), max)
 }
 
 // closed reports whether ch is closed.
@@ -86,16 +114,17 @@ func closed(ch <-chan struct{}) bool {
 }
 
 // tick claims as many rows as there is room for and emits them. It
-// reports whether the claim was full, i.e. more rows may be waiting.
-func (c *claimer) tick(ctx context.Context, stop <-chan struct{}) (full bool, err error) {
+// reports whether the claim was full, i.e. more rows may be waiting, and
+// how many rows it took.
+func (c *claimer) tick(ctx context.Context, stop <-chan struct{}) (full bool, took int, err error) {
 	s := c.sub
 	room := s.cfg.MaxInFlight - int(s.outstanding.Load())
 	byteRoom := s.cfg.MaxInFlightBytes - s.outstandingBytes.Load()
 	if room <= 0 || byteRoom <= 0 {
-		return false, nil // a settlement wakes the loop
+		return false, 0, nil // a settlement wakes the loop
 	}
 	if s.cfg.CanClaim != nil && !s.cfg.CanClaim() {
-		return false, nil
+		return false, 0, nil
 	}
 	limit := min(s.cfg.BatchSize, room)
 	start := time.Now()
@@ -105,7 +134,7 @@ func (c *claimer) tick(ctx context.Context, stop <-chan struct{}) (full bool, er
 		return err
 	})
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
 	var size int64
 	for i := range rows {
@@ -118,12 +147,13 @@ func (c *claimer) tick(ctx context.Context, stop <-chan struct{}) (full bool, er
 		c.lastClaim.Store(time.Now().UnixNano())
 	}
 	c.claimed.signal(len(rows))
+	took = len(rows)
 	claimed := claimWindow{start, time.Now()}
 	rows = c.reconcile(ctx, rows, start)
 	if !s.emit(rows, claimed, c.out, stop) {
-		return false, nil
+		return false, took, nil
 	}
-	return len(rows) == limit, nil
+	return len(rows) == limit, took, nil
 }
 
 // payloadLimit is the longest payload the claim reads: the server's

@@ -13,9 +13,10 @@ import (
 // sqlFiles holds the SQL of every driver: migrations/<dialect>/ (numbered
 // schema migrations, see Migrate) and queries/<dialect>/ (the executor's
 // statements, one file each; "all:" keeps the files whose name starts
-// with "_", which go:embed leaves out otherwise).
+// with "_", which go:embed leaves out otherwise) and optin/ (what an
+// operator may add by hand, see NotifyTriggerSQL).
 //
-//go:embed migrations all:queries
+//go:embed migrations all:queries optin
 var sqlFiles embed.FS
 
 // sqlData is what an SQL file's template sees: {{.Table}} is the
