@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	bridge "github.com/outbox-bridge/bridge"
@@ -164,4 +165,95 @@ func listenHealth(t *testing.T, addr string) *health.Server {
 	hs, err := health.Listen(addr, discardLogger())
 	require.NoError(t, err)
 	return hs
+}
+
+// TestUpgradeWhileRelaying: migration 00004 (the NOTIFY trigger dropped)
+// applied while producers write and a relay started on the table as the
+// previous version made it (schema 3, the trigger waking its LISTEN) keeps
+// running; a relay started after the migration joins it. Every row is in
+// the stream exactly once, and the table ends without the trigger. The
+// claim and mark statements are those of the previous version (00004
+// changes none), so the first relay runs what an old relay runs against
+// the table; its LISTEN hears nothing after the migration and it goes on
+// by polling.
+func TestUpgradeWhileRelaying(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, table := bridgetest.PostgresTable(t)
+	db, err := outbox.Open(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	_, err = outbox.MigrateTo(ctx, db, table, 3)
+	require.NoError(t, err)
+	triggers := func() int {
+		var n int
+		require.NoError(t, db.SQL.QueryRowContext(ctx,
+			"SELECT count(*) FROM pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal", table).Scan(&n))
+		return n
+	}
+	require.Equal(t, 1, triggers(), "schema 3 has the NOTIFY trigger")
+	store, err := outbox.NewStore(db, table)
+	require.NoError(t, err)
+
+	n := bridgetest.StartNATS(t)
+	old := relayConfig(t, url, table, n.URL())
+	old.Relay.Owner = "old"
+	runDaemon(t, &old)
+
+	const writers, perWriter = 4, 100
+	written := make(chan int, writers*perWriter)
+	produce := func(from, to int) {
+		errs := make(chan error, writers)
+		for w := range writers {
+			go func() {
+				for i := from; i < to; i++ {
+					_, err := store.Enqueue(ctx, outbox.Entry{IdempotencyKey: fmt.Sprintf("w%d-%d", w, i), Subject: "events.x", Payload: []byte("x")})
+					if err != nil {
+						errs <- err
+						return
+					}
+					written <- 1
+					time.Sleep(time.Millisecond)
+				}
+				errs <- nil
+			}()
+		}
+		for range writers {
+			require.NoError(t, <-errs)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		produce(0, perWriter/2)
+		// Half written: migrate while the writers go on.
+		go func() {
+			_, err := outbox.Migrate(ctx, db, table)
+			assert.NoError(t, err, "migration 00004 while producers and a relay run")
+		}()
+		produce(perWriter/2, perWriter)
+	}()
+	bridgetest.WaitFor(t, 60*time.Second, func() bool { return triggers() == 0 }, "migration 00004 drops the trigger")
+	current, _, err := outbox.SchemaVersions(ctx, db, table)
+	require.NoError(t, err)
+	require.EqualValues(t, 4, current)
+	neu := relayConfig(t, url, table, n.URL())
+	neu.Relay.Owner = "new"
+	runDaemon(t, &neu)
+	<-done
+
+	bridgetest.WaitFor(t, 60*time.Second, func() bool {
+		st, err := store.Stats(ctx, 0)
+		require.NoError(t, err)
+		return st.Rows[outbox.StatusDone] == writers*perWriter
+	}, "every row relayed")
+	_, js := n.JetStream(t)
+	ids := map[string]int{}
+	for _, m := range bridgetest.Messages(t, js, "EVENTS") {
+		ids[m.Headers().Get("Nats-Msg-Id")]++
+	}
+	require.Len(t, ids, writers*perWriter)
+	for id, count := range ids {
+		require.Equal(t, 1, count, "message %s stored once", id)
+	}
 }

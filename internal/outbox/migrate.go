@@ -28,11 +28,22 @@ type MigrationResult struct {
 // and the version table is looked up the same way (migrationStore): run
 // again with the same name in any case, Migrate finds the table it created.
 func Migrate(ctx context.Context, db *DB, table string) ([]MigrationResult, error) {
+	return migrate(ctx, db, table, func(p *goose.Provider) ([]*goose.MigrationResult, error) { return p.Up(ctx) })
+}
+
+// MigrateTo is Migrate up to schema version (inclusive) and no further:
+// the table as a build of that version makes it, e.g. to rehearse a
+// rolling upgrade. A version at or below the table's applies nothing.
+func MigrateTo(ctx context.Context, db *DB, table string, version int64) ([]MigrationResult, error) {
+	return migrate(ctx, db, table, func(p *goose.Provider) ([]*goose.MigrationResult, error) { return p.UpTo(ctx, version) })
+}
+
+func migrate(ctx context.Context, db *DB, table string, up func(*goose.Provider) ([]*goose.MigrationResult, error)) ([]MigrationResult, error) {
 	p, err := newMigrationProvider(db, table)
 	if err != nil {
 		return nil, err
 	}
-	results, err := p.Up(ctx)
+	results, err := up(p)
 	if db.driver.classify(err) == errorUndefinedSchema {
 		t, _ := ParseTableName(table)
 		return nil, fmt.Errorf("migrate outbox table %s: %s: %w", table, db.driver.migrations().missingSchema(t.schema), err)
