@@ -32,6 +32,16 @@ type sqlData struct {
 // Index names an index of the table: {{.Index "claimable"}}.
 func (m sqlData) Index(suffix string) string { return m.driver.indexName(m.table, suffix) }
 
+// SchemaIndex names an index of the table qualified by the table's schema
+// when it has one, as DROP INDEX needs it on PostgreSQL (an index lives in
+// its table's schema): {{.SchemaIndex "claimable"}}.
+func (m sqlData) SchemaIndex(suffix string) string {
+	if m.table.schema == "" {
+		return m.Index(suffix)
+	}
+	return m.table.schema + "." + m.Index(suffix)
+}
+
 // renderedSQL is one file of a folder of SQL files, rendered for one table.
 type renderedSQL struct {
 	file string
