@@ -111,6 +111,18 @@ func bench(ctx context.Context, s settings) (*results, error) {
 			return nil, fmt.Errorf("baseline: %w", err)
 		}
 	}
+	if slices.Contains(phases, "producers") {
+		if res.ProducerRuns, res.Producers, err = e.producers(ctx); err != nil {
+			return nil, fmt.Errorf("producers: %w", err)
+		}
+	}
+	if slices.Contains(phases, "idle") {
+		idle, err := e.idle(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("idle: %w", err)
+		}
+		res.Idle = &idle
+	}
 	if res.LimitMsgsPerS > 0 {
 		res.RatioBridgeLimit = res.BridgeRowsPerS / res.LimitMsgsPerS
 	}

@@ -11,6 +11,10 @@
 //	latency   commit-to-PubAck time while a producer commits R rows/s for T
 //	baseline  rows relayed by watermill-sql + Watermill's forwarder + a
 //	          synchronous JetStream publisher
+//	producers the service's commit rate (an order row and an outbox row per
+//	          transaction) with the bridge's table against a minimal outbox
+//	          table, 8 and 64 writers, interleaved runs; no relay
+//	idle      the database CPU an idle relay costs, over 60 s
 //
 // The relay runs in a child process (this binary, re-executed) so that its
 // peak RSS is its own. See docs/BENCHMARKS.md for figures.
@@ -25,6 +29,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -49,6 +55,10 @@ type settings struct {
 	OrderingKeys      int           `json:"ordering_keys"`
 	Source            string        `json:"source"`
 	Relays            int           `json:"relays"`
+	ProducerWriters   []int         `json:"producer_writers,omitempty"`
+	ProducerRounds    int           `json:"producer_rounds,omitempty"`
+	ProducerDuration  time.Duration `json:"-"`
+	IdleDuration      time.Duration `json:"-"`
 	CPUProfile        string        `json:"-"`
 	MemProfile        string        `json:"-"`
 }
@@ -95,9 +105,16 @@ type results struct {
 	DatabasePhaseWALBytesPerRow    *float64 `json:"database_phase_wal_bytes_per_row,omitempty"`
 	DatabasePhaseHOTUpdatePct      *float64 `json:"database_phase_hot_update_pct,omitempty"`
 	DatabasePhaseCheckpoints       *int64   `json:"database_phase_checkpoints,omitempty"`
-	Settings                       settings `json:"settings"`
-	Versions                       versions `json:"versions"`
-	Date                           string   `json:"date"`
+	// The producers phase (absent when it did not run): every run, and per
+	// variant and writer count the median and its ratio to the minimal
+	// table's.
+	ProducerRuns []producerRun     `json:"producer_runs,omitempty"`
+	Producers    []producerSummary `json:"producers,omitempty"`
+	// The idle phase (absent when it did not run).
+	Idle     *idleResult `json:"idle,omitempty"`
+	Settings settings    `json:"settings"`
+	Versions versions    `json:"versions"`
+	Date     string      `json:"date"`
 	// databaseNotMeasured says why DatabasePhaseCPUUsPerRow is absent.
 	databaseNotMeasured string
 }
@@ -132,7 +149,11 @@ func run(args []string) int {
 	fs.IntVar(&s.Relays, "relays", 1, "relays draining the bridge phase's table together, each a child process (scale-out)")
 	fs.IntVar(&s.BatchSize, "batch-size", 500, "relay.batch_size of the relay")
 	fs.IntVar(&s.MaxInFlight, "max-in-flight", 2000, "relay.max_in_flight of the relay")
-	fs.StringVar(&s.Phases, "phases", "limit,bridge,latency,baseline", "comma-separated phases to run: limit, bridge, database, latency, latency-high, baseline")
+	fs.StringVar(&s.Phases, "phases", "limit,bridge,latency,baseline", "comma-separated phases to run: limit, bridge, database, latency, latency-high, baseline, producers, idle")
+	writers := fs.String("producers-writers", "8,64", "comma-separated writer counts of the producers phase")
+	fs.IntVar(&s.ProducerRounds, "producers-rounds", 3, "rounds of the producers phase (each round runs every table kind at every writer count, interleaved)")
+	fs.DurationVar(&s.ProducerDuration, "producers-duration", 5*time.Second, "length of each run of the producers phase")
+	fs.DurationVar(&s.IdleDuration, "idle-duration", 60*time.Second, "length of the idle phase's measurement")
 	fs.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	fs.BoolVar(&s.DeleteOnRelay, "delete-on-relay", false, "run the relay with relay.delete_on_relay: rows are deleted at their PubAck instead of marked done")
 	fs.IntVar(&s.OrderingKeys, "ordering-keys", 0, "spread the rows of the bridge phase over this many ordering keys (row i gets key o-<i mod K>; 0: no ordering key)")
@@ -161,6 +182,18 @@ func run(args []string) int {
 	}
 	if s.Rate < 1 || s.HighRate < 1 {
 		fmt.Fprintf(os.Stderr, "bridge-bench: --rate %d, --high-rate %d: must be 1 or more\n", s.Rate, s.HighRate)
+		return 2
+	}
+	for _, w := range strings.Split(*writers, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(w))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "bridge-bench: --producers-writers %q: must be writer counts of 1 or more, comma-separated (e.g. 8,64)\n", *writers)
+			return 2
+		}
+		s.ProducerWriters = append(s.ProducerWriters, n)
+	}
+	if s.ProducerRounds < 1 || s.ProducerDuration <= 0 || s.IdleDuration <= 0 {
+		fmt.Fprintf(os.Stderr, "bridge-bench: --producers-rounds %d, --producers-duration %s, --idle-duration %s: must be 1 or more, and positive durations\n", s.ProducerRounds, s.ProducerDuration, s.IdleDuration)
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -258,4 +291,27 @@ func printTable(w io.Writer, r *results) {
 	if r.DatabasePhaseRowsPerS > 0 {
 		fmt.Fprintf(w, "per row (database phase): %s\n", r.databasePhaseText())
 	}
+	if len(r.Producers) > 0 {
+		fmt.Fprintf(w, "\nproducers (an order row + an outbox row per transaction, %d rounds of %s, interleaved):\n", s.ProducerRounds, s.ProducerDuration)
+		for _, p := range r.Producers {
+			fmt.Fprintf(w, "  %2d writers  %-14s median %7.0f tps  %.2f× minimal (rounds %.2f–%.2f)  runs %v\n",
+				p.Writers, p.Variant, p.MedianTPS, p.RatioToMinimal, p.RoundRatioRange[0], p.RoundRatioRange[1], roundAll(p.TPS))
+		}
+	}
+	if r.Idle != nil {
+		server := "not measured (processes of the server ended meanwhile)"
+		if r.Idle.ServerPctOfCore != nil {
+			server = fmt.Sprintf("%.2f %% (others' work included)", *r.Idle.ServerPctOfCore)
+		}
+		fmt.Fprintf(w, "\nidle relay: its database sessions %.3f %% of a core over %.0f s (%d sessions); whole server %s\n",
+			r.Idle.SessionsPctOfCore, r.Idle.Seconds, r.Idle.Sessions, server)
+	}
+}
+
+func roundAll(xs []float64) []int {
+	out := make([]int, len(xs))
+	for i, x := range xs {
+		out[i] = int(x + 0.5)
+	}
+	return out
 }

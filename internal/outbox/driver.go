@@ -27,9 +27,9 @@ const (
 // driver implements. Code outside the drivers asks for a capability rather
 // than comparing dialect names.
 type Capabilities struct {
-	// SupportsNotify: the table's inserts notify NotifyChannel
-	// (PostgreSQL LISTEN/NOTIFY, migration 00002), so that ListenPostgres
-	// can wake the relay before its poll interval.
+	// SupportsNotify: the table's inserts can notify NotifyChannel
+	// (PostgreSQL LISTEN/NOTIFY, the opt-in trigger of NotifyTriggerSQL),
+	// so that ListenPostgres can wake the relay before its next poll.
 	SupportsNotify bool
 	// ConcurrentWrites: several sessions write at once. SQLite has one
 	// writer at a time.

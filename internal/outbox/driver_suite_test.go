@@ -673,11 +673,17 @@ func suitePurge(t *testing.T, b *suiteBundle) {
 	require.Equal(t, StatusPending, st)
 }
 
-// A driver that says SupportsNotify wakes a listener on insert.
+// A driver that says SupportsNotify wakes a listener on insert, with the
+// opt-in trigger (NotifyTriggerSQL).
 func suiteNotify(t *testing.T, b *suiteBundle) {
 	if !b.driver.capabilities().SupportsNotify {
 		return
 	}
+	// The trigger is an opt-in (migration 00004 dropped it).
+	optIn, err := NotifyTriggerSQL(b.table.String())
+	require.NoError(t, err)
+	_, err = b.db.SQL.ExecContext(context.Background(), optIn)
+	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	woken := make(chan struct{}, 1)
 	stopped := make(chan struct{})

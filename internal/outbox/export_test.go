@@ -19,6 +19,17 @@ func PostgresClaimSQL(table string) (string, bool) {
 	return ex.(*postgresExecutor).q.claim, true
 }
 
+// PostgresReadSQL exposes the PostgreSQL stall check (stalled.sql) and
+// oldest failed row (oldest_failed.sql) to tests.
+func PostgresReadSQL(table string) (stalled, oldestFailed string, ok bool) {
+	ex, ok := executorFor(postgresDriver{}, table)
+	if !ok {
+		return "", "", false
+	}
+	e := ex.(*postgresExecutor)
+	return e.q.stalled, e.oldestFailed, true
+}
+
 // PostgresMarkSQL exposes the PostgreSQL marks (mark_done.sql,
 // delete_done.sql, mark_failed.sql) to tests.
 func PostgresMarkSQL(table string) (done, del, failed string, ok bool) {

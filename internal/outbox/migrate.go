@@ -28,11 +28,22 @@ type MigrationResult struct {
 // and the version table is looked up the same way (migrationStore): run
 // again with the same name in any case, Migrate finds the table it created.
 func Migrate(ctx context.Context, db *DB, table string) ([]MigrationResult, error) {
+	return migrate(ctx, db, table, func(p *goose.Provider) ([]*goose.MigrationResult, error) { return p.Up(ctx) })
+}
+
+// MigrateTo is Migrate up to schema version (inclusive) and no further:
+// the table as a build of that version makes it, e.g. to rehearse a
+// rolling upgrade. A version at or below the table's applies nothing.
+func MigrateTo(ctx context.Context, db *DB, table string, version int64) ([]MigrationResult, error) {
+	return migrate(ctx, db, table, func(p *goose.Provider) ([]*goose.MigrationResult, error) { return p.UpTo(ctx, version) })
+}
+
+func migrate(ctx context.Context, db *DB, table string, up func(*goose.Provider) ([]*goose.MigrationResult, error)) ([]MigrationResult, error) {
 	p, err := newMigrationProvider(db, table)
 	if err != nil {
 		return nil, err
 	}
-	results, err := p.Up(ctx)
+	results, err := up(p)
 	if db.driver.classify(err) == errorUndefinedSchema {
 		t, _ := ParseTableName(table)
 		return nil, fmt.Errorf("migrate outbox table %s: %s: %w", table, db.driver.migrations().missingSchema(t.schema), err)
@@ -109,8 +120,15 @@ func (s migrationStore) TableExists(ctx context.Context, db database.DBTxConn) (
 	return false, fmt.Errorf("look up migration version table %s: %w", s.table, err)
 }
 
+// noTransaction is the first line of a migration that must run outside a
+// transaction block (CREATE or DROP INDEX CONCURRENTLY on PostgreSQL): goose
+// runs it on the database and records its version afterwards, and
+// MigrationScript writes it without BEGIN and COMMIT.
+const noTransaction = "-- bridge:no-transaction"
+
 // renderMigrations turns the driver's embedded SQL files into goose
-// migrations for table t, each run in one transaction.
+// migrations for table t, each run in one transaction unless it starts with
+// noTransaction.
 func renderMigrations(d driver, t tableName) ([]*goose.Migration, error) {
 	rendered, err := renderSQL(d, t)
 	if err != nil {
@@ -123,6 +141,12 @@ func renderMigrations(d driver, t tableName) ([]*goose.Migration, error) {
 			_, err := tx.ExecContext(ctx, stmt)
 			return err
 		}}
+		if r.noTx {
+			up = &goose.GoFunc{RunDB: func(ctx context.Context, db *sql.DB) error {
+				_, err := db.ExecContext(ctx, stmt)
+				return err
+			}}
+		}
 		out = append(out, goose.NewGoMigration(r.version, up, nil))
 	}
 	return out, nil
@@ -133,6 +157,7 @@ type renderedMigration struct {
 	version int64
 	file    string
 	sql     string
+	noTx    bool // the file starts with noTransaction
 }
 
 // renderSQL renders the driver's embedded migrations (migrations/<dialect>/)
@@ -149,7 +174,7 @@ func renderSQL(d driver, t tableName) ([]renderedMigration, error) {
 		if err != nil {
 			return nil, fmt.Errorf("embedded migration %s: name must start with a version number", r.file)
 		}
-		out = append(out, renderedMigration{version: version, file: r.file, sql: r.sql})
+		out = append(out, renderedMigration{version: version, file: r.file, sql: r.sql, noTx: strings.HasPrefix(r.sql, noTransaction)})
 	}
 	return out, nil
 }

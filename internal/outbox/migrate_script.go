@@ -28,7 +28,8 @@ func dialectList() string {
 // with the row of version 0 goose writes when it creates the table).
 //
 // On PostgreSQL and SQLite each migration and its record run in one
-// transaction; MySQL commits each DDL statement by itself, so there the
+// transaction, except a migration that cannot run in one (DROP INDEX
+// CONCURRENTLY), which runs before its record; MySQL commits each DDL statement by itself, so there the
 // statements run one after another. The script holds no database-specific
 // client command: psql, mariadb/mysql and sqlite3 read it from stdin.
 // TestMigrationScriptMatchesMigrate applies it and checks what Migrate
@@ -67,13 +68,13 @@ func MigrationScript(dialect Dialect, table string, after int64) (string, error)
 		}
 		printed++
 		fmt.Fprintf(&b, "\n-- Migration %05d (%s).\n", m.version, m.file)
-		if transactional {
+		if transactional && !m.noTx {
 			b.WriteString("BEGIN;\n")
 		}
 		b.WriteString(strings.TrimRight(m.sql, "; \n\t"))
 		b.WriteString(";\n")
 		fmt.Fprintf(&b, "INSERT INTO %s (version_id, is_applied) VALUES (%d, %s);\n", versions, m.version, spec.trueLiteral)
-		if transactional {
+		if transactional && !m.noTx {
 			b.WriteString("COMMIT;\n")
 		}
 	}

@@ -67,13 +67,38 @@ func TestMigrationScriptMatchesMigrate(t *testing.T) {
 }
 
 // applyScript runs script as the database's command-line client would.
-// PostgreSQL and SQLite take the whole script in one call (pgx sends it as
+// SQLite takes the whole script in one call, PostgreSQL one migration per
+// call (see below) (pgx sends it as
 // one simple query, explicit BEGIN and COMMIT included; a trigger body's
 // semicolons stay inside its dollar quotes); the relay's MySQL connections
 // take one statement per call, so the script is split where the mysql
 // client splits it, at a semicolon that ends a line.
 func applyScript(t *testing.T, db *outbox.DB, script string) {
 	t.Helper()
+	if db.Dialect() == "postgres" {
+		// psql sends statement after statement; one simple query of
+		// several statements would be one implicit transaction, which
+		// DROP INDEX CONCURRENTLY refuses. So each migration is sent by
+		// itself, and one that runs without a transaction
+		// ("-- bridge:no-transaction") statement by statement.
+		for i, chunk := range strings.Split(script, "\n-- Migration ") {
+			if i > 0 {
+				chunk = "-- Migration " + chunk
+			}
+			stmts := []string{chunk}
+			if i > 0 && strings.Contains(chunk, "-- bridge:no-transaction") {
+				stmts = strings.Split(chunk, ";\n")
+			}
+			for _, stmt := range stmts {
+				if strings.TrimSpace(stripComments(stmt)) == "" {
+					continue
+				}
+				_, err := db.SQL.Exec(stmt)
+				require.NoError(t, err, "statement:\n%s", stmt)
+			}
+		}
+		return
+	}
 	if db.Dialect() != "mysql" {
 		_, err := db.SQL.Exec(script)
 		require.NoError(t, err, "script:\n%s", script)

@@ -12,9 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// NotifyChannel is the PostgreSQL channel the outbox trigger (migration
-// 00002) notifies after every inserting statement; the payload is the
-// table name as configured.
+// NotifyChannel is the PostgreSQL channel the opt-in outbox trigger
+// (NotifyTriggerSQL; migration 00002 installed it until 00004 removed it)
+// notifies after every inserting statement; the payload is the table name
+// as configured.
 const NotifyChannel = "outbox_bridge"
 
 // NotifyProbeTimeout bounds the wait for the notification the listener
@@ -193,4 +194,33 @@ func probeNotifications(ctx context.Context, db *DB, conn *pgx.Conn, ours func(s
 			wake()
 		}
 	}
+}
+
+// NotifyTriggerSQL returns the SQL that makes every inserting statement on
+// the PostgreSQL outbox table (optionally schema-qualified) notify
+// NotifyChannel: the opt-in wake-up by notification, which `bridge migrate`
+// no longer installs (migration 00004 removes the trigger of 00002). The
+// relay's LISTEN session (ListenPostgres) then claims at once instead of
+// on its next poll. Its cost falls on the producers: a transaction with a
+// NOTIFY pending holds PostgreSQL's instance-wide notification lock while
+// it commits (src/backend/commands/async.c, PreCommit_Notify), so the
+// producing transactions of every database of the server commit one after
+// the other, and PREPARE TRANSACTION fails in them ("cannot PREPARE a
+// transaction that has executed LISTEN, UNLISTEN, or NOTIFY"). See
+// docs/PRODUCERS.md. Errors: an invalid table name (ParseTableName).
+func NotifyTriggerSQL(table string) (string, error) {
+	t, err := ParseTableName(table)
+	if err != nil {
+		return "", err
+	}
+	rendered, err := renderSQLDir("optin", postgresDriver{}, t)
+	if err != nil {
+		return "", err
+	}
+	for _, r := range rendered {
+		if r.file == "postgres_notify.sql" {
+			return r.sql, nil
+		}
+	}
+	return "", fmt.Errorf("embedded SQL optin/postgres_notify.sql is missing")
 }

@@ -13,9 +13,10 @@ import (
 // sqlFiles holds the SQL of every driver: migrations/<dialect>/ (numbered
 // schema migrations, see Migrate) and queries/<dialect>/ (the executor's
 // statements, one file each; "all:" keeps the files whose name starts
-// with "_", which go:embed leaves out otherwise).
+// with "_", which go:embed leaves out otherwise) and optin/ (what an
+// operator may add by hand, see NotifyTriggerSQL).
 //
-//go:embed migrations all:queries
+//go:embed migrations all:queries optin
 var sqlFiles embed.FS
 
 // sqlData is what an SQL file's template sees: {{.Table}} is the
@@ -30,6 +31,16 @@ type sqlData struct {
 
 // Index names an index of the table: {{.Index "claimable"}}.
 func (m sqlData) Index(suffix string) string { return m.driver.indexName(m.table, suffix) }
+
+// SchemaIndex names an index of the table qualified by the table's schema
+// when it has one, as DROP INDEX needs it on PostgreSQL (an index lives in
+// its table's schema): {{.SchemaIndex "claimable"}}.
+func (m sqlData) SchemaIndex(suffix string) string {
+	if m.table.schema == "" {
+		return m.Index(suffix)
+	}
+	return m.table.schema + "." + m.Index(suffix)
+}
 
 // renderedSQL is one file of a folder of SQL files, rendered for one table.
 type renderedSQL struct {

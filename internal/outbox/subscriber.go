@@ -64,8 +64,11 @@ type SubscriberConfig struct {
 	// from its length alone. Defaults to nil: payloads are always read, and
 	// the NATS client refuses those over the limit.
 	MaxPayload func() int64
-	// PollInterval is the wait after a claim that found fewer rows than it
-	// asked for. A settled row or Wake ends the wait early. Defaults to 250ms.
+	// PollInterval is the longest wait after a claim that found fewer rows
+	// than it asked for: the wait after a claim that took rows is
+	// PollFloor, and grows by half after each claim that took none, up to
+	// PollInterval (see nextPoll). A settled row or Wake ends the wait
+	// early. Defaults to 250ms.
 	PollInterval time.Duration
 	// InflightTimeout is the lease length: in_flight rows older than this
 	// are requeued by in-flight recovery (the rescuer), which runs when the

@@ -1,0 +1,16 @@
+-- bridge:no-transaction
+-- One index entry less per insert: the claimable index (pending and failed
+-- rows by id) is read by no statement any more. The claim reads the
+-- unordered and ordering indexes since 00003; the stall check and the
+-- oldest failed row read them too now (queries/postgres/stalled.sql,
+-- oldest_failed.sql). A relay of the previous version survives the drop:
+-- its claim never read this index, its stall check and oldest-failed query
+-- then scan the table (slower on a big table, not wrong), until it is
+-- replaced.
+--
+-- DROP INDEX CONCURRENTLY waits for the transactions that use the index
+-- instead of locking out inserts, so producers are never blocked; it cannot
+-- run inside a transaction block, so this migration runs without one (goose
+-- records its version afterwards). Interrupted, it may leave the index
+-- invalid; `bridge migrate` then runs it again (IF EXISTS).
+DROP INDEX CONCURRENTLY IF EXISTS {{.SchemaIndex "claimable"}}
