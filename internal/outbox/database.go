@@ -224,10 +224,34 @@ func openPostgres(ctx context.Context, rawURL string, s Session) (*DB, error) {
 	db.SQL.SetMaxOpenConns(SessionsMax)
 	if err := db.SQL.PingContext(ctx); err != nil {
 		db.SQL.Close()
-		return nil, fmt.Errorf("connect to postgres %s: %w", db.Redacted, err)
+		return nil, fmt.Errorf("connect to postgres %s: %w", db.Redacted, distinctLines{err})
 	}
 	return db, nil
 }
+
+// distinctLines prints an error with each of its lines once. pgx's
+// *pgconn.ConnectError lists one line per connection attempt, and with
+// sslmode=prefer (the default) against a server that offers TLS it tries
+// TLS and then plain text, which a wrong role or database refuses alike:
+// the same line twice ("failed to connect to `user=… database=…`:" then
+// "host (host): server error: FATAL: …" per attempt, pgconn/errors.go).
+// errors.Is and errors.As see the original error.
+type distinctLines struct{ err error }
+
+func (e distinctLines) Error() string {
+	lines := strings.Split(e.err.Error(), "\n")
+	seen := make(map[string]bool, len(lines))
+	kept := lines[:0]
+	for _, l := range lines {
+		if !seen[l] {
+			seen[l] = true
+			kept = append(kept, l)
+		}
+	}
+	return strings.Join(kept, "\n")
+}
+
+func (e distinctLines) Unwrap() error { return e.err }
 
 // pgSessionUnusable reports whether SQLSTATE code means that the session
 // cannot serve the relay any more and must be replaced: 25006

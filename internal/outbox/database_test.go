@@ -238,3 +238,18 @@ func TestSessionsBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestConnectErrorOnce: a role the server refuses, with sslmode=prefer
+// (libpq's and pgx's default) against a server that offers TLS, is tried
+// over TLS and then in plain text; the error says so once, not once per
+// attempt.
+func TestConnectErrorOnce(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(bridgetest.PostgresURL(t))
+	require.NoError(t, err)
+	u.User = url.User("no_such_role_28")
+	raw := withParams(t, u.String(), "sslmode", "prefer")
+	_, err = outbox.Open(context.Background(), raw)
+	require.Error(t, err)
+	require.Equal(t, 1, strings.Count(err.Error(), `role "no_such_role_28" does not exist`), "%v", err)
+}
