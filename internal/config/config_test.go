@@ -416,7 +416,7 @@ func TestEnsureStream(t *testing.T) {
 	require.Equal(t, []Stream{stream("FROM_FILE", "x")}, cfg.Streams, "stream defaults fill the keys a file leaves out")
 
 	_, err = load(t, "", nil, "--ensure-stream", "BAD.NAME:x")
-	requireConfigError(t, err, "streams[0].name")
+	requireConfigError(t, err, "--ensure-stream BAD.NAME:x (the name)") // the flag, not streams[0].name
 }
 
 func TestRedacted(t *testing.T) {
