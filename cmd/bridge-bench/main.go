@@ -155,7 +155,7 @@ func run(args []string) int {
 	}
 	if s.Cluster && s.NATSURL != "" {
 		fmt.Fprintln(os.Stderr, "bridge-bench: --cluster starts its own 3-node cluster: leave out --nats-url")
-		os.Exit(2)
+		return 2
 	}
 	if s.Relays < 1 {
 		fmt.Fprintf(os.Stderr, "bridge-bench: --relays %d: must be 1 or more\n", s.Relays)
