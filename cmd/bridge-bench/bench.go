@@ -4,7 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -136,7 +139,13 @@ func (e *env) startNATS() (func(), error) {
 	stop := func() {}
 	var err error
 	e.natsURL = e.s.NATSURL
-	if e.natsURL == "" {
+	if e.s.Cluster {
+		url, stopCluster, err := startCluster(filepath.Join(e.tmp, "jetstream"))
+		if err != nil {
+			return nil, err
+		}
+		e.natsURL, stop = url, stopCluster
+	} else if e.natsURL == "" {
 		srv, err := server.NewServer(&server.Options{
 			Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: filepath.Join(e.tmp, "jetstream"),
 			NoSigs: true, NoLog: true,
@@ -151,7 +160,7 @@ func (e *env) startNATS() (func(), error) {
 		e.natsURL = srv.ClientURL()
 		stop = func() { srv.Shutdown(); srv.WaitForShutdown() }
 	}
-	if e.nc, err = nats.Connect(e.natsURL); err != nil {
+	if e.nc, err = nats.Connect(e.natsURL, nats.MaxReconnects(-1)); err != nil {
 		stop()
 		return nil, fmt.Errorf("connect to %s: %w", e.natsURL, err)
 	}
@@ -162,13 +171,77 @@ func (e *env) startNATS() (func(), error) {
 	return func() { e.nc.Close(); stop() }, nil
 }
 
-// stream creates a fresh R1 file stream for one phase and returns its
-// name and subject prefix; it is deleted when the run ends.
+// startCluster starts three in-process JetStream servers routed to each
+// other on loopback, storing under dir, and waits for a meta leader. It
+// returns their client URLs, comma-separated.
+func startCluster(dir string) (string, func(), error) {
+	const size = 3
+	ports := make([]int, size)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", nil, err
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+	}
+	var routes []*url.URL
+	for _, p := range ports {
+		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", p)})
+	}
+	var servers []*server.Server
+	stop := func() {
+		for _, srv := range servers {
+			srv.Shutdown()
+			srv.WaitForShutdown()
+		}
+	}
+	var urls []string
+	for i := range size {
+		srv, err := server.NewServer(&server.Options{
+			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: -1,
+			JetStream: true, StoreDir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
+			Cluster: server.ClusterOpts{Name: "bench", Host: "127.0.0.1", Port: ports[i]},
+			Routes:  routes, NoSigs: true, NoLog: true,
+		})
+		if err != nil {
+			stop()
+			return "", nil, err
+		}
+		go srv.Start()
+		servers = append(servers, srv)
+	}
+	for _, srv := range servers {
+		if !srv.ReadyForConnections(10 * time.Second) {
+			stop()
+			return "", nil, fmt.Errorf("in-process cluster server %s did not start", srv.Name())
+		}
+		urls = append(urls, srv.ClientURL())
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if slices.ContainsFunc(servers, (*server.Server).JetStreamIsLeader) {
+			break
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return "", nil, errors.New("in-process cluster elected no JetStream meta leader")
+		}
+	}
+	return strings.Join(urls, ","), stop, nil
+}
+
+// stream creates a fresh file stream for one phase (R1, or R3 with
+// --cluster) and returns its name and subject prefix; it is deleted when
+// the run ends.
 func (e *env) stream(ctx context.Context, phase string) (name, prefix string, err error) {
 	name = strings.ToUpper(phase) + "_" + e.suffix
 	prefix = phase + "_" + e.suffix
+	replicas := 1
+	if e.s.Cluster {
+		replicas = 3
+	}
 	_, err = e.js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: name, Subjects: []string{prefix + ".>"}, Storage: jetstream.FileStorage, Replicas: 1,
+		Name: name, Subjects: []string{prefix + ".>"}, Storage: jetstream.FileStorage, Replicas: replicas,
 		Duplicates: 2 * time.Minute,
 	})
 	return name, prefix, err

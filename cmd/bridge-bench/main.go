@@ -40,6 +40,7 @@ type settings struct {
 	DatabaseURL       string        `json:"-"`
 	Database          string        `json:"database"`
 	NATSURL           string        `json:"nats_url"`
+	Cluster           bool          `json:"cluster"`
 	Rows              int           `json:"rows"`
 	PayloadBytes      int           `json:"payload_bytes"`
 	BaselineRows      int           `json:"baseline_rows"`
@@ -146,6 +147,7 @@ func run(args []string) int {
 	fs.IntVar(&s.HighRate, "high-rate", 10000, "rows per second committed during the latency-high phase (several producers)")
 	fs.IntVar(&s.HighRowsPerCommit, "high-rows-per-commit", 10, "rows per transaction in the latency-high phase (a 2-core machine running the relay, NATS and PostgreSQL commits only ~1,600 single-row transactions per second)")
 	fs.DurationVar(&s.Duration, "duration", 10*time.Second, "length of each latency phase")
+	fs.BoolVar(&s.Cluster, "cluster", false, "run the in-process NATS as a 3-node JetStream cluster on loopback, with R3 streams (the production shape); not with --nats-url")
 	fs.IntVar(&s.Relays, "relays", 1, "relays draining the bridge phase's table together, each a child process (scale-out)")
 	fs.IntVar(&s.BatchSize, "batch-size", 500, "relay.batch_size of the relay")
 	fs.IntVar(&s.MaxInFlight, "max-in-flight", 2000, "relay.max_in_flight of the relay")
@@ -170,6 +172,10 @@ func run(args []string) int {
 	}
 	if s.Source != "table" && s.Source != "postgres-wal" {
 		fmt.Fprintf(os.Stderr, "bridge-bench: --source %q: must be table or postgres-wal\n", s.Source)
+		return 2
+	}
+	if s.Cluster && s.NATSURL != "" {
+		fmt.Fprintln(os.Stderr, "bridge-bench: --cluster starts its own 3-node cluster: leave out --nats-url")
 		return 2
 	}
 	if s.Relays < 1 {
@@ -237,6 +243,9 @@ func printTable(w io.Writer, r *results) {
 	}
 	if s.OrderingKeys > 0 {
 		mode += fmt.Sprintf(", %d ordering keys", s.OrderingKeys)
+	}
+	if s.Cluster {
+		mode += ", 3-node cluster, R3 streams"
 	}
 	if s.Relays > 1 {
 		mode += fmt.Sprintf(", %d relays", s.Relays)
