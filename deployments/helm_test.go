@@ -191,3 +191,32 @@ func TestHelmAlertsAreTheMonitoringAlerts(t *testing.T) {
 		t.Fatalf("%s/files/alerts.yaml differs from monitoring/alerts.yaml: cp monitoring/alerts.yaml %s/files/", chartDir, chartDir)
 	}
 }
+
+// TestHelmRefusesUnsafeValues: values that would put a secret in the
+// ConfigMap, start a console without its token, move http.listen away
+// from the probes, or block every node drain are refused at render time.
+func TestHelmRefusesUnsafeValues(t *testing.T) {
+	for _, set := range [][]string{
+		{"config.BRIDGE_DATABASE_URL=postgres://u:p@h/db"},
+		{"config.BRIDGE_WAL_REPLICATION_URL=postgres://u:p@h/db"},
+		{"config.BRIDGE_UI_TOKEN=0123456789abcdef0123"},
+		{"config.BRIDGE_HTTP_LISTEN=:9090"},
+		{"ui.enabled=true"},
+		{"replicaCount=1"},
+		{"image.tag=1.0;rm"},
+	} {
+		args := []string{"template", "outbox-bridge", chartDir}
+		for _, s := range set {
+			args = append(args, "--set", s)
+		}
+		if out, err := exec.Command(helm(t), args...).CombinedOutput(); err == nil {
+			t.Errorf("helm template --set %v rendered:\n%.300s", set, out)
+		}
+	}
+	// The console with its token from a Secret renders, and the token is a secretKeyRef.
+	args := []string{"template", "outbox-bridge", chartDir, "--set", "ui.enabled=true", "--set", "ui.tokenSecretName=console"}
+	out, err := exec.Command(helm(t), args...).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "name: BRIDGE_UI_TOKEN") || !strings.Contains(string(out), "name: console") {
+		t.Fatalf("helm %v: %v\n%s", args, err, out)
+	}
+}

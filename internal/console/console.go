@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,6 +36,13 @@ const (
 	sessionCookie = "bridge_console"
 	// maxSelection is the most rows one action takes.
 	maxSelection = outbox.ListRowsMax
+	// SessionLifetime is how long a sign-in lasts.
+	SessionLifetime = 12 * time.Hour
+	// maxFilterBytes bounds a listing's subject and error filters.
+	maxFilterBytes = 1024
+	// maxFieldBytes bounds each text field a row's page shows (last_error,
+	// headers, keys); the payload has PreviewBytesDefault.
+	maxFieldBytes = 8192
 )
 
 // Config configures a Console.
@@ -156,12 +164,33 @@ type auth struct {
 	csrf     string // the session's CSRF token, when signed in by cookie
 }
 
-// session is the cookie value of a signed-in browser: an HMAC of a fixed
-// text by the token, so that it changes when the token does and reveals
-// nothing of it.
-func (c *Console) session() string { return c.mac("session") }
+// session is the cookie value of a browser signed in at the Unix time
+// issued: "<issued>.<HMAC by the token>", so that it reveals nothing of the
+// token, ends SessionLifetime after it was issued, and ends for everyone
+// when the token changes. Signing out removes the browser's cookie; a
+// copied cookie stays valid until it expires or the token changes.
+func (c *Console) session(issued int64) string {
+	ts := strconv.FormatInt(issued, 10)
+	return ts + "." + c.mac("session "+ts)
+}
 
-func (c *Console) csrfToken() string { return c.mac("csrf") }
+// validSession returns the issue time of a valid, unexpired session value.
+func (c *Console) validSession(v string) (string, bool) {
+	ts, _, ok := strings.Cut(v, ".")
+	issued, err := strconv.ParseInt(ts, 10, 64)
+	if !ok || err != nil || !equal(v, c.session(issued)) {
+		return "", false
+	}
+	age := time.Since(time.Unix(issued, 0))
+	return ts, age >= -time.Minute && age < SessionLifetime
+}
+
+// csrfToken is the CSRF token of the session issued at ts.
+func (c *Console) csrfToken(ts string) string { return c.mac("csrf " + ts) }
+
+// flashSig signs a message the console shows after an action, so that a
+// link cannot make the console say something it did not.
+func (c *Console) flashSig(msg string) string { return c.mac("flash " + msg) }
 
 func (c *Console) mac(what string) string {
 	m := hmac.New(sha256.New, []byte(c.cfg.Token))
@@ -175,11 +204,14 @@ func (c *Console) authOf(r *http.Request) auth {
 	if c.cfg.Token == "" {
 		return auth{}
 	}
-	if h, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && equal(strings.TrimSpace(h), c.cfg.Token) {
+	// The scheme is case-insensitive (RFC 9110, section 11.1).
+	if scheme, h, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") && equal(strings.TrimSpace(h), c.cfg.Token) {
 		return auth{signedIn: true}
 	}
-	if ck, err := r.Cookie(sessionCookie); err == nil && equal(ck.Value, c.session()) {
-		return auth{signedIn: true, csrf: c.csrfToken()}
+	if ck, err := r.Cookie(sessionCookie); err == nil {
+		if ts, ok := c.validSession(ck.Value); ok {
+			return auth{signedIn: true, csrf: c.csrfToken(ts)}
+		}
 	}
 	return auth{}
 }
@@ -213,7 +245,10 @@ type view struct {
 }
 
 func (c *Console) render(w http.ResponseWriter, r *http.Request, a auth, status int, name string, data any, pageErr error) {
-	v := view{Table: c.cfg.Table, SignedIn: a.signedIn, CanAct: a.signedIn, CSRF: a.csrf, Flash: r.URL.Query().Get("done"), Data: data}
+	v := view{Table: c.cfg.Table, SignedIn: a.signedIn, CanAct: a.signedIn, CSRF: a.csrf, Data: data}
+	if done := r.URL.Query().Get("done"); done != "" && c.cfg.Token != "" && equal(r.URL.Query().Get("sig"), c.flashSig(done)) {
+		v.Flash = done
+	}
 	if pageErr != nil {
 		v.Error = pageErr.Error()
 		if status == http.StatusOK {
@@ -264,6 +299,9 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, a auth) {
 			d.Counts = append(d.Counts, statusCount{st, d.Stats.Rows[st]})
 		}
 		d.Groups, err = store.ErrorGroups(ctx, 0)
+		for i := range d.Groups {
+			d.Groups[i].Subject, d.Groups[i].ErrorPrefix = clean(d.Groups[i].Subject), clean(d.Groups[i].ErrorPrefix)
+		}
 	}
 	c.render(w, r, a, http.StatusOK, "overview.html", d, err)
 }
@@ -285,8 +323,15 @@ type filter struct {
 	Before  int64
 }
 
-func parseFilter(q url.Values) (filter, []outbox.Status, error) {
+func parseFilter(rawQuery string) (filter, []outbox.Status, error) {
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return filter{Status: "errors"}, nil, fmt.Errorf("query %q: %v (a ';' must be written %%3B)", rawQuery, err)
+	}
 	f := filter{Status: q.Get("status"), Subject: q.Get("subject"), Error: q.Get("error")}
+	if len(f.Subject) > maxFilterBytes || len(f.Error) > maxFilterBytes {
+		return f, nil, fmt.Errorf("subject and error filters: at most %d bytes each", maxFilterBytes)
+	}
 	if f.Status == "" {
 		f.Status = "errors"
 	}
@@ -329,7 +374,7 @@ func (f filter) query(before int64) string {
 }
 
 func (c *Console) rows(w http.ResponseWriter, r *http.Request, a auth) {
-	f, statuses, err := parseFilter(r.URL.Query())
+	f, statuses, err := parseFilter(r.URL.RawQuery)
 	if err != nil {
 		c.render(w, r, a, http.StatusBadRequest, "rows.html", rowsData{Filter: f}, err)
 		return
@@ -341,6 +386,9 @@ func (c *Console) rows(w http.ResponseWriter, r *http.Request, a auth) {
 	if err == nil {
 		d.Rows, err = store.ListRows(ctx, outbox.RowFilter{Statuses: statuses, Subject: f.Subject, ErrorContains: f.Error,
 			Before: f.Before, Limit: PageSizeDefault})
+	}
+	for i := range d.Rows {
+		cleanSummary(&d.Rows[i])
 	}
 	if len(d.Rows) == PageSizeDefault {
 		d.NextPage = f.query(d.Rows[len(d.Rows)-1].ID)
@@ -374,9 +422,30 @@ func (c *Console) row(w http.ResponseWriter, r *http.Request, a auth) {
 		c.render(w, r, a, http.StatusNotFound, "row.html", d, fmt.Errorf("no row %d in %s", id, c.cfg.Table))
 		return
 	}
+	cleanSummary(&d.Row.RowSummary)
+	d.Row.IdempotencyKey, d.Row.OrderingKey = clean(d.Row.IdempotencyKey), clean(d.Row.OrderingKey)
+	d.Row.Headers, d.Row.Owner, d.Row.Stream = clean(d.Row.Headers), clean(d.Row.Owner), clean(d.Row.Stream)
 	d.Text, d.Hex = preview(d.Row.Payload)
 	d.Cut = int64(len(d.Row.Payload)) < d.Row.PayloadBytes
 	c.render(w, r, a, http.StatusOK, "row.html", d, err)
+}
+
+// clean makes a column's text fit a page: invalid UTF-8 as U+FFFD, and at
+// most maxFieldBytes bytes, the cut said.
+func clean(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) > maxFieldBytes {
+		cut := maxFieldBytes
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = fmt.Sprintf("%s… (%d bytes in all)", s[:cut], len(s))
+	}
+	return s
+}
+
+func cleanSummary(s *outbox.RowSummary) {
+	s.Subject, s.LastError = clean(s.Subject), clean(s.LastError)
 }
 
 // preview is p as text when it is valid UTF-8 without control characters
@@ -409,8 +478,8 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, auth{}, http.StatusUnauthorized, "login.html", next, errors.New("that is not the console's token (ui.token)"))
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: c.session(), Path: "/ui/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: c.session(time.Now().Unix()), Path: "/ui/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(SessionLifetime / time.Second)})
 	c.logger.Info("console sign-in", slog.String("remote", r.RemoteAddr))
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
@@ -494,7 +563,7 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request) {
 	if strings.Contains(back, "?") {
 		sep = "&"
 	}
-	http.Redirect(w, r, back+sep+"done="+url.QueryEscape(done), http.StatusSeeOther)
+	http.Redirect(w, r, back+sep+"done="+url.QueryEscape(done)+"&sig="+c.flashSig(done), http.StatusSeeOther)
 }
 
 // selection parses the selected row ids: 1 to maxSelection of them.
@@ -513,7 +582,8 @@ func selection(values []string) ([]int64, error) {
 		}
 		ids = append(ids, id)
 	}
-	return ids, nil
+	slices.Sort(ids)
+	return slices.Compact(ids), nil
 }
 
 // statusOptions are the listing's status choices.

@@ -165,3 +165,27 @@ func TestReadOnlyWithoutToken(t *testing.T) {
 		require.Equal(t, http.StatusNotFound, code)
 	}
 }
+
+// Hostile input a tester tried: a banner text in a link, a lower-case
+// bearer scheme, a raw ';' in a query (Go drops such pairs: the filter
+// would be lost), a filter too long for LIKE, invalid UTF-8 in a row.
+func TestHostileInput(t *testing.T) {
+	s := newSetup(t, console.Config{Token: token, ReadOnlyWithoutToken: true})
+	deadLetter(t, s.store, "a")
+	c := noRedirect()
+	code, page := get(t, c, s.srv.URL+"/ui/?done=Session+expired:+sign+in+at+https://evil.example/")
+	require.Equal(t, http.StatusOK, code)
+	require.NotContains(t, page, "evil.example", "an unsigned banner is shown")
+	require.Equal(t, http.StatusSeeOther, post(t, noRedirect(), s.srv.URL+"/ui/actions/retry", url.Values{"id": {"1", "1", "1"}}, "Authorization", "bearer "+token))
+	code, _ = get(t, c, s.srv.URL+"/ui/rows?subject=x.y';--")
+	require.Equal(t, http.StatusBadRequest, code)
+	code, _ = get(t, c, s.srv.URL+"/ui/rows?error="+strings.Repeat("%25", 5000))
+	require.Equal(t, http.StatusBadRequest, code)
+
+	_, err := s.store.Enqueue(context.Background(), outbox.Entry{IdempotencyKey: "bad", Subject: "events.bad", Payload: []byte("x"), Headers: []byte(`{"h":"` + strings.Repeat("v", 20000) + `"}`)})
+	require.NoError(t, err)
+	code, page = get(t, c, s.srv.URL+"/ui/rows/2")
+	require.Equal(t, http.StatusOK, code)
+	require.Less(t, len(page), 15000, "a row's page is bounded")
+	require.Contains(t, page, "bytes in all")
+}

@@ -39,6 +39,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - name: BRIDGE_NATS_CREDS_FILE
   value: /etc/bridge/nats/{{ .Values.nats.credsSecretKey }}
 {{- end }}
+{{- if and .Values.ui.enabled .Values.ui.tokenSecretName }}
+- name: BRIDGE_UI_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.ui.tokenSecretName }}
+      key: {{ .Values.ui.tokenSecretKey }}
+{{- end }}
 {{- end -}}
 
 {{- define "outbox-bridge.podSecurityContext" -}}
