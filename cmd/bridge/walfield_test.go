@@ -2,10 +2,14 @@ package main
 
 import (
 	"math/rand/v2"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-bridge/bridge/internal/bridgetest"
 )
 
 // Tests of source: postgres-wal against failures users of logical
@@ -76,4 +80,51 @@ func TestWALStatusWithinSenderTimeout(t *testing.T) {
 	e.waitDone(t, 3500, 90*time.Second, p)
 	require.NotContains(t, p.stderr.String(), "replication stream interrupted")
 	e.verifyCommitOrder(t, 3500)
+}
+
+// TestWALFrozenNATSFailsLivenessOnTime: NATS stops answering with its
+// connection open (a proxy that stops forwarding) while rows wait. The
+// rows do not move, so the relay is stalled after relay.stall_after and
+// /healthz fails after relay.stall_unhealthy_after — whatever happens to
+// the connection meanwhile: publishes past their ack deadline, holds and
+// retries, the connection given up (pings unanswered) and connected
+// again. It stays failed until NATS answers again, then every row is
+// in the stream once, in commit order.
+func TestWALFrozenNATSFailsLivenessOnTime(t *testing.T) {
+	t.Parallel()
+	e := newWALEnv(t)
+	proxy := bridgetest.StartProxy(t, e.nats.Server.Addr().String())
+	p := e.run(t, "BRIDGE_NATS_URL=nats://"+proxy.Addr(), "BRIDGE_LOG_LEVEL=info",
+		"BRIDGE_RELAY_STALL_AFTER=3s", "BRIDGE_RELAY_STALL_UNHEALTHY_AFTER=5s", "BRIDGE_DEDUP_GUARD=off",
+		// Each try ends at the 2 s ack deadline and waits at most 200 ms:
+		// retries come sooner than stall_after, and are not rows moving.
+		"BRIDGE_RELAY_BACKOFF_MAX=200ms", "BRIDGE_RELAY_MAX_ATTEMPTS=1000")
+	base := "http://" + relayHTTPAddr(t, p)
+	e.insert(t, 0, 10)
+	e.waitDone(t, 10, 30*time.Second, p)
+	proxy.Freeze()
+	frozen := time.Now()
+	e.insert(t, 10, 20)
+	poll(t, 30*time.Second, func() bool {
+		code, body := httpGet(base + "/healthz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "stalled")
+	}, "/healthz never failed while NATS was frozen and rows waited")
+	took := time.Since(frozen)
+	require.Less(t, took, 20*time.Second, "stall_after 3 s + stall_unhealthy_after 5 s, checked every 750 ms")
+	// Past the client giving the connection up (PING every 20 s, 2
+	// unanswered: nats.PingInterval in internal/broker/connect.go) and
+	// connecting again to the frozen server: still failed. (Before, the
+	// stall ended then, 52 s into the freeze.)
+	for time.Since(frozen) < 75*time.Second {
+		code, body := httpGet(base + "/healthz")
+		require.Equal(t, http.StatusServiceUnavailable, code, "/healthz recovered %s into the freeze: %s", time.Since(frozen).Round(time.Second), body)
+		time.Sleep(time.Second)
+	}
+	proxy.Thaw()
+	e.waitDone(t, 20, 90*time.Second, p)
+	poll(t, 60*time.Second, func() bool {
+		code, _ := httpGet(base + "/healthz")
+		return code == http.StatusOK
+	}, "/healthz never recovered once rows flowed again")
+	e.verifyCommitOrder(t, 20)
 }
