@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
@@ -127,4 +130,115 @@ func TestWALFrozenNATSFailsLivenessOnTime(t *testing.T) {
 		return code == http.StatusOK
 	}, "/healthz never recovered once rows flowed again")
 	e.verifyCommitOrder(t, 20)
+}
+
+// TestWALRowsDeletedByProducer: the insert-then-delete mode
+// (wal.rows_deleted_by_producer). The producer deletes every outbox row in
+// the transaction that inserts it, so the table stays empty and only the
+// write-ahead log carries the events: 10,000 rows in 100 transactions, the
+// relay SIGKILLed partway and restarted after the stream's duplicate
+// window (5 s). Every row is in the stream once, in commit order, and the
+// table is empty at the end. Without the mode the check of rows read again
+// takes a row missing from the table for one relayed or deleted by hand
+// and drops it; without the check the restart publishes them again.
+func TestWALRowsDeletedByProducer(t *testing.T) {
+	t.Parallel()
+	const window = 5 * time.Second
+	e := newWALEnvWindow(t, window)
+	const total, perTx = 10000, 100
+	insertDeleted := func(from, to int) {
+		tx, err := e.db.Begin()
+		require.NoError(t, err)
+		_, err = tx.Exec(e.insertSQL(), from, to)
+		require.NoError(t, err)
+		_, err = tx.Exec(`DELETE FROM ` + e.table)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit())
+	}
+	mode := []string{"BRIDGE_WAL_ROWS_DELETED_BY_PRODUCER=true", "BRIDGE_RELAY_MAX_IN_FLIGHT=300", "BRIDGE_WAL_SWEEP_INTERVAL=1h"}
+	inStream := func() int {
+		info, err := e.js.Stream(t.Context(), "EVENTS")
+		require.NoError(t, err)
+		si, err := info.Info(t.Context())
+		require.NoError(t, err)
+		return int(si.State.Msgs)
+	}
+	p := e.run(t, mode...)
+	produced := make(chan struct{})
+	go func() {
+		defer close(produced)
+		for n := 0; n < total; n += perTx {
+			insertDeleted(n, n+perTx)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	poll(t, 60*time.Second, func() bool {
+		require.False(t, p.exited(), "relay exited (%d)\nstderr:\n%s", p.code, p.stderr)
+		return inStream() >= 3000
+	})
+	kill(t, p)
+	<-produced
+	time.Sleep(window + time.Second) // every id the killed relay published leaves the window
+	final := e.run(t, mode...)
+	poll(t, 120*time.Second, func() bool {
+		require.False(t, final.exited(), "relay exited (%d)\nstderr:\n%s", final.code, final.stderr)
+		return inStream() >= total
+	})
+	time.Sleep(2 * time.Second) // a duplicate would land now
+	require.Zero(t, e.count(t, ""), "the table stays empty")
+	msgs := bridgetest.Messages(t, e.js, "EVENTS")
+	require.Len(t, msgs, total, "the stream holds exactly one message per row")
+	for i, m := range msgs {
+		require.Equal(t, "k-"+strconv.Itoa(i), m.Headers().Get(jetstream.MsgIDHeader), "stream position %d", i)
+	}
+}
+
+// TestWALInsertThenDeleteMode: wal.rows_deleted_by_producer, the producer
+// deletes each row in the transaction that inserts it (the table stays
+// empty, the log carries the event). 10,000 rows in 20 transactions; the
+// relay is SIGKILLed halfway and started again after the stream's 5 s
+// duplicate window: the rows it reads again are not in the table, so
+// they are looked up in the stream instead of published twice. The table
+// is empty at the end and every row is in the stream once, in commit
+// order.
+func TestWALInsertThenDeleteMode(t *testing.T) {
+	t.Parallel()
+	const window = 5 * time.Second
+	e := newWALEnvWindow(t, window)
+	mode := []string{"BRIDGE_WAL_ROWS_DELETED_BY_PRODUCER=true", "BRIDGE_WAL_SWEEP_INTERVAL=1h", "BRIDGE_RELAY_MAX_IN_FLIGHT=300"}
+	const total, perTx = 10000, 500
+	produce := func(from, to int) {
+		for n := from; n < to; n += perTx {
+			tx, err := e.db.Begin()
+			require.NoError(t, err)
+			_, err = tx.Exec(e.insertSQL(), n, n+perTx)
+			require.NoError(t, err)
+			_, err = tx.Exec(`DELETE FROM ` + e.table)
+			require.NoError(t, err)
+			require.NoError(t, tx.Commit())
+		}
+	}
+	stored := func() int {
+		info, err := e.js.Stream(context.Background(), "EVENTS")
+		require.NoError(t, err)
+		return int(info.CachedInfo().State.Msgs)
+	}
+	p := e.run(t, mode...)
+	produce(0, total/2)
+	poll(t, 60*time.Second, func() bool { return stored() >= total/4 }, "nothing relayed")
+	kill(t, p)
+	time.Sleep(window + time.Second)
+	p = e.run(t, mode...)
+	produce(total/2, total)
+	poll(t, 120*time.Second, func() bool {
+		require.False(t, p.exited(), "relay exited (%d)\nstderr:\n%s", p.code, p.stderr)
+		return stored() >= total
+	}, "not every row reached the stream")
+	time.Sleep(2 * time.Second) // a duplicate would come now
+	require.Zero(t, e.count(t, ""), "the table stays empty")
+	msgs := bridgetest.Messages(t, e.js, "EVENTS")
+	require.Len(t, msgs, total, "the stream holds exactly one message per row")
+	for i, m := range msgs {
+		require.Equal(t, "k-"+strconv.Itoa(i), m.Headers().Get(jetstream.MsgIDHeader), "stream position %d", i)
+	}
 }
