@@ -221,7 +221,7 @@ func NewDaemon(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs 
 		if err != nil {
 			return nil, nil, err
 		}
-		return relay, cleanup, nil
+		return walRelay{relay}, cleanup, nil
 	}
 	if cfg.Source == config.SourceWatermillForwarder {
 		relay, cleanup, err := NewWatermillRelay(ctx, cfg, logger, hs)
@@ -235,6 +235,16 @@ func NewDaemon(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs 
 		return nil, nil, err
 	}
 	return relay, cleanup, nil
+}
+
+// walRelay is the relay of source: postgres-wal as a Daemon that inherits
+// from an earlier one (its stall watch and when rows last moved).
+type walRelay struct{ *walsource.Relay }
+
+func (r walRelay) Inherit(prev Daemon) {
+	if p, ok := prev.(walRelay); ok {
+		r.Relay.Inherit(p.Relay)
+	}
 }
 
 // watermillRelay is the relay of source: watermill-forwarder as a Daemon

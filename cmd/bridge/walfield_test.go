@@ -1,11 +1,18 @@
 package main
 
 import (
+	"context"
 	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-bridge/bridge/internal/bridgetest"
 )
 
 // Tests of source: postgres-wal against failures users of logical
@@ -76,4 +83,162 @@ func TestWALStatusWithinSenderTimeout(t *testing.T) {
 	e.waitDone(t, 3500, 90*time.Second, p)
 	require.NotContains(t, p.stderr.String(), "replication stream interrupted")
 	e.verifyCommitOrder(t, 3500)
+}
+
+// TestWALFrozenNATSFailsLivenessOnTime: NATS stops answering with its
+// connection open (a proxy that stops forwarding) while rows wait. The
+// rows do not move, so the relay is stalled after relay.stall_after and
+// /healthz fails after relay.stall_unhealthy_after — whatever happens to
+// the connection meanwhile: publishes past their ack deadline, holds and
+// retries, the connection given up (pings unanswered) and connected
+// again. It stays failed until NATS answers again, then every row is
+// in the stream once, in commit order.
+func TestWALFrozenNATSFailsLivenessOnTime(t *testing.T) {
+	t.Parallel()
+	e := newWALEnv(t)
+	proxy := bridgetest.StartProxy(t, e.nats.Server.Addr().String())
+	p := e.run(t, "BRIDGE_NATS_URL=nats://"+proxy.Addr(), "BRIDGE_LOG_LEVEL=info",
+		"BRIDGE_RELAY_STALL_AFTER=3s", "BRIDGE_RELAY_STALL_UNHEALTHY_AFTER=5s", "BRIDGE_DEDUP_GUARD=off",
+		// Each try ends at the 2 s ack deadline and waits at most 200 ms:
+		// retries come sooner than stall_after, and are not rows moving.
+		"BRIDGE_RELAY_BACKOFF_MAX=200ms", "BRIDGE_RELAY_MAX_ATTEMPTS=1000")
+	base := "http://" + relayHTTPAddr(t, p)
+	e.insert(t, 0, 10)
+	e.waitDone(t, 10, 30*time.Second, p)
+	proxy.Freeze()
+	frozen := time.Now()
+	e.insert(t, 10, 20)
+	poll(t, 30*time.Second, func() bool {
+		code, body := httpGet(base + "/healthz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "stalled")
+	}, "/healthz never failed while NATS was frozen and rows waited")
+	took := time.Since(frozen)
+	require.Less(t, took, 20*time.Second, "stall_after 3 s + stall_unhealthy_after 5 s, checked every 750 ms")
+	// Past the client giving the connection up (PING every 20 s, 2
+	// unanswered: nats.PingInterval in internal/broker/connect.go) and
+	// connecting again to the frozen server: still failed. (Before, the
+	// stall ended then, 52 s into the freeze.)
+	for time.Since(frozen) < 75*time.Second {
+		code, body := httpGet(base + "/healthz")
+		require.Equal(t, http.StatusServiceUnavailable, code, "/healthz recovered %s into the freeze: %s", time.Since(frozen).Round(time.Second), body)
+		time.Sleep(time.Second)
+	}
+	proxy.Thaw()
+	e.waitDone(t, 20, 90*time.Second, p)
+	poll(t, 60*time.Second, func() bool {
+		code, _ := httpGet(base + "/healthz")
+		return code == http.StatusOK
+	}, "/healthz never recovered once rows flowed again")
+	e.verifyCommitOrder(t, 20)
+}
+
+// TestWALRowsDeletedByProducer: the insert-then-delete mode
+// (wal.rows_deleted_by_producer). The producer deletes every outbox row in
+// the transaction that inserts it, so the table stays empty and only the
+// write-ahead log carries the events: 10,000 rows in 100 transactions, the
+// relay SIGKILLed partway and restarted after the stream's duplicate
+// window (5 s). Every row is in the stream once, in commit order, and the
+// table is empty at the end. Without the mode the check of rows read again
+// takes a row missing from the table for one relayed or deleted by hand
+// and drops it; without the check the restart publishes them again.
+func TestWALRowsDeletedByProducer(t *testing.T) {
+	t.Parallel()
+	const window = 5 * time.Second
+	e := newWALEnvWindow(t, window)
+	const total, perTx = 10000, 100
+	insertDeleted := func(from, to int) {
+		tx, err := e.db.Begin()
+		require.NoError(t, err)
+		_, err = tx.Exec(e.insertSQL(), from, to)
+		require.NoError(t, err)
+		_, err = tx.Exec(`DELETE FROM ` + e.table)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit())
+	}
+	mode := []string{"BRIDGE_WAL_ROWS_DELETED_BY_PRODUCER=true", "BRIDGE_RELAY_MAX_IN_FLIGHT=300", "BRIDGE_WAL_SWEEP_INTERVAL=1h"}
+	inStream := func() int {
+		info, err := e.js.Stream(t.Context(), "EVENTS")
+		require.NoError(t, err)
+		si, err := info.Info(t.Context())
+		require.NoError(t, err)
+		return int(si.State.Msgs)
+	}
+	p := e.run(t, mode...)
+	produced := make(chan struct{})
+	go func() {
+		defer close(produced)
+		for n := 0; n < total; n += perTx {
+			insertDeleted(n, n+perTx)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	poll(t, 60*time.Second, func() bool {
+		require.False(t, p.exited(), "relay exited (%d)\nstderr:\n%s", p.code, p.stderr)
+		return inStream() >= 3000
+	})
+	kill(t, p)
+	<-produced
+	time.Sleep(window + time.Second) // every id the killed relay published leaves the window
+	final := e.run(t, mode...)
+	poll(t, 120*time.Second, func() bool {
+		require.False(t, final.exited(), "relay exited (%d)\nstderr:\n%s", final.code, final.stderr)
+		return inStream() >= total
+	})
+	time.Sleep(2 * time.Second) // a duplicate would land now
+	require.Zero(t, e.count(t, ""), "the table stays empty")
+	msgs := bridgetest.Messages(t, e.js, "EVENTS")
+	require.Len(t, msgs, total, "the stream holds exactly one message per row")
+	for i, m := range msgs {
+		require.Equal(t, "k-"+strconv.Itoa(i), m.Headers().Get(jetstream.MsgIDHeader), "stream position %d", i)
+	}
+}
+
+// TestWALInsertThenDeleteMode: wal.rows_deleted_by_producer, the producer
+// deletes each row in the transaction that inserts it (the table stays
+// empty, the log carries the event). 10,000 rows in 20 transactions; the
+// relay is SIGKILLed halfway and started again after the stream's 5 s
+// duplicate window: the rows it reads again are not in the table, so
+// they are looked up in the stream instead of published twice. The table
+// is empty at the end and every row is in the stream once, in commit
+// order.
+func TestWALInsertThenDeleteMode(t *testing.T) {
+	t.Parallel()
+	const window = 5 * time.Second
+	e := newWALEnvWindow(t, window)
+	mode := []string{"BRIDGE_WAL_ROWS_DELETED_BY_PRODUCER=true", "BRIDGE_WAL_SWEEP_INTERVAL=1h", "BRIDGE_RELAY_MAX_IN_FLIGHT=300"}
+	const total, perTx = 10000, 500
+	produce := func(from, to int) {
+		for n := from; n < to; n += perTx {
+			tx, err := e.db.Begin()
+			require.NoError(t, err)
+			_, err = tx.Exec(e.insertSQL(), n, n+perTx)
+			require.NoError(t, err)
+			_, err = tx.Exec(`DELETE FROM ` + e.table)
+			require.NoError(t, err)
+			require.NoError(t, tx.Commit())
+		}
+	}
+	stored := func() int {
+		info, err := e.js.Stream(context.Background(), "EVENTS")
+		require.NoError(t, err)
+		return int(info.CachedInfo().State.Msgs)
+	}
+	p := e.run(t, mode...)
+	produce(0, total/2)
+	poll(t, 60*time.Second, func() bool { return stored() >= total/4 }, "nothing relayed")
+	kill(t, p)
+	time.Sleep(window + time.Second)
+	p = e.run(t, mode...)
+	produce(total/2, total)
+	poll(t, 120*time.Second, func() bool {
+		require.False(t, p.exited(), "relay exited (%d)\nstderr:\n%s", p.code, p.stderr)
+		return stored() >= total
+	}, "not every row reached the stream")
+	time.Sleep(2 * time.Second) // a duplicate would come now
+	require.Zero(t, e.count(t, ""), "the table stays empty")
+	msgs := bridgetest.Messages(t, e.js, "EVENTS")
+	require.Len(t, msgs, total, "the stream holds exactly one message per row")
+	for i, m := range msgs {
+		require.Equal(t, "k-"+strconv.Itoa(i), m.Headers().Get(jetstream.MsgIDHeader), "stream position %d", i)
+	}
 }

@@ -340,6 +340,14 @@ type WAL struct {
 	// deliver (written before the slot existed, put back by `bridge retry`, left by a lost
 	// slot) and publishes them. Defaults to 1m.
 	SweepInterval time.Duration `koanf:"sweep_interval"`
+
+	// RowsDeletedByProducer is the insert-then-delete mode: the producer deletes each
+	// outbox row in the transaction that inserts it, so that the table stays empty and
+	// the write-ahead log carries the event. The relay then takes a row missing from the
+	// table for one still to relay, not for one relayed or deleted by hand; no mark is
+	// written (there is no row), and the sweep, `bridge status` and the stall watch see
+	// nothing of it. Only with source postgres-wal. Defaults to false.
+	RowsDeletedByProducer bool `koanf:"rows_deleted_by_producer"`
 }
 
 // ReplicationURLOrDefault returns ReplicationURL, or DatabaseURL when it is empty.

@@ -586,3 +586,16 @@ func TestCheckFiles(t *testing.T) {
 	d := Default()
 	require.NoError(t, d.CheckFiles(), "no file configured")
 }
+
+// TestRowsDeletedByProducerOnlyWithTheWAL: wal.rows_deleted_by_producer is
+// read with source postgres-wal and refused, naming the key, with any
+// other source (rows deleted by their producer are only in the log).
+func TestRowsDeletedByProducerOnlyWithTheWAL(t *testing.T) {
+	t.Parallel()
+	cfg, err := load(t, "", []string{"BRIDGE_SOURCE=postgres-wal", "BRIDGE_DATABASE_URL=postgres://db/outbox", "BRIDGE_WAL_ROWS_DELETED_BY_PRODUCER=true"})
+	require.NoError(t, err)
+	require.True(t, cfg.WAL.RowsDeletedByProducer)
+	_, err = load(t, "", []string{"BRIDGE_WAL_ROWS_DELETED_BY_PRODUCER=true"})
+	e := requireConfigError(t, err, "wal.rows_deleted_by_producer")
+	require.Contains(t, e.Error(), "only with source postgres-wal")
+}

@@ -511,6 +511,9 @@ func (c *Config) validateWAL() error {
 	if err := positive("wal.sweep_interval", w.SweepInterval); err != nil {
 		return err
 	}
+	if w.RowsDeletedByProducer && c.Source != SourcePostgresWAL {
+		return &Error{Key: "wal.rows_deleted_by_producer", Value: "true", Allowed: "only with source postgres-wal (rows deleted by their producer exist only in the write-ahead log)"}
+	}
 	if u := w.ReplicationURL; u != "" {
 		if !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
 			return &Error{Key: "wal.replication_url", Value: secret.RedactURL(u), Allowed: "must be a postgres:// or postgresql:// URL, or empty for database.url"}

@@ -104,6 +104,7 @@ type pipeline struct {
 	head, next int
 
 	halted        bool      // a failure holds the queue
+	ownHold       bool      // … a failure of the row's own (a nack, its stream refusing it), not of the destination
 	retryAt       time.Time // when a halted queue may go on
 	waitConnected bool      // … and only once NATS is connected
 	restarting    bool      // the stream restarts: reset once the outcomes are in
@@ -417,9 +418,12 @@ func (p *pipeline) applyChecks() {
 func (p *pipeline) emit(out chan<- *message.Message) {
 	s := p.s
 	var batch []watched
+	first := false // a row handed over for the first time: rows moved
 	defer func() {
-		if len(batch) > 0 {
+		if first {
 			s.progress.Store(time.Now().UnixNano()) // as a claim is, for the stall watch
+		}
+		if len(batch) > 0 {
 			go s.watch(batch)
 		}
 	}()
@@ -448,7 +452,7 @@ func (p *pipeline) emit(out chan<- *message.Message) {
 		}
 		e.state = emitted
 		if e.firstEmit.IsZero() {
-			e.firstEmit = time.Now()
+			e.firstEmit, first = time.Now(), true
 		}
 		s.emitted.Add(1)
 		batch = append(batch, watched{e: e, msg: msg, turn: e.turn, emitted: time.Now()})
@@ -508,18 +512,21 @@ func (p *pipeline) outcome(o outcome) {
 	case o.unsent:
 		// As the forwarder's own past-the-deadline path: not sent, the
 		// attempt does not count.
-		p.failed(e, fmt.Sprintf("%v: still waiting its hand-over to NATS at ack deadline %s; not sent, attempt not counted", source.ErrPublishDeadline, s.cfg.AckDeadline), source.Unavailable)
+		p.failed(e, fmt.Sprintf("%v: still waiting its hand-over to NATS at ack deadline %s; not sent, attempt not counted", source.ErrPublishDeadline, s.cfg.AckDeadline), source.Unavailable, false)
 	case o.expired:
-		p.failed(e, fmt.Sprintf("no ack or nack within ack deadline %s; publish outcome unknown", s.cfg.AckDeadline), source.Retryable)
+		// Neither acked nor nacked: NATS does not answer (frozen, or
+		// gone without the client noticing), not the row's doing.
+		p.failed(e, fmt.Sprintf("no ack or nack within ack deadline %s; publish outcome unknown", s.cfg.AckDeadline), source.Retryable, false)
 	default:
 		out := source.OutcomeOf(o.msg)
 		e.holdFor = out.HoldFor
-		p.failed(e, out.Reason(), out.Class)
+		p.failed(e, out.Reason(), out.Class, true)
 	}
 }
 
-// failed handles a failed attempt of e.
-func (p *pipeline) failed(e *entry, reason string, class source.FailureClass) {
+// failed handles a failed attempt of e; own: the failure was the row's
+// (a nack, its stream refusing it), not NATS not answering.
+func (p *pipeline) failed(e *entry, reason string, class source.FailureClass, own bool) {
 	s := p.s
 	e.lastErr = reason
 	switch {
@@ -528,7 +535,7 @@ func (p *pipeline) failed(e *entry, reason string, class source.FailureClass) {
 	case class == source.Unavailable:
 		s.Counters.Unavailable.Add(1)
 		e.state = queued
-		p.hold(e, unavailableWait, true, class)
+		p.hold(e, unavailableWait, true, class, false)
 		e.attempts-- // not the row's fault: the attempt does not count
 	case class == source.Held:
 		// Its stream refuses it for now (the duplicate-window guard finds
@@ -541,7 +548,7 @@ func (p *pipeline) failed(e *entry, reason string, class source.FailureClass) {
 		// (the Outcome's HoldFor), the guard for HoldBack.
 		hold := cmp.Or(e.holdFor, s.cfg.HoldBack)
 		e.holdFor = 0
-		p.hold(e, hold, false, class)
+		p.hold(e, hold, false, class, own)
 		s.marks.push(markItem{e: e, kind: markFailed, id: e.row.ID, xid: e.xid, attempts: e.attempts, reason: reason, backoff: hold})
 	case e.attempts >= s.cfg.MaxAttempts:
 		p.dead(e, fmt.Sprintf("gave up after %d attempts (relay.max_attempts); last error: %s", e.attempts, reason))
@@ -549,15 +556,19 @@ func (p *pipeline) failed(e *entry, reason string, class source.FailureClass) {
 		s.Counters.Failed.Add(1)
 		e.state = queued
 		wait := s.backoff(e.attempts)
-		p.hold(e, wait, false, class)
+		p.hold(e, wait, false, class, own)
 		s.marks.push(markItem{e: e, kind: markFailed, id: e.row.ID, xid: e.xid, attempts: e.attempts, reason: reason, backoff: wait})
 	}
 }
 
 // hold stops emission until every message in flight has its outcome, wait
 // has passed and, with connected, NATS is connected; then the rows from
-// the first one without a PubAck on are emitted again, in order.
-func (p *pipeline) hold(e *entry, wait time.Duration, connected bool, class source.FailureClass) {
+// the first one without a PubAck on are emitted again, in order. With
+// own, the failure was the row's: its backoff is not a stall (heldUntil),
+// as a row in a backoff is not for the table source. Otherwise (NATS
+// unavailable or not answering) the rows are not moving and the stall
+// watch counts on: the stall timer measures rows, not connections.
+func (p *pipeline) hold(e *entry, wait time.Duration, connected bool, class source.FailureClass, own bool) {
 	until := time.Now().Add(wait)
 	if !p.halted {
 		p.retryAt = until
@@ -567,9 +578,16 @@ func (p *pipeline) hold(e *entry, wait time.Duration, connected bool, class sour
 	} else if until.After(p.retryAt) {
 		p.retryAt = until
 	}
+	if !p.halted {
+		p.ownHold = own
+	} else {
+		p.ownHold = p.ownHold || own
+	}
 	p.halted = true
 	p.waitConnected = p.waitConnected || connected
-	p.s.heldUntil.Store(p.retryAt.UnixNano())
+	if p.ownHold {
+		p.s.heldUntil.Store(p.retryAt.UnixNano())
+	}
 	p.s.waitingNATS.Store(p.waitConnected)
 }
 
@@ -583,10 +601,13 @@ func (p *pipeline) resume() {
 		return
 	}
 	p.halted, p.waitConnected = false, false
-	// The rows were due only now: the stall watch counts from here.
+	if p.ownHold {
+		// The rows were due only now: the stall watch counts from here.
+		s.progress.Store(time.Now().UnixNano())
+	}
+	p.ownHold = false
 	s.heldUntil.Store(0)
 	s.waitingNATS.Store(false)
-	s.progress.Store(time.Now().UnixNano())
 	p.next = p.head
 	// A new chain of turns: the old one is broken where the failure was
 	// (a message not handed over refuses every later one), and what is

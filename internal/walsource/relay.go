@@ -31,6 +31,18 @@ type Relay struct {
 	Logger     *slog.Logger
 }
 
+// Inherit takes over what prev, the relay this process ran before this
+// one (rebuilt after its NATS connection was closed for good), observed:
+// its stall, when its rows last moved, the guard's findings and the
+// keeper's count. So a stall lasts across rebuilds: the stall timer
+// measures rows not moving, whatever happens to connections.
+func (r *Relay) Inherit(prev *Relay) {
+	r.Subscriber.Inherit(prev.Subscriber)
+	r.Stall.Inherit(prev.Stall)
+	r.Guard.Inherit(prev.Guard)
+	r.Keeper.Inherit(prev.Keeper)
+}
+
 // Run relays until ctx ends, then drains: reading stops, publishes in
 // progress finish, marks are written and the slot's position is
 // confirmed. Beside the relay run the duplicate-window guard, the stream

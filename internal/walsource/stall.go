@@ -53,6 +53,12 @@ type stallSource struct {
 	movedAt time.Time // when one of them last moved (or was first seen)
 }
 
+// Inherit takes over when prev, an earlier subscriber of this process,
+// last moved rows (called before Subscribe).
+func (s *Subscriber) Inherit(prev *Subscriber) {
+	s.progress.Store(min(s.progress.Load(), prev.progress.Load()))
+}
+
 func (w *stallSource) LastProgress() time.Time { return time.Unix(0, w.s.progress.Load()) }
 
 func (w *stallSource) Stalled(ctx context.Context, after time.Duration) (bool, string, error) {

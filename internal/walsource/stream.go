@@ -150,7 +150,6 @@ func (s *Subscriber) session(again bool) (started bool, err error) {
 		r.push(event{kind: evRestart})
 	}
 	s.state.Store(&streamState{streaming: true})
-	s.progress.Store(time.Now().UnixNano()) // the stall watch gives a new stream stall_after to deliver
 	s.logger.Info("streaming from replication slot", slog.String("from", start.String()), slog.String("publication", s.cfg.Publication))
 	err = r.run(ctx)
 	if s.stopping() {
