@@ -520,7 +520,9 @@ func (p *pipeline) outcome(o outcome) {
 	default:
 		out := source.OutcomeOf(o.msg)
 		e.holdFor = out.HoldFor
-		p.failed(e, out.Reason(), out.Class, true)
+		// A stream in an outage (HoldFor set: no leader, no quorum) is the
+		// broker's fault, not the row's own.
+		p.failed(e, out.Reason(), out.Class, out.HoldFor == 0)
 	}
 }
 
