@@ -81,7 +81,10 @@ func (e *env) producers(ctx context.Context) ([]producerRun, []producerSummary, 
 	n := 0
 	for round := 1; round <= e.s.ProducerRounds; round++ {
 		for _, writers := range e.s.ProducerWriters {
-			for _, v := range variants {
+			// Each round starts with another variant, so that none always
+			// runs right after a checkpoint or another's vacuum.
+			order := append(slices.Clone(variants[(round-1)%len(variants):]), variants[:(round-1)%len(variants)]...)
+			for _, v := range order {
 				n++
 				outboxTable, orders, err := e.producerTables(ctx, v, n)
 				if err != nil {
