@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/outbox-bridge/bridge/internal/replay"
 )
 
 func main() {
@@ -29,6 +31,9 @@ func run(args []string) int {
 	fmt.Fprintln(os.Stderr, "bridge: "+err.Error())
 	if isUsage(err) {
 		return 2
+	}
+	if errors.Is(err, replay.ErrPartial) {
+		return 3 // bridge replay finished with rows it could not send
 	}
 	return 1
 }

@@ -232,6 +232,8 @@ type executor interface {
 	// Purge deletes up to p.Limit done rows relayed more than p.OlderThan
 	// ago and returns how many.
 	Purge(ctx context.Context, p *purgeParams) (int, error)
+	// replayExecutor: the reads and the record of bridge replay (replay.go).
+	replayExecutor
 }
 
 // claimRowsParams are the parameters of executor.Claim.
@@ -491,6 +493,7 @@ type readers struct {
 	sql                                           *sql.DB
 	retryable, countByStatus, oldestFailed        string
 	recentErrors, rowStatus, relayedStream, probe string
+	replayReaders
 }
 
 // takeReaders takes the readers' statements from f.
@@ -504,6 +507,7 @@ func takeReaders(db *sql.DB, f *queryFiles) readers {
 		rowStatus:     f.take("row_status"),
 		relayedStream: f.take("relayed_stream"),
 		probe:         f.take("probe"),
+		replayReaders: takeReplayReaders(db, f),
 	}
 }
 
