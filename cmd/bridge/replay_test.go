@@ -143,3 +143,56 @@ func TestReplayToAnotherStreamEachRunItsOwnScope(t *testing.T) {
 	require.Equal(t, 0, r.code, "%s", r)
 	require.Contains(t, r.stdout, "dry run: 0 rows selected")
 }
+
+// TestReplayRefillOnEveryDatabase is the core case on each database: rows
+// relayed, the stream lost, `bridge replay --refill-stream` restores each
+// once, and a second run sends nothing.
+func TestReplayRefillOnEveryDatabase(t *testing.T) {
+	t.Parallel()
+	for name, open := range map[string]func(testing.TB) (string, string){
+		"postgres": bridgetest.PostgresTable,
+		"mysql":    bridgetest.MySQLTable,
+		"sqlite":   func(t testing.TB) (string, string) { return bridgetest.SQLiteURL(t), "outbox" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			n := bridgetest.StartNATS(t)
+			url, table := open(t)
+			e := newCrashEnvOn(t, url, table, n.URL(), 1)
+			const total = 600
+			tx, err := e.db.Begin()
+			require.NoError(t, err)
+			q := `INSERT INTO ` + table + ` (idempotency_key, subject, payload, headers, ordering_key) VALUES (?, ?, ?, ?, ?)`
+			if name == "postgres" {
+				q = `INSERT INTO ` + table + ` (idempotency_key, subject, payload, headers, ordering_key) VALUES ($1, $2, $3, $4, $5)`
+			}
+			for i := range total {
+				var key any
+				if i%10 == 0 {
+					key = "ok-" + strconv.Itoa(i%50)
+				}
+				_, err := tx.Exec(q, "k-"+strconv.Itoa(i), "events.crash", []byte("row "+strconv.Itoa(i)), `{"X-N": "`+strconv.Itoa(i)+`"}`, key)
+				require.NoError(t, err)
+			}
+			require.NoError(t, tx.Commit())
+			relay := e.relay(t, "relay-1")
+			poll(t, 60*time.Second, func() bool {
+				require.False(t, relay.exited(), "the relay exited\n%s", relay.stderr)
+				var done int
+				require.NoError(t, e.db.QueryRow(`SELECT count(*) FROM `+table+` WHERE status = 'done'`).Scan(&done))
+				return done == total
+			}, "rows not relayed")
+			require.NoError(t, relay.cmd.Process.Signal(syscall.SIGTERM))
+			relay.wait(t, 30*time.Second)
+
+			e.recreateEvents(t)
+			r := runBridge(t, e.dir, e.replayEnv(), "replay", "--refill-stream", "EVENTS")
+			require.Equal(t, 0, r.code, "bridge replay --refill-stream\n%s", r)
+			verifyOnce(t, e.js, "EVENTS", total)
+			r = runBridge(t, e.dir, e.replayEnv(), "replay", "--refill-stream", "EVENTS")
+			require.Equal(t, 0, r.code, "second bridge replay\n%s", r)
+			require.Contains(t, r.stdout, " 0 sent")
+			verifyOnce(t, e.js, "EVENTS", total)
+		})
+	}
+}
