@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/replay"
 )
 
 func main() {
@@ -31,6 +32,9 @@ func run(args []string) int {
 	fmt.Fprintln(os.Stderr, "bridge: "+err.Error())
 	if isUsage(err) {
 		return 2
+	}
+	if errors.Is(err, replay.ErrPartial) {
+		return 3 // bridge replay finished with rows it could not send
 	}
 	return 1
 }

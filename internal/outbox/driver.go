@@ -240,6 +240,8 @@ type executor interface {
 	// ErrorGroups groups the p.Scan newest failed and dead-letter rows by
 	// status, subject and the start of last_error.
 	ErrorGroups(ctx context.Context, p *errorGroupsParams) ([]ErrorGroup, error)
+	// replayExecutor: the reads and the record of bridge replay (replay.go).
+	replayExecutor
 }
 
 // claimRowsParams are the parameters of executor.Claim.
@@ -500,6 +502,7 @@ type readers struct {
 	retryable, countByStatus, oldestFailed        string
 	recentErrors, rowStatus, relayedStream, probe string
 	browse                                        browseQueries
+	replayReaders
 }
 
 // takeReaders takes the readers' statements from f.
@@ -514,6 +517,7 @@ func takeReaders(db *sql.DB, f *queryFiles) readers {
 		relayedStream: f.take("relayed_stream"),
 		probe:         f.take("probe"),
 		browse:        takeBrowseQueries(f),
+		replayReaders: takeReplayReaders(db, f),
 	}
 }
 

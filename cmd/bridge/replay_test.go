@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-bridge/bridge/internal/bridgetest"
+	"github.com/outbox-bridge/bridge/internal/replay"
+)
+
+// replayEnv is the environment of `bridge replay` against a crashEnv.
+func (e *crashEnv) replayEnv() []string {
+	return []string{"BRIDGE_DATABASE_URL=" + e.dbURL, "BRIDGE_DATABASE_TABLE=" + e.table, "BRIDGE_NATS_URL=" + e.natsURL,
+		"BRIDGE_DATA_DIR=" + e.dir, "BRIDGE_LOG_LEVEL=warn"}
+}
+
+// recreateEvents deletes the stream EVENTS and makes it again, empty.
+func (e *crashEnv) recreateEvents(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, e.js.DeleteStream(ctx, "EVENTS"))
+	_, err := e.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Duplicates: 2 * time.Minute})
+	require.NoError(t, err)
+}
+
+// verifyOnce checks that stream holds exactly one message of each row
+// k-0 … k-(total-1), and that the messages of each ordering key are in id
+// order among the replayed ones and among the others.
+func verifyOnce(t *testing.T, js jetstream.JetStream, stream string, total int) []jetstream.Msg {
+	t.Helper()
+	msgs := bridgetest.Messages(t, js, stream)
+	seen := make(map[int]bool, total)
+	last := map[string]int{}
+	for _, m := range msgs {
+		n, err := strconv.Atoi(m.Headers().Get("X-N"))
+		require.NoError(t, err, "message without its row's header X-N")
+		require.False(t, seen[n], "row k-%d twice in %s", n, stream)
+		seen[n] = true
+		require.Equal(t, "row "+strconv.Itoa(n), string(m.Data()))
+		if n%10 == 0 {
+			k := strconv.Itoa(n%50) + "/" + strconv.FormatBool(m.Headers().Get(replay.HeaderReplayID) != "")
+			if l, ok := last[k]; ok {
+				require.Greater(t, n, l, "ordering key ok-%d out of order", n%50)
+			}
+			last[k] = n
+		}
+	}
+	for n := range total {
+		require.True(t, seen[n], "row k-%d missing from %s", n, stream)
+	}
+	require.Len(t, msgs, total)
+	return msgs
+}
+
+func TestReplayRefillsALostStreamWhileTheRelayRuns(t *testing.T) {
+	t.Parallel()
+	n := bridgetest.StartNATS(t)
+	e := newCrashEnv(t, n.URL(), 1)
+	e.insert(t, 0, 10000)
+	relay := e.relay(t, "relay-1")
+	e.waitDone(t, 10000, 90*time.Second, relay)
+
+	// The stream is lost; the relay goes on with new rows while the
+	// replay refills the old ones.
+	e.recreateEvents(t)
+	go func() { e.insert(t, 10000, 11000) }()
+	r := runBridge(t, e.dir, e.replayEnv(), "replay", "--refill-stream", "EVENTS")
+	require.Equal(t, 0, r.code, "bridge replay --refill-stream\n%s", r)
+	e.insert(t, 11000, 12000)
+	e.waitDone(t, 12000, 90*time.Second, relay)
+	msgs := verifyOnce(t, e.js, "EVENTS", 12000)
+	replayed := 0
+	for _, m := range msgs {
+		if m.Headers().Get(replay.HeaderReplayID) != "" {
+			replayed++
+		}
+	}
+	require.GreaterOrEqual(t, replayed, 9000, "the rows relayed before the loss come back from the replay")
+
+	// The same replay again: nothing to send.
+	r = runBridge(t, e.dir, e.replayEnv(), "replay", "--refill-stream", "EVENTS")
+	require.Equal(t, 0, r.code, "second bridge replay\n%s", r)
+	require.Contains(t, r.stdout, " 0 sent")
+	verifyOnce(t, e.js, "EVENTS", 12000)
+
+	// Lost again; a replay killed at a random moment and resumed.
+	e.recreateEvents(t)
+	cp := filepath.Join(e.dir, "refill.json")
+	p := start(t, e.dir, e.replayEnv(), "replay", "--refill-stream", "EVENTS", "--rate", "4000", "--checkpoint", cp)
+	poll(t, 30*time.Second, func() bool { _, err := os.Stat(cp); return err == nil || p.exited() }, "no checkpoint written")
+	time.Sleep(time.Duration(rand.IntN(1500)) * time.Millisecond)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
+	p.wait(t, 10*time.Second)
+	r = runBridge(t, e.dir, e.replayEnv(), "replay", "--resume", cp)
+	require.Equal(t, 0, r.code, "bridge replay --resume\n%s", r)
+	verifyOnce(t, e.js, "EVENTS", 12000)
+}
+
+func TestReplayToAnotherStreamEachRunItsOwnScope(t *testing.T) {
+	t.Parallel()
+	n := bridgetest.StartNATS(t)
+	e := newCrashEnv(t, n.URL(), 1)
+	e.insert(t, 0, 2000)
+	relay := e.relay(t, "relay-1")
+	e.waitDone(t, 2000, 60*time.Second, relay)
+	_, err := e.js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "AUDIT", Subjects: []string{"audit.events.>"}})
+	require.NoError(t, err)
+	args := []string{"replay", "--to-stream", "AUDIT", "--to-subject-prefix", "audit", "--since", "1h"}
+
+	r := runBridge(t, e.dir, e.replayEnv(), append(args, "--dry-run")...)
+	require.Equal(t, 0, r.code, "--dry-run\n%s", r)
+	require.Contains(t, r.stdout, "dry run: 2000 rows selected")
+	require.Empty(t, bridgetest.Messages(t, e.js, "AUDIT"), "--dry-run sends nothing")
+
+	r = runBridge(t, e.dir, e.replayEnv(), args...)
+	require.Equal(t, 0, r.code, "bridge replay --to-stream AUDIT\n%s", r)
+	msgs := verifyOnce(t, e.js, "AUDIT", 2000)
+	for _, m := range msgs {
+		require.True(t, strings.HasPrefix(m.Subject(), "audit.events."), m.Subject())
+		id := m.Headers().Get(replay.HeaderReplayID)
+		require.NotEmpty(t, id)
+		require.Equal(t, replay.ReplayMsgID(id, m.Headers().Get("Outbox-Idempotency-Key")), m.Headers().Get(jetstream.MsgIDHeader))
+	}
+	verifyOnce(t, e.js, "EVENTS", 2000) // the rows' own stream is untouched
+
+	// A new run is a new dedup scope: it sends every row again.
+	r = runBridge(t, e.dir, e.replayEnv(), args...)
+	require.Equal(t, 0, r.code, "second bridge replay --to-stream AUDIT\n%s", r)
+	require.Len(t, bridgetest.Messages(t, e.js, "AUDIT"), 4000)
+
+	// --since after every row selects none.
+	r = runBridge(t, e.dir, e.replayEnv(), "replay", "--to-stream", "AUDIT", "--to-subject-prefix", "audit", "--until", "2h", "--dry-run")
+	require.Equal(t, 0, r.code, "%s", r)
+	require.Contains(t, r.stdout, "dry run: 0 rows selected")
+}
+
+// TestReplayRefillOnEveryDatabase is the core case on each database: rows
+// relayed, the stream lost, `bridge replay --refill-stream` restores each
+// once, and a second run sends nothing.
+func TestReplayRefillOnEveryDatabase(t *testing.T) {
+	t.Parallel()
+	for name, open := range map[string]func(testing.TB) (string, string){
+		"postgres": bridgetest.PostgresTable,
+		"mysql":    bridgetest.MySQLTable,
+		"sqlite":   func(t testing.TB) (string, string) { return bridgetest.SQLiteURL(t), "outbox" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			n := bridgetest.StartNATS(t)
+			url, table := open(t)
+			e := newCrashEnvOn(t, url, table, n.URL(), 1)
+			const total = 600
+			tx, err := e.db.Begin()
+			require.NoError(t, err)
+			q := `INSERT INTO ` + table + ` (idempotency_key, subject, payload, headers, ordering_key) VALUES (?, ?, ?, ?, ?)`
+			if name == "postgres" {
+				q = `INSERT INTO ` + table + ` (idempotency_key, subject, payload, headers, ordering_key) VALUES ($1, $2, $3, $4, $5)`
+			}
+			for i := range total {
+				var key any
+				if i%10 == 0 {
+					key = "ok-" + strconv.Itoa(i%50)
+				}
+				_, err := tx.Exec(q, "k-"+strconv.Itoa(i), "events.crash", []byte("row "+strconv.Itoa(i)), `{"X-N": "`+strconv.Itoa(i)+`"}`, key)
+				require.NoError(t, err)
+			}
+			require.NoError(t, tx.Commit())
+			relay := e.relay(t, "relay-1")
+			poll(t, 60*time.Second, func() bool {
+				require.False(t, relay.exited(), "the relay exited\n%s", relay.stderr)
+				var done int
+				require.NoError(t, e.db.QueryRow(`SELECT count(*) FROM `+table+` WHERE status = 'done'`).Scan(&done))
+				return done == total
+			}, "rows not relayed")
+			require.NoError(t, relay.cmd.Process.Signal(syscall.SIGTERM))
+			relay.wait(t, 30*time.Second)
+
+			e.recreateEvents(t)
+			r := runBridge(t, e.dir, e.replayEnv(), "replay", "--refill-stream", "EVENTS")
+			require.Equal(t, 0, r.code, "bridge replay --refill-stream\n%s", r)
+			verifyOnce(t, e.js, "EVENTS", total)
+			r = runBridge(t, e.dir, e.replayEnv(), "replay", "--refill-stream", "EVENTS")
+			require.Equal(t, 0, r.code, "second bridge replay\n%s", r)
+			require.Contains(t, r.stdout, " 0 sent")
+			verifyOnce(t, e.js, "EVENTS", total)
+		})
+	}
+}
