@@ -513,13 +513,13 @@ func TestLagCountsFailedRowsAndRetryIsImmediate(t *testing.T) {
 	bridgetest.CreateStream(t, js, "ORDERS", "orders.>")
 	r := e.bridge(t, "retry", "--id", strconv.FormatInt(created, 10))
 	require.Equal(t, 0, r.code, "%s", r)
-	require.Contains(t, r.stdout, "1 failed rows claimable now")
+	require.Contains(t, r.stdout, "1 failed row claimable now")
 	e.waitRows(t, p, 20*time.Second, "done", created)
 	require.Equal(t, "failed", e.row(t, updated).Status, "a row not retried waits out its backoff")
 
 	r = e.bridge(t, "retry", "--subject", "orders.*")
 	require.Equal(t, 0, r.code, "%s", r)
-	require.Contains(t, r.stdout, "1 failed rows claimable now")
+	require.Contains(t, r.stdout, "1 failed row claimable now")
 	e.waitRows(t, p, 20*time.Second, "done", updated)
 
 	r = e.bridge(t, "retry", "--subject", "orders.>.x")
