@@ -146,7 +146,7 @@ func (c *claimer) tick(ctx context.Context, stop <-chan struct{}) (full bool, to
 	if s.cfg.CanClaim != nil && !s.cfg.CanClaim() {
 		return false, 0, nil
 	}
-	if c.probe && time.Since(c.lastFullRun) < claimProbeSpan*s.cfg.PollInterval {
+	if c.probe && s.store.DB().Capabilities().ProbeBeforeClaim && time.Since(c.lastFullRun) < claimProbeSpan*s.cfg.PollInterval {
 		// After a claim that was not full, most polls find nothing: a
 		// probe costs the database a fraction of a claim (on
 		// PostgreSQL 15, 2-core machine, cache_describe mode: about

@@ -20,7 +20,7 @@ var _ driver = postgresDriver{}
 func (postgresDriver) dialect() Dialect { return DialectPostgres }
 
 func (postgresDriver) capabilities() Capabilities {
-	return Capabilities{SupportsNotify: true, ConcurrentWrites: true, TransactionalDDL: true}
+	return Capabilities{SupportsNotify: true, ConcurrentWrites: true, TransactionalDDL: true, ProbeBeforeClaim: true}
 }
 
 func (postgresDriver) schemes() []string { return []string{"postgres://", "postgresql://"} }
