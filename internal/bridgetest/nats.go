@@ -167,6 +167,23 @@ func freePorts(t testing.TB, n int) []int {
 // meta leader. Servers are shut down when the test ends.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
+	// The ports are found free and then bound by the servers: another
+	// process (a second test run) can take one in between. A cluster whose
+	// servers do not all start is shut down and started again on new
+	// ports.
+	for attempt := 1; ; attempt++ {
+		if c, ok := startCluster(t, attempt == 3); ok {
+			return c
+		}
+		t.Logf("a server of the cluster did not start (a port taken meanwhile?); starting the cluster again on new ports")
+	}
+}
+
+// startCluster starts the cluster on new ports; false when a server did
+// not become ready, after shutting the started ones down. With last, that
+// fails the test instead.
+func startCluster(t testing.TB, last bool) (*Cluster, bool) {
+	t.Helper()
 	const size = 3
 	routePorts, clientPorts := freePorts(t, size), freePorts(t, size)
 	var routes []*url.URL
@@ -185,15 +202,20 @@ func StartCluster(t testing.TB) *Cluster {
 		})
 		c.start(t, i)
 	}
-	t.Cleanup(func() {
+	shutdown := func() {
 		for _, srv := range c.Servers {
 			srv.Shutdown()
 			srv.WaitForShutdown()
 		}
-	})
-	for _, srv := range c.Servers {
-		require.True(t, srv.ReadyForConnections(10*time.Second))
 	}
+	for _, srv := range c.Servers {
+		if !srv.ReadyForConnections(10 * time.Second) {
+			require.False(t, last, "server %s of the cluster did not start", srv.Name())
+			shutdown()
+			return nil, false
+		}
+	}
+	t.Cleanup(shutdown)
 	require.Eventually(t, func() bool {
 		for _, srv := range c.Servers {
 			if srv.JetStreamIsLeader() {
@@ -202,7 +224,7 @@ func StartCluster(t testing.TB) *Cluster {
 		}
 		return false
 	}, 30*time.Second, 50*time.Millisecond, "no JetStream meta leader")
-	return c
+	return c, true
 }
 
 func (c *Cluster) start(t testing.TB, i int) {
