@@ -149,6 +149,14 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.SetValue(`#filter input[name=subject]`, "orders.created"),
 		chromedp.Click(`#apply`),
+	))
+	// Read the filtered page, not the one the click left: wait for its
+	// address (reads during the navigation may fail; try again).
+	poll(t, 30*time.Second, func() bool {
+		var loc string
+		return chromedp.Do(ctx, into(&loc, chromedp.Location())) == nil && strings.Contains(loc, "subject=orders.created")
+	}, "the filter form never led to the filtered page")
+	require.NoError(t, chromedp.Do(ctx,
 		chromedp.WaitVisible(`#rows`),
 		into(&filtered, chromedp.Text(`#rows`)),
 	))
