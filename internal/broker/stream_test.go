@@ -77,12 +77,15 @@ func TestEnsureStreamsExistingStream(t *testing.T) {
 // bridge_stream_config_drift, and left as it is.
 func TestEnsureStreamsOnACluster(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	// A cluster that just elected its meta leader answers its first API
+	// requests slowly on a loaded machine: more than jetstream's default 5 s.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
 	c := bridgetest.StartCluster(t)
 	nc, err := nats.Connect(c.URLs())
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(30*time.Second))
 	require.NoError(t, err)
 	require.Equal(t, 3, broker.ClusterReplicas(nc))
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "OLD", Subjects: []string{"old.>"}, Replicas: 1, Storage: jetstream.MemoryStorage})
