@@ -163,8 +163,8 @@ func freePorts(t testing.TB, n int) []int {
 	return ports
 }
 
-// StartCluster starts a 3-node JetStream cluster and waits until it has a
-// meta leader. Servers are shut down when the test ends.
+// StartCluster starts a 3-node JetStream cluster and waits until every
+// server reaches its meta leader. Servers are shut down when the test ends.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
 	// The ports are found free and then bound by the servers: another
@@ -216,15 +216,32 @@ func startCluster(t testing.TB, last bool) (*Cluster, bool) {
 		}
 	}
 	t.Cleanup(shutdown)
-	require.Eventually(t, func() bool {
-		for _, srv := range c.Servers {
-			if srv.JetStreamIsLeader() {
-				return true
-			}
-		}
-		return false
-	}, 30*time.Second, 50*time.Millisecond, "no JetStream meta leader")
+	c.waitFormed(t)
 	return c, true
+}
+
+// waitFormed waits until the cluster has a meta leader that every server
+// reaches: a JetStream API request sent to each server is answered. Only
+// the meta leader answers stream and account requests; a server whose
+// routes to the leader are not up yet drops the request unanswered, and
+// the client waits its whole timeout (nats-server's jsAccountInfoRequest
+// and jsStreamCreateRequest return without a reply on a non-leader), so a
+// meta leader alone is not a formed cluster.
+func (c *Cluster) waitFormed(t testing.TB) {
+	t.Helper()
+	for _, srv := range c.Servers {
+		nc, err := nats.Connect(srv.ClientURL())
+		require.NoError(t, err)
+		js, err := jetstream.New(nc)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_, err := js.AccountInfo(ctx)
+			return err == nil
+		}, 60*time.Second, 50*time.Millisecond, "server %s reaches no JetStream meta leader", srv.Name())
+		nc.Close()
+	}
 }
 
 func (c *Cluster) start(t testing.TB, i int) {

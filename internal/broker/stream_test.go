@@ -77,8 +77,8 @@ func TestEnsureStreamsExistingStream(t *testing.T) {
 // bridge_stream_config_drift, and left as it is.
 func TestEnsureStreamsOnACluster(t *testing.T) {
 	t.Parallel()
-	// A cluster that just elected its meta leader answers its first API
-	// requests slowly on a loaded machine: more than jetstream's default 5 s.
+	// Stream creation on a cluster waits for the stream's Raft group; on
+	// a loaded machine that took more than jetstream's default 5 s.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	c := bridgetest.StartCluster(t)
