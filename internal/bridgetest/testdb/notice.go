@@ -16,10 +16,12 @@ import (
 // and how to run them. go test shows nothing of a passing package but its
 // "ok" line (it buffers the test binary's stdout and stderr), so a t.Skip
 // alone goes unseen, on a terminal and in a CI log alike: the notice goes
-// to the stderr of the test binary's parent, the go command, opened as
-// /proc/<ppid>/fd/2 (Linux, proc(5)); where that cannot be opened, to the
-// terminal (/dev/tty), otherwise to the binary's own stderr (shown with -v
-// or when the package fails). The test binaries of one `go test` run share
+// to the stderr of the test binary's parent, the go command: its own fd 2,
+// duplicated (parentStderr), so that a log file it writes to keeps the
+// line; where the kernel refuses that, opened as /proc/<ppid>/fd/2 (Linux,
+// proc(5): a terminal or a pipe, not a file, keeps the line); where that
+// cannot be opened, the terminal (/dev/tty), otherwise the binary's own
+// stderr (shown with -v or when the package fails). The test binaries of one `go test` run share
 // that parent: a marker file named after it lets the first binary that
 // skips print the line and the others stay silent.
 var SkipNotice = sync.OnceFunc(func() {
@@ -39,11 +41,16 @@ var SkipNotice = sync.OnceFunc(func() {
 		return
 	}
 	var w io.Writer = os.Stderr
-	for _, name := range []string{"/proc/" + strconv.Itoa(os.Getppid()) + "/fd/2", "/dev/tty"} {
-		if f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND, 0); err == nil {
-			defer f.Close()
-			w = f
-			break
+	if f := parentStderr(); f != nil {
+		defer f.Close()
+		w = f
+	} else {
+		for _, name := range []string{"/proc/" + strconv.Itoa(os.Getppid()) + "/fd/2", "/dev/tty"} {
+			if f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND, 0); err == nil {
+				defer f.Close()
+				w = f
+				break
+			}
 		}
 	}
 	fmt.Fprintf(w, "go test: the %s tests are skipped; to run them: %s%s go test ./... (README, Run the tests)\n",
