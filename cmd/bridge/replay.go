@@ -40,8 +40,10 @@ relay.batch_size rows and relay.max_in_flight_bytes, on its own sessions, withou
 row locks, and never changes a row's status: the live relay keeps running.
 
 Selection: --from-id/--to-id (inclusive), --since/--until (created_at; a duration
-before now such as 1h, or an RFC 3339 time), --subject (NATS wildcards),
---ordering-key, --refill-stream NAME (the rows relayed to NAME).
+before the database's clock now such as 1h, or an RFC 3339 time), --subject (NATS
+wildcards), --ordering-key, --refill-stream NAME (the rows relayed to NAME). Without
+--to-id, the rows up to the largest id relayed when the replay starts: rows the live
+relay relays meanwhile are in their stream already.
 
 Destination and dedup:
   the rows' own stream (no --to-stream/--to-subject-prefix; --refill-stream NAME):
@@ -58,8 +60,8 @@ Destination and dedup:
 Every message carries the row's headers, Nats-Msg-Id, the Outbox-* headers and
 Outbox-Replay-Id: <replay id>.
 
-Progress: a bar on a terminal, lines otherwise (rows/s, ETA unknown until the
-end of the table is read). The checkpoint (--checkpoint, default
+Progress: a bar on a terminal, a line every 5 s otherwise: rows read of the rows
+selected at the start, rows/s, and an ETA from how far it is through their ids. The checkpoint (--checkpoint, default
 <data_dir>/replay-<replay id>.json) is written after every batch; --resume FILE
 continues a stopped replay with its replay id, selection and destination.
 
@@ -76,6 +78,7 @@ could not be sent (logged; e.g. a subject the destination does not capture).`,
 				return err
 			}
 			cp := replay.Checkpoint{}
+			var sinceW, untilW when
 			if resume != "" {
 				for _, f := range []string{"from-id", "to-id", "since", "until", "subject", "ordering-key", "to-stream", "to-subject-prefix", "refill-stream"} {
 					if cmd.Flags().Changed(f) {
@@ -89,11 +92,10 @@ could not be sent (logged; e.g. a subject the destination does not capture).`,
 					checkpoint = resume
 				}
 			} else {
-				now := time.Now()
-				if sel.Since, err = parseWhen("--since", since, now); err != nil {
+				if sinceW, err = parseWhen("--since", since); err != nil {
 					return err
 				}
-				if sel.Until, err = parseWhen("--until", until, now); err != nil {
+				if untilW, err = parseWhen("--until", until); err != nil {
 					return err
 				}
 				if cmd.Flags().Changed("ordering-key") {
@@ -131,6 +133,16 @@ could not be sent (logged; e.g. a subject the destination does not capture).`,
 				checkpoint = ""
 			}
 			return withStore(cmd, func(ctx context.Context, store *outbox.Store) error {
+				if resume == "" {
+					// created_at is the database's clock: so is "1h ago".
+					var now time.Time
+					if sinceW.relative() || untilW.relative() {
+						if now, err = store.Now(ctx); err != nil {
+							return err
+						}
+					}
+					cp.Selection.Since, cp.Selection.Until = sinceW.resolve(now), untilW.resolve(now)
+				}
 				js, cleanup, err := bridge.NewJetStream(ctx, cfg, logger)
 				if err != nil {
 					return classify(err)
@@ -189,28 +201,52 @@ could not be sent (logged; e.g. a subject the destination does not capture).`,
 	return cmd
 }
 
+// when is a --since or --until bound: a time, or a duration before the
+// database's clock (created_at is written by it), resolved once connected.
+type when struct {
+	at  time.Time     // an RFC 3339 time; zero: no bound, or relative
+	ago time.Duration // > 0: this long before the database's now
+	now bool          // "0s": the database's now itself
+}
+
+// relative reports whether w is a duration before now.
+func (w when) relative() bool { return w.ago > 0 || w.now }
+
+// resolve returns the bound against the database's clock now.
+func (w when) resolve(now time.Time) time.Time {
+	if w.relative() {
+		return now.Add(-w.ago)
+	}
+	return w.at
+}
+
 // parseWhen reads --since/--until: "" (no bound), a duration before now,
 // or an RFC 3339 time.
-func parseWhen(flag, v string, now time.Time) (time.Time, error) {
+func parseWhen(flag, v string) (when, error) {
 	if v == "" {
-		return time.Time{}, nil
+		return when{}, nil
 	}
 	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
-		return now.Add(-d), nil
+		return when{ago: d, now: d == 0}, nil
 	}
 	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-		return t, nil
+		return when{at: t}, nil
 	}
-	return time.Time{}, usage("%s %q: a duration before now (30m, 1h, 168h) or an RFC 3339 time (2026-12-01T10:00:00Z)", flag, v)
+	return when{}, usage("%s %q: a duration before now (30m, 1h, 168h) or an RFC 3339 time (2026-12-01T10:00:00Z)", flag, v)
 }
 
 // progress shows a replay's progress: one line redrawn on a terminal,
-// a line every 5 s otherwise.
+// a line every 5 s otherwise; rows/s over this run, the ETA from how far
+// it is through the ids it selected at its start.
 type progress struct {
 	w     io.Writer
 	tty   bool
 	start time.Time
 	last  time.Time
+	// read0 and total: rows read before this run (a resumed replay's
+	// checkpoint) and those plus the rows selected at the start.
+	read0, total int64
+	begun        bool
 }
 
 func newProgress(w io.Writer) *progress {
@@ -218,30 +254,43 @@ func newProgress(w io.Writer) *progress {
 	return &progress{w: w, tty: ok && term.IsTerminal(int(f.Fd())), start: time.Now()}
 }
 
-func (p *progress) line(r replay.Result) string {
-	el := time.Since(p.start).Seconds()
+// line is the progress line; eta, when not "", ends it.
+func (p *progress) line(r replay.Result, eta string) string {
+	el := time.Since(p.start)
 	rps := 0.0
 	if el > 0 {
-		rps = float64(r.Read) / el
+		rps = float64(r.Read-p.read0) / el.Seconds()
 	}
-	return fmt.Sprintf("%d rows read, %d sent, %d held, %d failed, %.0f rows/s, %s", r.Read, r.Sent, r.Present, r.Failed, rps, time.Since(p.start).Round(time.Second))
+	l := fmt.Sprintf("%d of %d rows read, %d sent, %d held, %d failed, %.0f rows/s, %s",
+		r.Read, max(p.total, r.Read), r.Sent, r.Present, r.Failed, rps, el.Round(time.Second))
+	if eta != "" {
+		l += ", " + eta
+	}
+	return l
 }
 
-func (p *progress) update(r replay.Result) {
+func (p *progress) update(r replay.Progress) {
+	if !p.begun {
+		// The first call, before any read.
+		p.begun, p.read0, p.total = true, r.Read, r.Read+r.Ahead
+	}
+	eta := "ETA unknown"
+	if f := r.Fraction(); f >= 1 {
+		eta = "ETA 0s"
+	} else if f > 0 {
+		eta = "ETA " + time.Duration(float64(time.Since(p.start))*(1-f)/f).Round(time.Second).String()
+	}
 	switch {
 	case p.tty:
-		fmt.Fprintf(p.w, "\r\x1b[K[%s] %s", bar(r), p.line(r))
+		fmt.Fprintf(p.w, "\r\x1b[K[%s] %s", bar(r.Fraction()), p.line(r.Result, eta))
 	case time.Since(p.last) >= 5*time.Second:
 		p.last = time.Now()
-		fmt.Fprintln(p.w, "replay progress: "+p.line(r))
+		fmt.Fprintln(p.w, "replay progress: "+p.line(r.Result, eta))
 	}
 }
 
-func bar(r replay.Result) string {
-	done := 0
-	if r.Read > 0 {
-		done = int(20 * (r.Sent + r.Present + r.Failed) / r.Read)
-	}
+func bar(f float64) string {
+	done := int(20 * f)
 	return strings.Repeat("#", done) + strings.Repeat(" ", 20-done)
 }
 
@@ -249,5 +298,5 @@ func (p *progress) done(r replay.Result) {
 	if p.tty {
 		fmt.Fprintln(p.w)
 	}
-	fmt.Fprintln(p.w, "replay done: "+p.line(r))
+	fmt.Fprintln(p.w, "replay done: "+p.line(r, ""))
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -31,6 +33,23 @@ func (e *crashEnv) recreateEvents(t *testing.T) {
 	require.NoError(t, e.js.DeleteStream(ctx, "EVENTS"))
 	_, err := e.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Duplicates: 2 * time.Minute})
 	require.NoError(t, err)
+}
+
+// statusStreams runs bridge status --json and returns its check of the
+// stream EVENTS.
+func (e *crashEnv) statusStreams(t *testing.T) replay.StreamCheck {
+	t.Helper()
+	r := runBridge(t, e.dir, e.replayEnv(), "status", "--json")
+	require.Equal(t, 0, r.code, "bridge status --json\n%s", r)
+	var doc struct {
+		Streams      []replay.StreamCheck `json:"streams"`
+		StreamsError string               `json:"streams_error"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc), r.stdout)
+	require.Empty(t, doc.StreamsError)
+	require.Len(t, doc.Streams, 1, "%+v", doc.Streams)
+	require.Equal(t, "EVENTS", doc.Streams[0].Stream)
+	return doc.Streams[0]
 }
 
 // verifyOnce checks that stream holds exactly one message of each row
@@ -131,6 +150,9 @@ func TestReplayToAnotherStreamEachRunItsOwnScope(t *testing.T) {
 
 	r = runBridge(t, e.dir, e.replayEnv(), args...)
 	require.Equal(t, 0, r.code, "bridge replay --to-stream AUDIT\n%s", r)
+	// Not a terminal: a progress line at the start names the rows ahead.
+	require.Contains(t, r.stderr, "replay progress: 0 of 2000 rows read, 0 sent, 0 held, 0 failed, 0 rows/s, 0s, ETA unknown")
+	require.Contains(t, r.stderr, "replay done: 2000 of 2000 rows read, 2000 sent")
 	msgs := verifyOnce(t, e.js, "AUDIT", 2000)
 	for _, m := range msgs {
 		require.True(t, strings.HasPrefix(m.Subject(), "audit.events."), m.Subject())
@@ -192,10 +214,36 @@ func TestReplayRefillOnEveryDatabase(t *testing.T) {
 			require.NoError(t, relay.cmd.Process.Signal(syscall.SIGTERM))
 			relay.wait(t, 30*time.Second)
 
+			c := e.statusStreams(t)
+			require.False(t, c.Suspect(), "status before the loss: %+v", c)
+			require.Equal(t, int64(total), c.Rows)
+
+			// The stream made again, and 50 other messages in it: the rows'
+			// sequences above 50 are gone, those up to 50 hold other
+			// messages.
 			e.recreateEvents(t)
-			r := runBridge(t, e.dir, e.replayEnv(), "replay", "--refill-stream", "EVENTS")
+			for i := range 50 {
+				_, err := e.js.Publish(context.Background(), "events.other", []byte("other"), jetstream.WithMsgID("other-"+strconv.Itoa(i)))
+				require.NoError(t, err)
+			}
+			c = e.statusStreams(t)
+			require.Equal(t, int64(total-50), c.Lost, "status after the loss: %+v", c)
+			require.NotNil(t, c.OtherMessage, "the oldest row's sequence holds another message: %+v", c)
+			require.Equal(t, "other-0", c.OtherMessage.Found)
+			r := runBridge(t, e.dir, e.replayEnv(), "status")
+			require.Equal(t, 0, r.code, "bridge status\n%s", r)
+			require.Contains(t, r.stdout, fmt.Sprintf("EVENTS: %d relayed rows, stream_seq 1-%d; the stream holds 1-50: %d rows point at messages the stream no longer has; row ", total, total, total-50))
+			require.Contains(t, r.stdout, "bridge replay --refill-stream EVENTS")
+
+			r = runBridge(t, e.dir, e.replayEnv(), "replay", "--refill-stream", "EVENTS")
 			require.Equal(t, 0, r.code, "bridge replay --refill-stream\n%s", r)
+			require.Len(t, bridgetest.Messages(t, e.js, "EVENTS"), total+50)
+			events, err := e.js.Stream(context.Background(), "EVENTS")
+			require.NoError(t, err)
+			require.NoError(t, events.Purge(context.Background(), jetstream.WithPurgeSubject("events.other")))
 			verifyOnce(t, e.js, "EVENTS", total)
+			c = e.statusStreams(t)
+			require.False(t, c.Suspect(), "status after the refill: %+v", c)
 			r = runBridge(t, e.dir, e.replayEnv(), "replay", "--refill-stream", "EVENTS")
 			require.Equal(t, 0, r.code, "second bridge replay\n%s", r)
 			require.Contains(t, r.stdout, " 0 sent")

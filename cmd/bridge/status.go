@@ -5,18 +5,21 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	bridge "github.com/outbox-bridge/bridge"
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/replay"
 	"github.com/outbox-bridge/bridge/internal/walsource"
 )
 
 func newStatusCommand() *cobra.Command {
-	var asJSON bool
+	var asJSON, checkStreams bool
 	cmd := &cobra.Command{
 		Use:   "status [--json]",
 		Short: "Show rows per status, the relay's lag, the oldest failed row and recent errors",
@@ -25,7 +28,15 @@ or failed row, as bridge_relay_lag_seconds; README and docs/OPERATIONS.md), the
 oldest failed row and recent errors. With source: postgres-wal also the
 replication slot: whether a relay streams from it, the WAL the server keeps for it
 (retained), the WAL written since its confirmed position (unconfirmed) and its
-wal_status (lost: invalidated by max_slot_wal_keep_size).`,
+wal_status (lost: invalidated by max_slot_wal_keep_size).
+
+With --streams (the default) it connects to NATS as bridge run does and compares,
+for every stream recorded on relayed rows, the rows' stream_seq with what the
+stream holds: rows whose sequence the stream no longer has (removed by its limits,
+purged, or the stream deleted and made again) are counted, and the oldest row
+whose sequence it still has is read back to see that it is that row's message.
+bridge replay --refill-stream NAME sends the missing ones again. This reads every
+relayed row once (one aggregate query); --streams=false leaves it out.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(cmd)
 			if err != nil {
@@ -41,6 +52,11 @@ wal_status (lost: invalidated by max_slot_wal_keep_size).`,
 				if cfg.Source == config.SourcePostgresWAL {
 					info, err := walsource.SlotStatus(ctx, store.DB().SQL, cfg.WAL.Slot)
 					slot, slotErr = &info, err
+				}
+				var streams []replay.StreamCheck
+				var streamsErr error
+				if checkStreams {
+					streams, streamsErr = checkRelayedStreams(ctx, cmd, cfg, store)
 				}
 				out := cmd.OutOrStdout()
 				if asJSON {
@@ -58,15 +74,17 @@ wal_status (lost: invalidated by max_slot_wal_keep_size).`,
 						LastError  string  `json:"last_error"`
 					}
 					doc := struct {
-						Database               string           `json:"database"`
-						Table                  string           `json:"table"`
-						Rows                   map[string]int64 `json:"rows"`
-						InFlight               int64            `json:"in_flight"`
-						OldestPendingSeconds   *float64         `json:"oldest_pending_seconds"`   // null: no pending row
-						OldestUnsettledSeconds *float64         `json:"oldest_unsettled_seconds"` // null: no pending, in-flight or failed row
-						OldestFailed           *oldestFailed    `json:"oldest_failed"`            // null: no failed row
-						RecentErrors           []rowError       `json:"recent_errors"`
-						ReplicationSlot        *slotDoc         `json:"replication_slot,omitempty"` // source: postgres-wal
+						Database               string               `json:"database"`
+						Table                  string               `json:"table"`
+						Rows                   map[string]int64     `json:"rows"`
+						InFlight               int64                `json:"in_flight"`
+						OldestPendingSeconds   *float64             `json:"oldest_pending_seconds"`   // null: no pending row
+						OldestUnsettledSeconds *float64             `json:"oldest_unsettled_seconds"` // null: no pending, in-flight or failed row
+						OldestFailed           *oldestFailed        `json:"oldest_failed"`            // null: no failed row
+						RecentErrors           []rowError           `json:"recent_errors"`
+						ReplicationSlot        *slotDoc             `json:"replication_slot,omitempty"` // source: postgres-wal
+						Streams                []replay.StreamCheck `json:"streams,omitempty"`          // --streams: relayed rows against their streams
+						StreamsError           string               `json:"streams_error,omitempty"`    // --streams: why they were not checked
 					}{
 						Database: store.DB().Redacted, Table: store.Table(), Rows: map[string]int64{},
 						InFlight: st.Rows[outbox.StatusInFlight], RecentErrors: []rowError{},
@@ -90,6 +108,10 @@ wal_status (lost: invalidated by max_slot_wal_keep_size).`,
 					}
 					if slot != nil {
 						doc.ReplicationSlot = newSlotDoc(*slot, slotErr, doc.OldestUnsettledSeconds)
+					}
+					doc.Streams = streams
+					if streamsErr != nil {
+						doc.StreamsError = streamsErr.Error()
 					}
 					enc := json.NewEncoder(out)
 					enc.SetIndent("", "  ")
@@ -124,12 +146,89 @@ wal_status (lost: invalidated by max_slot_wal_keep_size).`,
 				if slot != nil {
 					printSlot(out, *slot, slotErr, st)
 				}
+				if checkStreams {
+					printStreams(out, streams, streamsErr)
+				}
 				return nil
 			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&checkStreams, "streams", true, "check relayed rows against what their streams hold (connects to NATS)")
 	return cmd
+}
+
+// streamsCheckTimeout bounds the NATS part of status --streams: a NATS
+// that does not answer is reported, not waited for.
+const streamsCheckTimeout = 10 * time.Second
+
+// checkRelayedStreams connects to NATS as bridge run does and runs
+// replay.CheckStreams. An error from NATS says the streams were not
+// checked; the rest of status stands.
+func checkRelayedStreams(ctx context.Context, cmd *cobra.Command, cfg *config.Config, store *outbox.Store) ([]replay.StreamCheck, error) {
+	ctx, cancel := context.WithTimeout(ctx, streamsCheckTimeout)
+	defer cancel()
+	quiet := slog.New(slog.DiscardHandler)
+	js, cleanup, err := bridge.NewJetStream(ctx, cfg, quiet)
+	if err != nil {
+		return nil, fmt.Errorf("not checked: %w", err)
+	}
+	defer cleanup()
+	return replay.CheckStreams(ctx, store, js, cfg.Dedup.Namespace)
+}
+
+// printStreams writes the --streams part of status.
+func printStreams(out io.Writer, streams []replay.StreamCheck, err error) {
+	fmt.Fprintln(out, "\nstreams (relayed rows against what each stream holds):")
+	if err != nil {
+		fmt.Fprintf(out, "  %v\n", err)
+		return
+	}
+	if len(streams) == 0 {
+		fmt.Fprintln(out, "  no relayed row records a stream")
+		return
+	}
+	for _, c := range streams {
+		fmt.Fprintf(out, "  %s: %s, stream_seq %d-%d; ", c.Stream, outbox.Count(int(c.Rows), "relayed row"), c.RowsFirstSeq, c.RowsLastSeq)
+		switch {
+		case c.Error != "":
+			fmt.Fprintf(out, "not checked: %s\n", c.Error)
+			continue
+		case c.Missing:
+			fmt.Fprint(out, "the stream does not exist")
+		case c.LastSeq < c.FirstSeq:
+			fmt.Fprintf(out, "the stream is empty (next sequence %d)", c.FirstSeq)
+		default:
+			fmt.Fprintf(out, "the stream holds %d-%d", c.FirstSeq, c.LastSeq)
+		}
+		if !c.Suspect() {
+			fmt.Fprintln(out, ": ok")
+			continue
+		}
+		if c.Lost > 0 {
+			fmt.Fprintf(out, ": %s the stream no longer has", pointAt(c.Lost))
+		}
+		if o := c.OtherMessage; o != nil {
+			sep := ":"
+			if c.Lost > 0 {
+				sep = ";"
+			}
+			found := "no message (deleted)"
+			if o.Found != "" {
+				found = fmt.Sprintf("another message (Nats-Msg-Id %q)", o.Found)
+			}
+			fmt.Fprintf(out, "%s row %d's sequence %d holds %s, so rows inside the range may point at other messages too (the stream made again?)", sep, o.RowID, o.StreamSeq, found)
+		}
+		fmt.Fprintf(out, "\n    removed by the stream's limits as intended, or lost: bridge replay --refill-stream %s sends them again (--dry-run first)\n", c.Stream)
+	}
+}
+
+// pointAt says how many rows point at messages.
+func pointAt(n int64) string {
+	if n == 1 {
+		return "1 row points at a message"
+	}
+	return fmt.Sprintf("%d rows point at messages", n)
 }
 
 // slotDoc is the replication slot in `status --json`.

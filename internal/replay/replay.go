@@ -101,8 +101,28 @@ type Config struct {
 	Rate float64
 	// DryRun reads and counts, and sends nothing.
 	DryRun bool
-	// Progress is called after each batch.
-	Progress func(Result)
+	// Progress is called at the start and after each batch.
+	Progress func(Progress)
+}
+
+// Progress is where a replay stands, for its progress line and ETA.
+type Progress struct {
+	Result
+	// StartID is the id the replay (or its resumption) started after;
+	// LastID the largest id of the selection then; Ahead the rows it
+	// selected after StartID (both read once, at the start: with
+	// --subject, which is applied after the read, upper bounds).
+	StartID, LastID, Ahead int64
+	// Through: every row up to this id has been read.
+	Through int64
+}
+
+// Fraction is how far the replay is through its rows, 0 to 1, by id.
+func (p Progress) Fraction() float64 {
+	if p.LastID <= p.StartID {
+		return 1
+	}
+	return min(1, max(0, float64(p.Through-p.StartID)/float64(p.LastID-p.StartID)))
 }
 
 // Run replays the selection. It returns the counts and an error when the
@@ -116,14 +136,32 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	if c.Rate > 0 {
 		lim = rate.NewLimiter(rate.Limit(c.Rate), max(1, min(int(c.Rate), c.BatchSize)))
 	}
+	params := outbox.ReplayParams{AfterID: after, ToID: c.Selection.ToID, Since: c.Selection.Since, Until: c.Selection.Until,
+		OrderingKey: key, Stream: c.Selection.Stream}
+	ahead, lastID, err := c.Store.ReplayBounds(ctx, params)
+	if err != nil {
+		return r, err
+	}
+	if c.Selection.ToID == 0 && lastID > 0 {
+		// The rows relayed by now: rows the live relay relays meanwhile
+		// are in their stream already, and the replay has an end.
+		c.Selection.ToID = lastID
+	}
+	prog := Progress{StartID: after, LastID: max(lastID, after), Ahead: ahead, Through: after}
+	report := func() {
+		if c.Progress != nil {
+			prog.Result = r
+			c.Progress(prog)
+		}
+	}
+	report()
 	streams := map[string]jetstream.Stream{}
 	for {
 		if err := ctx.Err(); err != nil {
 			return r, err
 		}
-		rows, err := c.Store.ReplayRead(ctx, outbox.ReplayParams{AfterID: after, ToID: c.Selection.ToID,
-			Since: c.Selection.Since, Until: c.Selection.Until, OrderingKey: key, Stream: c.Selection.Stream,
-			Limit: c.BatchSize, MaxBytes: c.MaxBytes})
+		params.AfterID, params.ToID, params.Limit, params.MaxBytes = after, c.Selection.ToID, c.BatchSize, c.MaxBytes
+		rows, err := c.Store.ReplayRead(ctx, params)
 		if err != nil {
 			return r, err
 		}
@@ -166,9 +204,8 @@ func Run(ctx context.Context, c Config) (Result, error) {
 				return r, err
 			}
 		}
-		if c.Progress != nil {
-			c.Progress(r)
-		}
+		prog.Through = after
+		report()
 	}
 	if r.Failed > 0 {
 		return r, fmt.Errorf("%w: %d of %d rows failed (logged)", ErrPartial, r.Failed, r.Read)
