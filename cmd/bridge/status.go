@@ -54,9 +54,10 @@ relayed row once (one aggregate query); --streams=false leaves it out.`,
 					slot, slotErr = &info, err
 				}
 				var streams []replay.StreamCheck
+				var natsServer string
 				var streamsErr error
 				if checkStreams {
-					streams, streamsErr = checkRelayedStreams(ctx, cmd, cfg, store)
+					natsServer, streams, streamsErr = checkRelayedStreams(ctx, cfg, store)
 				}
 				out := cmd.OutOrStdout()
 				if asJSON {
@@ -83,6 +84,7 @@ relayed row once (one aggregate query); --streams=false leaves it out.`,
 						OldestFailed           *oldestFailed        `json:"oldest_failed"`            // null: no failed row
 						RecentErrors           []rowError           `json:"recent_errors"`
 						ReplicationSlot        *slotDoc             `json:"replication_slot,omitempty"` // source: postgres-wal
+						NATS                   string               `json:"nats,omitempty"`             // --streams: the server checked
 						Streams                []replay.StreamCheck `json:"streams,omitempty"`          // --streams: relayed rows against their streams
 						StreamsError           string               `json:"streams_error,omitempty"`    // --streams: why they were not checked
 					}{
@@ -109,7 +111,7 @@ relayed row once (one aggregate query); --streams=false leaves it out.`,
 					if slot != nil {
 						doc.ReplicationSlot = newSlotDoc(*slot, slotErr, doc.OldestUnsettledSeconds)
 					}
-					doc.Streams = streams
+					doc.NATS, doc.Streams = natsServer, streams
 					if streamsErr != nil {
 						doc.StreamsError = streamsErr.Error()
 					}
@@ -147,7 +149,7 @@ relayed row once (one aggregate query); --streams=false leaves it out.`,
 					printSlot(out, *slot, slotErr, st)
 				}
 				if checkStreams {
-					printStreams(out, streams, streamsErr)
+					printStreams(out, natsServer, streams, streamsErr)
 				}
 				return nil
 			})
@@ -165,21 +167,26 @@ const streamsCheckTimeout = 10 * time.Second
 // checkRelayedStreams connects to NATS as bridge run does and runs
 // replay.CheckStreams. An error from NATS says the streams were not
 // checked; the rest of status stands.
-func checkRelayedStreams(ctx context.Context, cmd *cobra.Command, cfg *config.Config, store *outbox.Store) ([]replay.StreamCheck, error) {
+func checkRelayedStreams(ctx context.Context, cfg *config.Config, store *outbox.Store) (string, []replay.StreamCheck, error) {
 	ctx, cancel := context.WithTimeout(ctx, streamsCheckTimeout)
 	defer cancel()
 	quiet := slog.New(slog.DiscardHandler)
 	js, cleanup, err := bridge.NewJetStream(ctx, cfg, quiet)
 	if err != nil {
-		return nil, fmt.Errorf("not checked: %w", err)
+		return "", nil, fmt.Errorf("not checked: %w", err)
 	}
 	defer cleanup()
-	return replay.CheckStreams(ctx, store, js, cfg.Dedup.Namespace)
+	server := js.Conn().ConnectedUrlRedacted()
+	checks, err := replay.CheckStreams(ctx, store, js, cfg.Dedup.Namespace)
+	return server, checks, err
 }
 
 // printStreams writes the --streams part of status.
-func printStreams(out io.Writer, streams []replay.StreamCheck, err error) {
-	fmt.Fprintln(out, "\nstreams (relayed rows against what each stream holds):")
+func printStreams(out io.Writer, server string, streams []replay.StreamCheck, err error) {
+	if server != "" {
+		server = " on " + server
+	}
+	fmt.Fprintf(out, "\nstreams (relayed rows against what each stream holds%s):\n", server)
 	if err != nil {
 		fmt.Fprintf(out, "  %v\n", err)
 		return
@@ -195,7 +202,7 @@ func printStreams(out io.Writer, streams []replay.StreamCheck, err error) {
 			fmt.Fprintf(out, "not checked: %s\n", c.Error)
 			continue
 		case c.Missing:
-			fmt.Fprint(out, "the stream does not exist")
+			fmt.Fprint(out, "no such stream on that server")
 		case c.LastSeq < c.FirstSeq:
 			fmt.Fprintf(out, "the stream is empty (next sequence %d)", c.FirstSeq)
 		default:
@@ -218,6 +225,10 @@ func printStreams(out io.Writer, streams []replay.StreamCheck, err error) {
 				found = fmt.Sprintf("another message (Nats-Msg-Id %q)", o.Found)
 			}
 			fmt.Fprintf(out, "%s row %d's sequence %d holds %s, so rows inside the range may point at other messages too (the stream made again?)", sep, o.RowID, o.StreamSeq, found)
+		}
+		if c.Missing {
+			fmt.Fprintf(out, "\n    is that the server bridge run publishes to? If so, make the stream again (bridge run creates the configured streams), then bridge replay --refill-stream %s sends them again (--dry-run first)\n", c.Stream)
+			continue
 		}
 		fmt.Fprintf(out, "\n    removed by the stream's limits as intended, or lost: bridge replay --refill-stream %s sends them again (--dry-run first)\n", c.Stream)
 	}
