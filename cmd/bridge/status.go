@@ -15,6 +15,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/replay"
+	"github.com/outbox-bridge/bridge/internal/secret"
 	"github.com/outbox-bridge/bridge/internal/walsource"
 )
 
@@ -176,7 +177,8 @@ func checkRelayedStreams(ctx context.Context, cfg *config.Config, store *outbox.
 		return "", nil, fmt.Errorf("not checked: %w", err)
 	}
 	defer cleanup()
-	server := js.Conn().ConnectedUrlRedacted()
+	// Not ConnectedUrlRedacted: it leaves a token in the URL.
+	server := secret.RedactNATSURLs(js.Conn().ConnectedUrl())
 	checks, err := replay.CheckStreams(ctx, store, js, cfg.Dedup.Namespace)
 	return server, checks, err
 }
