@@ -116,15 +116,23 @@ func printMigrations(cmd *cobra.Command, cfg *config.Config, after int64) error 
 	return err
 }
 
-// migrateWAL creates the publication and the replication slot of source:
-// postgres-wal when missing.
+// migrateWAL repairs the publication and the replication slot of source:
+// postgres-wal where it can (walsource.Repair), and creates them when
+// missing.
 func migrateWAL(ctx context.Context, cmd *cobra.Command, cfg *config.Config, db *outbox.DB) error {
 	n := walsource.NamesOf(cfg)
+	out := cmd.OutOrStdout()
+	repaired, err := walsource.Repair(ctx, db.SQL, n)
+	if err != nil {
+		return classify(err)
+	}
+	for _, r := range repaired {
+		fmt.Fprintln(out, r)
+	}
 	pub, slot, err := walsource.Setup(ctx, db.SQL, n)
 	if err != nil {
 		return classify(err)
 	}
-	out := cmd.OutOrStdout()
 	if pub {
 		fmt.Fprintf(out, "created publication %s of the inserts of %s\n", n.Publication, n.Table)
 	} else {

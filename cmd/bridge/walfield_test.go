@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -241,4 +242,93 @@ func TestWALInsertThenDeleteMode(t *testing.T) {
 	for i, m := range msgs {
 		require.Equal(t, "k-"+strconv.Itoa(i), m.Headers().Get(jetstream.MsgIDHeader), "stream position %d", i)
 	}
+}
+
+// TestWALPublicationFaultsNamedAndHealed: while rows keep being committed,
+// the table is dropped from the publication (the server ends no session:
+// it just stops sending the table's inserts), and then the publication is
+// dropped (the server refuses the slot's changes after the drop even once
+// the publication exists again). Each is on /readyz within 10 s with the
+// command that heals it, and that command, `bridge migrate`, heals it;
+// every row is in the stream once. (Rows committed during a fault reach
+// the relay through the sweep: not in commit order.)
+func TestWALPublicationFaultsNamedAndHealed(t *testing.T) {
+	t.Parallel()
+	e := newWALEnv(t)
+	p := e.run(t, "BRIDGE_WAL_SWEEP_INTERVAL=2s", "BRIDGE_LOG_LEVEL=info")
+	base := "http://" + relayHTTPAddr(t, p)
+	e.insert(t, 0, 100)
+	e.waitDone(t, 100, 60*time.Second, p)
+	total := 100
+	for _, fault := range []struct{ name, sql, then, readyz string }{
+		{"table dropped from the publication", "ALTER PUBLICATION " + e.publication + " DROP TABLE " + e.table, "", "does not publish the inserts of " + e.table},
+		{"publication dropped", "DROP PUBLICATION " + e.publication, "", "publication " + e.publication + " does not exist"},
+		// Rows committed between the drop and the create: the server
+		// decodes them without the publication, and refuses the slot
+		// though the publication exists again.
+		{"publication dropped and created again by hand", "DROP PUBLICATION " + e.publication,
+			"CREATE PUBLICATION " + e.publication + " FOR TABLE " + e.table + " WITH (publish = 'insert')", "publication " + e.publication + " does not exist"},
+	} {
+		t.Log(fault.name)
+		// Rows keep coming, through the fault and its repair.
+		stop, produced := make(chan struct{}), make(chan int, 1)
+		var once sync.Once
+		halt := func() { once.Do(func() { close(stop) }) }
+		exited := make(chan struct{})
+		t.Cleanup(func() { halt(); <-exited }) // a failed check ends the producer too
+		go func(n int) {
+			defer close(exited)
+			for {
+				select {
+				case <-stop:
+					produced <- n
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+				if _, err := e.db.Exec(e.insertSQL(), n, n+10); err != nil {
+					t.Errorf("insert: %v", err)
+				}
+				n += 10
+			}
+		}(total)
+		time.Sleep(300 * time.Millisecond)
+		_, err := e.db.Exec(fault.sql)
+		require.NoError(t, err)
+		at := time.Now()
+		if fault.then != "" {
+			time.Sleep(time.Second)
+			_, err := e.db.Exec(fault.then)
+			require.NoError(t, err)
+		}
+		poll(t, 15*time.Second, func() bool {
+			code, body := httpGet(base + "/readyz")
+			return code == http.StatusServiceUnavailable && strings.Contains(body, fault.readyz) && strings.Contains(body, "bridge migrate")
+		}, "%s: /readyz never named it", fault.name)
+		require.Less(t, time.Since(at), 10*time.Second, "%s: named within 10 s", fault.name)
+		require.Contains(t, p.stderr.String(), fault.readyz, "%s: logged", fault.name)
+		for range 8 { // the fault lasts until it is repaired, and /readyz says so all along
+			code, body := httpGet(base + "/readyz")
+			require.Equal(t, http.StatusServiceUnavailable, code, "%s: /readyz before the repair: %s", fault.name, body)
+			time.Sleep(time.Second)
+		}
+		r := runBridge(t, e.dir, e.env(), "migrate")
+		require.Zero(t, r.code, "%s: bridge migrate\n%s", fault.name, r)
+		t.Logf("%s: bridge migrate:\n%s", fault.name, r.stdout)
+		poll(t, 30*time.Second, func() bool {
+			code, _ := httpGet(base + "/readyz")
+			return code == http.StatusOK
+		}, "%s: /readyz not 200 after bridge migrate\n%s", fault.name, r)
+		halt()
+		total = <-produced
+	}
+	e.waitDone(t, total, 90*time.Second, p)
+	require.Equal(t, total, e.count(t, ""))
+	msgs := bridgetest.Messages(t, e.js, "EVENTS")
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		id := m.Headers().Get(jetstream.MsgIDHeader)
+		require.False(t, seen[id], "%s twice in the stream", id)
+		seen[id] = true
+	}
+	require.Len(t, seen, total, "every row once in the stream")
 }

@@ -20,7 +20,8 @@ import (
 // of the rows read and not yet settled that are held, bounded by
 // MaxInFlightBytes). Its own: bridge_wal_rows_read_total,
 // bridge_wal_rows_swept_total, bridge_wal_stream_restarts_total and the
-// gauge bridge_wal_slot_lag_seconds (see LagSeconds).
+// gauges bridge_wal_slot_lag_seconds (see LagSeconds) and
+// bridge_wal_publication_ok (publication.go).
 func (s *Subscriber) Collectors() []prometheus.Collector {
 	counter := func(name, help string, v func() int64, labels prometheus.Labels) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels},
@@ -43,6 +44,14 @@ func (s *Subscriber) Collectors() []prometheus.Collector {
 			func() float64 { return float64(s.emitted.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bridge_inflight_bytes", Help: "Bytes (payloads and headers) of the rows read from the replication slot (or by the sweep) and not yet settled that the relay holds; bounded by relay.max_in_flight_bytes."},
 			func() float64 { _, b := s.budget.held(); return float64(b) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bridge_wal_publication_ok",
+			Help: "1 while the publication publishes the outbox table's inserts, 0 when it is dropped or leaves them out (read every 5 s; /readyz names the fix)."},
+			func() float64 {
+				if s.PublicationFault() != "" {
+					return 0
+				}
+				return 1
+			}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bridge_wal_slot_lag_seconds",
 			Help: "Age (commit time, database clock) of the oldest row read from the replication slot and not yet relayed; 0 when none waits."},
 			s.LagSeconds),

@@ -60,7 +60,13 @@ func (s *Subscriber) streamLoop() {
 		var pgErr *pgconn.PgError
 		standby := errors.As(err, &pgErr) && pgErr.Code == "55006"
 		operator := needsOperator(err)
-		if operator {
+		if isPublicationMissing(err) {
+			// Until the server decodes a transaction of the slot again:
+			// the publication's catalog row may exist again meanwhile.
+			fault := publicationDropped(s.cfg.Names)
+			s.slotFault.Store(&fault)
+			err = fmt.Errorf("%w: %w; %s", ErrNoSlot, err, fault)
+		} else if operator {
 			err = fmt.Errorf("%w: %w; create the slot and the publication with `bridge migrate` (after `bridge slot drop` for an invalidated slot): the relay then starts on its own and publishes the rows still pending (the sweep)",
 				ErrNoSlot, err)
 		}
@@ -338,6 +344,9 @@ func (r *reader) logical(ctx context.Context, data []byte) error {
 	case *pglogrepl.CommitMessage:
 		r.inTx = false
 		r.push(event{kind: evCommit, lsn: m.TransactionEndLSN})
+		if s.slotFault.Load() != nil {
+			s.slotFault.Store(nil) // the server decodes the slot again
+		}
 	case *pglogrepl.LogicalDecodingMessage:
 		if m.Prefix == s.watermarkPrefix() {
 			r.push(event{kind: evWatermark, token: string(m.Content)})

@@ -85,6 +85,8 @@ type Subscriber struct {
 	clockOffset atomic.Int64 // server clock minus this process's clock, ns (from keepalives)
 	emitted     atomic.Int64 // messages awaiting their outcome
 	state       atomic.Pointer[streamState]
+	pubFault    atomic.Pointer[string] // the publication's fault with its fix (publication.go); nil or "": none
+	slotFault   atomic.Pointer[string] // the server refused the slot's changes for the publication; nil: it decodes them
 
 	// What the stall watch reads (stall.go).
 	progress     atomic.Int64 // unix ns: a row last settled, or a hold of the queue ended (or NewSubscriber)
@@ -223,6 +225,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.M
 		s.markLoop()
 	}()
 	wg.Go(s.sweepLoop)
+	wg.Go(s.publicationLoop)
 	checkerDone := make(chan struct{})
 	go func() {
 		defer close(checkerDone)
@@ -280,6 +283,9 @@ func (s *Subscriber) Close() error {
 // health.Degraded error naming the holder: the relay is ready to take
 // over, and /readyz says that it waits; otherwise why it does not stream.
 func (s *Subscriber) Ready(context.Context) error {
+	if fault := s.PublicationFault(); fault != "" {
+		return errors.New(fault)
+	}
 	st := s.state.Load()
 	switch {
 	case st.streaming:
