@@ -41,6 +41,16 @@ func PostgresMarkSQL(table string) (done, del, failed string, ok bool) {
 	return q.markDone, q.deleteDone, q.markFailed, true
 }
 
+// PostgresReplayReadSQL exposes the PostgreSQL replay read
+// (replay_read.sql) to tests.
+func PostgresReplayReadSQL(table string) (string, bool) {
+	ex, ok := executorFor(postgresDriver{}, table)
+	if !ok {
+		return "", false
+	}
+	return ex.(*postgresExecutor).replayRead, true
+}
+
 // SQLiteClaimSQL exposes the SQLite claim statement (claim.sql) to tests.
 func SQLiteClaimSQL(table string) (string, bool) {
 	ex, ok := executorFor(sqliteDriver{}, table)
