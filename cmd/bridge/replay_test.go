@@ -222,6 +222,11 @@ func TestReplayRefillOnEveryDatabase(t *testing.T) {
 			// sequences above 50 are gone, those up to 50 hold other
 			// messages.
 			e.recreateEvents(t)
+			c = e.statusStreams(t)
+			require.Equal(t, int64(total), c.Lost, "status of the stream made again, empty: %+v", c)
+			require.Zero(t, c.Messages)
+			r := runBridge(t, e.dir, e.replayEnv(), "status")
+			require.Contains(t, r.stdout, fmt.Sprintf("EVENTS: %d relayed rows, stream_seq 1-%d; the stream is empty: %d rows point at messages the stream no longer has", total, total, total))
 			for i := range 50 {
 				_, err := e.js.Publish(context.Background(), "events.other", []byte("other"), jetstream.WithMsgID("other-"+strconv.Itoa(i)))
 				require.NoError(t, err)
@@ -230,7 +235,7 @@ func TestReplayRefillOnEveryDatabase(t *testing.T) {
 			require.Equal(t, int64(total-50), c.Lost, "status after the loss: %+v", c)
 			require.NotNil(t, c.OtherMessage, "the oldest row's sequence holds another message: %+v", c)
 			require.Equal(t, "other-0", c.OtherMessage.Found)
-			r := runBridge(t, e.dir, e.replayEnv(), "status")
+			r = runBridge(t, e.dir, e.replayEnv(), "status")
 			require.Equal(t, 0, r.code, "bridge status\n%s", r)
 			require.Contains(t, r.stdout, fmt.Sprintf("EVENTS: %d relayed rows, stream_seq 1-%d; the stream holds 1-50: %d rows point at messages the stream no longer has; row ", total, total, total-50))
 			require.Contains(t, r.stdout, "bridge replay --refill-stream EVENTS")

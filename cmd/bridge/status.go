@@ -205,8 +205,8 @@ func printStreams(out io.Writer, server string, streams []replay.StreamCheck, er
 			continue
 		case c.Missing:
 			fmt.Fprint(out, "no such stream on that server")
-		case c.LastSeq < c.FirstSeq:
-			fmt.Fprintf(out, "the stream is empty (next sequence %d)", c.FirstSeq)
+		case c.Messages == 0:
+			fmt.Fprint(out, "the stream is empty")
 		default:
 			fmt.Fprintf(out, "the stream holds %d-%d", c.FirstSeq, c.LastSeq)
 		}

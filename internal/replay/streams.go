@@ -24,6 +24,8 @@ type StreamCheck struct {
 	// (StreamInfo.State); 0 when the stream is missing.
 	FirstSeq uint64 `json:"first_seq"`
 	LastSeq  uint64 `json:"last_seq"`
+	// Messages is how many messages the stream holds (StreamInfo.State).
+	Messages uint64 `json:"messages"`
 	// Missing: the stream does not exist (JetStream error 10059, stream
 	// not found); every row's message is gone.
 	Missing bool `json:"missing"`
@@ -81,10 +83,10 @@ func CheckStreams(ctx context.Context, store *outbox.Store, js jetstream.JetStre
 			continue
 		}
 		st := s.CachedInfo().State
-		c.FirstSeq, c.LastSeq = st.FirstSeq, st.LastSeq
+		c.FirstSeq, c.LastSeq, c.Messages = st.FirstSeq, st.LastSeq, st.Msgs
 		if st.Msgs == 0 {
-			// An empty stream reports FirstSeq = LastSeq + 1: it holds
-			// nothing, whatever the range says.
+			// An empty stream holds nothing, whatever its range says
+			// (0-0 when new, last+1 to last once purged).
 			c.Lost = r.Rows
 			out = append(out, c)
 			continue

@@ -65,11 +65,20 @@ func (s *Subscriber) publicationLoop() {
 		}
 		ctx, cancel := context.WithTimeout(s.hardCtx, publicationCheckEvery)
 		exists, inserts, err := publication(ctx, s.db.SQL, s.cfg.Names)
-		cancel()
-		if err != nil {
-			continue
+		if err == nil {
+			s.setPublicationFault(publicationFault(s.cfg.Names, exists, inserts))
 		}
-		s.setPublicationFault(publicationFault(s.cfg.Names, exists, inserts))
+		if err == nil && exists && inserts && s.slotFault.Load() != nil && s.state.Load().streaming {
+			// The server refused the slot, and a session streams again
+			// (the slot made again): a transaction of its own, a logical
+			// message the reader ignores, shows whether the server
+			// decodes past now; its commit ends the fault (stream.go).
+			// Without it an idle outbox would keep /readyz failing.
+			if _, err := s.db.SQL.ExecContext(ctx, "SELECT pg_logical_emit_message(true, $1, 'probe')", s.watermarkPrefix()+"/probe"); err != nil {
+				s.logger.Debug("publication probe", slog.Any("error", err))
+			}
+		}
+		cancel()
 	}
 }
 
