@@ -312,7 +312,7 @@ type NoStreamError struct {
 }
 
 func (e *NoStreamError) Error() string {
-	return fmt.Sprintf("no stream captures subject %s: create a stream on it (streams, --ensure-stream NAME:SUBJECT) or fix the row's subject; the row is retried (%v)", e.Subject, e.Err)
+	return fmt.Sprintf("no stream captures subject %s: create a stream on it (streams, --ensure-stream NAME:SUBJECT) or fix the row's subject; retried with backoff up to relay.max_attempts, then a dead letter (%v)", e.Subject, e.Err)
 }
 
 func (e *NoStreamError) Unwrap() error { return e.Err }
