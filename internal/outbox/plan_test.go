@@ -114,6 +114,24 @@ func TestClaimReadsOnlyTheHeadsOfOrderingKeys(t *testing.T) {
 	read := rowsRead(plan[0]["Plan"].(map[string]any))
 	t.Logf("rows read by a claim with every key's head in flight: %d", read)
 	require.Less(t, read, 5*keys, "the claim reads the heads of the keys, not the backlog behind them")
+
+	// So does the probe that runs after a claim that was not full (and
+	// the stall watch): it finds that no row is claimable from the heads.
+	stalled, _, ok := outbox.PostgresReadSQL(s.Table())
+	require.True(t, ok)
+	claimable, err := s.Stalled(ctx, 0)
+	require.NoError(t, err)
+	require.False(t, claimable, "every key's head is in flight")
+	require.NoError(t, db.QueryRowContext(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+strings.ReplaceAll(stalled, "$1", "0")).Scan(&raw))
+	require.NoError(t, json.Unmarshal(raw, &plan))
+	read = rowsRead(plan[0]["Plan"].(map[string]any))
+	t.Logf("rows read by the claimable probe with every key's head in flight: %d", read)
+	require.Less(t, read, 5*keys, "the probe reads the heads of the keys, not the backlog behind them")
+	_, err = db.ExecContext(ctx, `UPDATE `+s.Table()+` SET status = 'done' WHERE id = 7`)
+	require.NoError(t, err)
+	claimable, err = s.Stalled(ctx, 0)
+	require.NoError(t, err)
+	require.True(t, claimable, "the next row of key 7 is its head now, and claimable")
 }
 
 // rowsRead sums, over the scans of a plan, the rows returned and the rows
