@@ -110,6 +110,36 @@ type cpuMeter struct {
 	relayTotal time.Duration
 	dbTotal    time.Duration
 	natsTotal  time.Duration
+	// The machine: the wall-clock time between the readings, its cores,
+	// and the CPU time all of them spent meanwhile (/proc/stat: all but
+	// idle and iowait; zero when it cannot be read).
+	t0          time.Time
+	wall        time.Duration
+	cores       int
+	busy0       time.Duration
+	machineBusy time.Duration
+}
+
+// machineBusy returns the CPU time all the machine's cores have spent
+// busy so far (/proc/stat: user, nice, system, irq, softirq and steal;
+// guest time is inside user), and their number; zero when it cannot be
+// read.
+func machineBusy() (time.Duration, int) {
+	st, err := procfs.NewStat()
+	if err != nil {
+		return 0, 0
+	}
+	c := st.CPUTotal
+	return seconds(c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ + c.Steal), len(st.CPU)
+}
+
+// machinePct is d as a share of what the machine's cores could spend over
+// the measurement, in per cent; zero when not known.
+func (m *cpuMeter) machinePct(d time.Duration) float64 {
+	if m.cores == 0 || m.wall <= 0 {
+		return 0
+	}
+	return 100 * d.Seconds() / (m.wall.Seconds() * float64(m.cores))
 }
 
 func newCPUMeter(dbURL string, natsInProc bool) *cpuMeter {
@@ -142,6 +172,8 @@ func (m *cpuMeter) start(pids []int) {
 		m.db0 = cpuOfCommands(m.db...)
 	}
 	m.nats0 = m.nats()
+	m.busy0, m.cores = machineBusy()
+	m.t0 = time.Now()
 }
 
 // stop takes the second readings; the processes must still run.
@@ -154,4 +186,10 @@ func (m *cpuMeter) stop() {
 		m.dbTotal = cpuOfCommands(m.db...) - m.db0
 	}
 	m.natsTotal = m.nats() - m.nats0
+	m.wall = time.Since(m.t0)
+	if busy, cores := machineBusy(); cores == m.cores && m.cores > 0 {
+		m.machineBusy = busy - m.busy0
+	} else {
+		m.cores = 0
+	}
 }
