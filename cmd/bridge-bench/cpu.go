@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -47,6 +48,46 @@ func cpuOfCommands(names ...string) time.Duration {
 				total += seconds(st.CPUTime())
 			}
 		}
+	}
+	return total
+}
+
+// procKey names a process across readings: a later process given the same
+// pid has another start time.
+type procKey struct {
+	pid   int
+	start uint64
+}
+
+// cpuByCommand returns the user+system CPU time used so far by each process
+// whose command name is one of names (see cpuOfCommands).
+func cpuByCommand(names ...string) map[procKey]time.Duration {
+	procs, err := procfs.AllProcs()
+	if err != nil {
+		return nil
+	}
+	out := map[procKey]time.Duration{}
+	for _, p := range procs {
+		st, err := p.Stat()
+		if err != nil || !slices.Contains(names, st.Comm) {
+			continue
+		}
+		out[procKey{st.PID, st.Starttime}] = seconds(st.CPUTime())
+	}
+	return out
+}
+
+// cpuSince is the CPU time the processes of now spent since the reading
+// before: each one's advance, and the whole time of one that started
+// meanwhile. A process that exited meanwhile is not in now, and its time
+// since before is lost: the figure can be low, as when another client's
+// sessions end during the phase, but it is never below zero (a sum over
+// all processes, as cpuOfCommands gives, loses the whole lifetime of such
+// a process, and went negative on a server that other tests used).
+func cpuSince(before, now map[procKey]time.Duration) time.Duration {
+	var total time.Duration
+	for k, t := range now {
+		total += t - before[k]
 	}
 	return total
 }
@@ -106,7 +147,8 @@ type cpuMeter struct {
 	natsInProc bool
 	relays     []int
 	relay0     []time.Duration
-	db0, nats0 time.Duration
+	db0        map[procKey]time.Duration
+	nats0      time.Duration
 	relayTotal time.Duration
 	dbTotal    time.Duration
 	natsTotal  time.Duration
@@ -169,7 +211,7 @@ func (m *cpuMeter) start(pids []int) {
 		m.relay0[i] = cpuOf(pid)
 	}
 	if m.db != nil {
-		m.db0 = cpuOfCommands(m.db...)
+		m.db0 = cpuByCommand(m.db...)
 	}
 	m.nats0 = m.nats()
 	m.busy0, m.cores = machineBusy()
@@ -183,7 +225,7 @@ func (m *cpuMeter) stop() {
 		m.relayTotal += cpuOf(pid) - m.relay0[i]
 	}
 	if m.db != nil {
-		m.dbTotal = cpuOfCommands(m.db...) - m.db0
+		m.dbTotal = cpuSince(m.db0, cpuByCommand(m.db...))
 	}
 	m.natsTotal = m.nats() - m.nats0
 	m.wall = time.Since(m.t0)

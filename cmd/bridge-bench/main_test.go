@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -144,4 +145,27 @@ func TestBridgeOncePerRelayCount(t *testing.T) {
 		assert.Positive(t, r.RatioBridgeLimit)
 		assert.Equal(t, 1.0, r.BridgeRuns[0].Scaling)
 	})
+}
+
+// TestCPUSince: a server process that ended between the readings takes
+// its time with it instead of making the sum negative; one that started
+// counts whole.
+func TestCPUSince(t *testing.T) {
+	ms := time.Millisecond
+	before := map[procKey]time.Duration{{1, 10}: 100 * ms, {2, 10}: 5000 * ms, {3, 10}: 40 * ms}
+	now := map[procKey]time.Duration{{1, 10}: 130 * ms, {3, 10}: 40 * ms, {4, 20}: 7 * ms, {3, 99}: 2 * ms}
+	// pid 2 ended; pid 3 (start 10) did nothing, and a later process got pid 3 too.
+	assert.Equal(t, 39*ms, cpuSince(before, now))
+	assert.Equal(t, time.Duration(0), cpuSince(before, nil))
+	self := cpuByCommand(readComm(t))
+	assert.NotEmpty(t, self, "this process is found by its command name")
+}
+
+func readComm(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/comm")
+	if err != nil {
+		t.Skip("no /proc:", err)
+	}
+	return strings.TrimSpace(string(b))
 }
