@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"net/url"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -28,10 +27,13 @@ func cpuOf(pid int) time.Duration {
 
 // cpuOfCommands returns the user+system CPU time used so far by every
 // process whose command name (/proc/<pid>/comm, at most 15 bytes) is one of
-// names: all PostgreSQL backends and background workers are "postgres",
-// MariaDB is "mariadbd" and MySQL "mysqld". Processes that exit between two
-// readings take their time with them; a phase keeps its connections open,
-// so its backends do not.
+// names, with that of its children that ended and were waited for: all
+// PostgreSQL backends and background workers are "postgres", MariaDB is
+// "mariadbd" and MySQL "mysqld". A backend that ends between two readings
+// (a session the relay's pool closed or replaced, another client's) moves
+// its time into the postmaster's children's time, so the difference of two
+// readings keeps it; without the children's time it lost the whole
+// lifetime of every such session, which made the figure low or negative.
 func cpuOfCommands(names ...string) time.Duration {
 	procs, err := procfs.AllProcs()
 	if err != nil {
@@ -45,49 +47,9 @@ func cpuOfCommands(names ...string) time.Duration {
 		}
 		for _, n := range names {
 			if st.Comm == n {
-				total += seconds(st.CPUTime())
+				total += seconds(st.CPUTime()) + ticks(st.CUTime+st.CSTime)
 			}
 		}
-	}
-	return total
-}
-
-// procKey names a process across readings: a later process given the same
-// pid has another start time.
-type procKey struct {
-	pid   int
-	start uint64
-}
-
-// cpuByCommand returns the user+system CPU time used so far by each process
-// whose command name is one of names (see cpuOfCommands).
-func cpuByCommand(names ...string) map[procKey]time.Duration {
-	procs, err := procfs.AllProcs()
-	if err != nil {
-		return nil
-	}
-	out := map[procKey]time.Duration{}
-	for _, p := range procs {
-		st, err := p.Stat()
-		if err != nil || !slices.Contains(names, st.Comm) {
-			continue
-		}
-		out[procKey{st.PID, st.Starttime}] = seconds(st.CPUTime())
-	}
-	return out
-}
-
-// cpuSince is the CPU time the processes of now spent since the reading
-// before: each one's advance, and the whole time of one that started
-// meanwhile. A process that exited meanwhile is not in now, and its time
-// since before is lost: the figure can be low, as when another client's
-// sessions end during the phase, but it is never below zero (a sum over
-// all processes, as cpuOfCommands gives, loses the whole lifetime of such
-// a process, and went negative on a server that other tests used).
-func cpuSince(before, now map[procKey]time.Duration) time.Duration {
-	var total time.Duration
-	for k, t := range now {
-		total += t - before[k]
 	}
 	return total
 }
@@ -102,6 +64,10 @@ func cpuOfSelf() time.Duration {
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// ticks converts clock ticks of /proc/<pid>/stat (USER_HZ, 100 on Linux,
+// as procfs assumes) to a duration.
+func ticks(n int) time.Duration { return time.Duration(n) * (time.Second / 100) }
 
 // usPerRow is d spread over rows, in microseconds.
 func usPerRow(d time.Duration, rows int) float64 {
@@ -147,8 +113,7 @@ type cpuMeter struct {
 	natsInProc bool
 	relays     []int
 	relay0     []time.Duration
-	db0        map[procKey]time.Duration
-	nats0      time.Duration
+	db0, nats0 time.Duration
 	relayTotal time.Duration
 	dbTotal    time.Duration
 	natsTotal  time.Duration
@@ -211,7 +176,7 @@ func (m *cpuMeter) start(pids []int) {
 		m.relay0[i] = cpuOf(pid)
 	}
 	if m.db != nil {
-		m.db0 = cpuByCommand(m.db...)
+		m.db0 = cpuOfCommands(m.db...)
 	}
 	m.nats0 = m.nats()
 	m.busy0, m.cores = machineBusy()
@@ -225,7 +190,7 @@ func (m *cpuMeter) stop() {
 		m.relayTotal += cpuOf(pid) - m.relay0[i]
 	}
 	if m.db != nil {
-		m.dbTotal = cpuSince(m.db0, cpuByCommand(m.db...))
+		m.dbTotal = cpuOfCommands(m.db...) - m.db0
 	}
 	m.natsTotal = m.nats() - m.nats0
 	m.wall = time.Since(m.t0)
