@@ -41,6 +41,10 @@ type env struct {
 }
 
 func bench(ctx context.Context, s settings) (*results, error) {
+	if len(s.RelayCounts) == 0 {
+		s.RelayCounts = []int{max(s.Relays, 1)}
+	}
+	s.Relays = s.RelayCounts[0]
 	e := &env{s: s, suffix: randomHex(4), payload: make([]byte, s.PayloadBytes)}
 	_, _ = rand.Read(e.payload)
 	var err error
@@ -71,15 +75,30 @@ func bench(ctx context.Context, s settings) (*results, error) {
 		}
 	}
 	if slices.Contains(phases, "bridge") {
-		b, err := e.bridge(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("bridge: %w", err)
+		for i, k := range s.RelayCounts {
+			b, err := e.bridge(ctx, i, k)
+			if err != nil {
+				if len(s.RelayCounts) > 1 {
+					return nil, fmt.Errorf("bridge, %d relay(s): %w", k, err)
+				}
+				return nil, fmt.Errorf("bridge: %w", err)
+			}
+			res.BridgeRuns = append(res.BridgeRuns, b.run(k, s.Rows))
 		}
-		res.BridgeRowsPerS, res.PeakRSSMiB = b.rate, b.rssMiB
-		res.RelayCPUUsPerRow, res.NATSCPUUsPerRow = usPerRow(b.cpu.relayTotal, s.Rows), usPerRow(b.cpu.natsTotal, s.Rows)
-		if b.cpu.db != nil {
-			v := usPerRow(b.cpu.dbTotal, s.Rows)
-			res.DatabaseCPUUsPerRow = &v
+		first := res.BridgeRuns[0]
+		res.BridgeRowsPerS, res.PeakRSSMiB = first.RowsPerS, first.PeakRSSMiB
+		res.RelayCPUUsPerRow, res.NATSCPUUsPerRow, res.DatabaseCPUUsPerRow = first.RelayCPUUsPerRow, first.NATSCPUUsPerRow, first.DatabaseCPUUsPerRow
+		base := first
+		if i := slices.IndexFunc(res.BridgeRuns, func(r bridgeRun) bool { return r.Relays == 1 }); i >= 0 {
+			base = res.BridgeRuns[i]
+		}
+		res.BridgeScalingBaseRelays = base.Relays
+		for i := range res.BridgeRuns {
+			r := &res.BridgeRuns[i]
+			r.Scaling = r.RowsPerS / base.RowsPerS
+			if res.LimitMsgsPerS > 0 {
+				r.RatioLimit = r.RowsPerS / res.LimitMsgsPerS
+			}
 		}
 	}
 	if slices.Contains(phases, "database") {
@@ -245,6 +264,17 @@ func (e *env) stream(ctx context.Context, phase string) (name, prefix string, er
 		Duplicates: 2 * time.Minute,
 	})
 	return name, prefix, err
+}
+
+// dropTable drops a phase's table and the table of its migration versions
+// (the run's schema, or its list of MySQL tables, drops anything left at
+// the end).
+func (e *env) dropTable(table string) {
+	for _, t := range []string{table, table + "_migrations"} {
+		if _, err := e.db.SQL.Exec("DROP TABLE IF EXISTS " + t); err != nil {
+			progress("drop %s: %v", t, err)
+		}
+	}
 }
 
 func (e *env) deleteStream(name string) {

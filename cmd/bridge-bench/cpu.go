@@ -27,10 +27,13 @@ func cpuOf(pid int) time.Duration {
 
 // cpuOfCommands returns the user+system CPU time used so far by every
 // process whose command name (/proc/<pid>/comm, at most 15 bytes) is one of
-// names: all PostgreSQL backends and background workers are "postgres",
-// MariaDB is "mariadbd" and MySQL "mysqld". Processes that exit between two
-// readings take their time with them; a phase keeps its connections open,
-// so its backends do not.
+// names, with that of its children that ended and were waited for: all
+// PostgreSQL backends and background workers are "postgres", MariaDB is
+// "mariadbd" and MySQL "mysqld". A backend that ends between two readings
+// (a session the relay's pool closed or replaced, another client's) moves
+// its time into the postmaster's children's time, so the difference of two
+// readings keeps it; without the children's time it lost the whole
+// lifetime of every such session, which made the figure low or negative.
 func cpuOfCommands(names ...string) time.Duration {
 	procs, err := procfs.AllProcs()
 	if err != nil {
@@ -44,7 +47,7 @@ func cpuOfCommands(names ...string) time.Duration {
 		}
 		for _, n := range names {
 			if st.Comm == n {
-				total += seconds(st.CPUTime())
+				total += seconds(st.CPUTime()) + ticks(st.CUTime+st.CSTime)
 			}
 		}
 	}
@@ -61,6 +64,10 @@ func cpuOfSelf() time.Duration {
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// ticks converts clock ticks of /proc/<pid>/stat (USER_HZ, 100 on Linux,
+// as procfs assumes) to a duration.
+func ticks(n int) time.Duration { return time.Duration(n) * (time.Second / 100) }
 
 // usPerRow is d spread over rows, in microseconds.
 func usPerRow(d time.Duration, rows int) float64 {
@@ -110,6 +117,36 @@ type cpuMeter struct {
 	relayTotal time.Duration
 	dbTotal    time.Duration
 	natsTotal  time.Duration
+	// The machine: the wall-clock time between the readings, its cores,
+	// and the CPU time all of them spent meanwhile (/proc/stat: all but
+	// idle and iowait; zero when it cannot be read).
+	t0          time.Time
+	wall        time.Duration
+	cores       int
+	busy0       time.Duration
+	machineBusy time.Duration
+}
+
+// machineBusy returns the CPU time all the machine's cores have spent
+// busy so far (/proc/stat: user, nice, system, irq, softirq and steal;
+// guest time is inside user), and their number; zero when it cannot be
+// read.
+func machineBusy() (time.Duration, int) {
+	st, err := procfs.NewStat()
+	if err != nil {
+		return 0, 0
+	}
+	c := st.CPUTotal
+	return seconds(c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ + c.Steal), len(st.CPU)
+}
+
+// machinePct is d as a share of what the machine's cores could spend over
+// the measurement, in per cent; zero when not known.
+func (m *cpuMeter) machinePct(d time.Duration) float64 {
+	if m.cores == 0 || m.wall <= 0 {
+		return 0
+	}
+	return 100 * d.Seconds() / (m.wall.Seconds() * float64(m.cores))
 }
 
 func newCPUMeter(dbURL string, natsInProc bool) *cpuMeter {
@@ -142,6 +179,8 @@ func (m *cpuMeter) start(pids []int) {
 		m.db0 = cpuOfCommands(m.db...)
 	}
 	m.nats0 = m.nats()
+	m.busy0, m.cores = machineBusy()
+	m.t0 = time.Now()
 }
 
 // stop takes the second readings; the processes must still run.
@@ -154,4 +193,10 @@ func (m *cpuMeter) stop() {
 		m.dbTotal = cpuOfCommands(m.db...) - m.db0
 	}
 	m.natsTotal = m.nats() - m.nats0
+	m.wall = time.Since(m.t0)
+	if busy, cores := machineBusy(); cores == m.cores && m.cores > 0 {
+		m.machineBusy = busy - m.busy0
+	} else {
+		m.cores = 0
+	}
 }

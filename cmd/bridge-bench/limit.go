@@ -25,7 +25,12 @@ func (e *env) limit(ctx context.Context) (float64, error) {
 		m := nats.NewMsg(prefix + "." + strconv.Itoa(i%16))
 		m.Data = e.payload
 		m.Header.Set(jetstream.MsgIDHeader, "limit-"+strconv.Itoa(i))
-		if _, err := e.js.PublishMsgAsync(m); err != nil {
+		// With 4,096 PubAcks pending a publish waits for room: up to
+		// 30 s, not the client's default 200 ms, which on the loaded
+		// 2-core machine with R3 streams failed the phase ("stalled
+		// with too many outstanding async published messages") when
+		// the servers paused; the wait counts in the rate.
+		if _, err := e.js.PublishMsgAsync(m, jetstream.WithStallWait(30*time.Second)); err != nil {
 			return 0, fmt.Errorf("publish %d: %w", i, err)
 		}
 	}

@@ -4,7 +4,8 @@
 //
 //	limit     N messages published straight to a stream, asynchronously
 //	bridge    N committed rows drained by the relay (first claim to last mark;
-//	          with --source postgres-wal, first mark to last mark)
+//	          with --source postgres-wal, first mark to last mark); with
+//	          --relays 1,2,4, once per relay count, each on a fresh table
 //	database  N committed rows drained by the relay's claims and marks
 //	          alone (no NATS): the database server's CPU, WAL and HOT
 //	          updates per row
@@ -55,13 +56,16 @@ type settings struct {
 	DeleteOnRelay     bool          `json:"delete_on_relay"`
 	OrderingKeys      int           `json:"ordering_keys"`
 	Source            string        `json:"source"`
-	Relays            int           `json:"relays"`
-	ProducerWriters   []int         `json:"producer_writers,omitempty"`
-	ProducerRounds    int           `json:"producer_rounds,omitempty"`
-	ProducerDuration  time.Duration `json:"-"`
-	IdleDuration      time.Duration `json:"-"`
-	CPUProfile        string        `json:"-"`
-	MemProfile        string        `json:"-"`
+	// Relays is the relay count of the top-level bridge figures: the
+	// first of RelayCounts, the counts of --relays, one bridge phase each.
+	Relays           int           `json:"relays"`
+	RelayCounts      []int         `json:"relay_counts"`
+	ProducerWriters  []int         `json:"producer_writers,omitempty"`
+	ProducerRounds   int           `json:"producer_rounds,omitempty"`
+	ProducerDuration time.Duration `json:"-"`
+	IdleDuration     time.Duration `json:"-"`
+	CPUProfile       string        `json:"-"`
+	MemProfile       string        `json:"-"`
 }
 
 // results is what the JSON output holds; keys are fixed by the issue.
@@ -88,6 +92,13 @@ type results struct {
 	RelayCPUUsPerRow    float64  `json:"relay_cpu_us_per_row"`
 	DatabaseCPUUsPerRow *float64 `json:"database_cpu_us_per_row,omitempty"`
 	NATSCPUUsPerRow     float64  `json:"nats_cpu_us_per_row"`
+	// The bridge phase once per --relays count, in the order given, each
+	// on a fresh table of the same rows; the figures above are the first
+	// entry's. Scaling is each entry's rows/s over the entry of
+	// BridgeScalingBaseRelays relays (the first with one relay, else the
+	// first entry).
+	BridgeRuns              []bridgeRun `json:"bridge_runs,omitempty"`
+	BridgeScalingBaseRelays int         `json:"bridge_scaling_base_relays,omitempty"`
 	// The database phase (absent when it did not run): rows per second
 	// of the drain; per row, the CPU time (user+system) of the server
 	// task that served it (absent when not on this machine, and on
@@ -130,10 +141,10 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == childCommand {
 		os.Exit(runChild(os.Args[2:]))
 	}
-	os.Exit(run(os.Args[1:]))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string) int {
+func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bridge-bench", flag.ContinueOnError)
 	var s settings
 	var asJSON bool
@@ -148,7 +159,7 @@ func run(args []string) int {
 	fs.IntVar(&s.HighRowsPerCommit, "high-rows-per-commit", 10, "rows per transaction in the latency-high phase (a 2-core machine running the relay, NATS and PostgreSQL commits only ~1,600 single-row transactions per second)")
 	fs.DurationVar(&s.Duration, "duration", 10*time.Second, "length of each latency phase")
 	fs.BoolVar(&s.Cluster, "cluster", false, "run the in-process NATS as a 3-node JetStream cluster on loopback, with R3 streams (the production shape); not with --nats-url")
-	fs.IntVar(&s.Relays, "relays", 1, "relays draining the bridge phase's table together, each a child process (scale-out)")
+	relays := fs.String("relays", "1", "relays draining the bridge phase's table together, each a child process (scale-out); a comma-separated list of counts (e.g. 1,2,4) runs the bridge phase once per count, each on a fresh table of the same rows, in this run, and reports each against the others and the limit phase")
 	fs.IntVar(&s.BatchSize, "batch-size", 500, "relay.batch_size of the relay")
 	fs.IntVar(&s.MaxInFlight, "max-in-flight", 2000, "relay.max_in_flight of the relay")
 	fs.StringVar(&s.Phases, "phases", "limit,bridge,latency,baseline", "comma-separated phases to run: limit, bridge, database, latency, latency-high, baseline, producers, idle")
@@ -162,48 +173,50 @@ func run(args []string) int {
 	fs.StringVar(&s.Source, "source", "table", "the relay's source: table (claims) or postgres-wal (the write-ahead log; needs PostgreSQL 14+ with wal_level = logical: a publication and a replication slot per phase are created and dropped)")
 	fs.StringVar(&s.CPUProfile, "cpuprofile", "", "write a CPU profile of the relay child process to this file, read with go tool pprof (each phase that runs the relay overwrites it: use with --phases bridge)")
 	fs.StringVar(&s.MemProfile, "memprofile", "", "write the allocation profile of the relay child process, from its start to its end, to this file, read with go tool pprof -sample_index=alloc_space (or alloc_objects); as --cpuprofile, use with --phases bridge")
-	fs.SetOutput(os.Stderr)
+	fs.SetOutput(stderr)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if s.OrderingKeys < 0 {
-		fmt.Fprintf(os.Stderr, "bridge-bench: --ordering-keys %d: must be 0 (no ordering key) or more\n", s.OrderingKeys)
+		fmt.Fprintf(stderr, "bridge-bench: --ordering-keys %d: must be 0 (no ordering key) or more\n", s.OrderingKeys)
 		return 2
 	}
 	if s.Source != "table" && s.Source != "postgres-wal" {
-		fmt.Fprintf(os.Stderr, "bridge-bench: --source %q: must be table or postgres-wal\n", s.Source)
+		fmt.Fprintf(stderr, "bridge-bench: --source %q: must be table or postgres-wal\n", s.Source)
 		return 2
 	}
 	if s.Cluster && s.NATSURL != "" {
-		fmt.Fprintln(os.Stderr, "bridge-bench: --cluster starts its own 3-node cluster: leave out --nats-url")
+		fmt.Fprintln(stderr, "bridge-bench: --cluster starts its own 3-node cluster: leave out --nats-url")
 		return 2
 	}
-	if s.Relays < 1 {
-		fmt.Fprintf(os.Stderr, "bridge-bench: --relays %d: must be 1 or more\n", s.Relays)
+	counts, err := parseRelayCounts(*relays)
+	if err != nil {
+		fmt.Fprintf(stderr, "bridge-bench: --relays %q: %v\n", *relays, err)
 		return 2
 	}
+	s.RelayCounts, s.Relays = counts, counts[0]
 	if s.HighRowsPerCommit < 1 {
-		fmt.Fprintf(os.Stderr, "bridge-bench: --high-rows-per-commit %d: must be 1 or more\n", s.HighRowsPerCommit)
+		fmt.Fprintf(stderr, "bridge-bench: --high-rows-per-commit %d: must be 1 or more\n", s.HighRowsPerCommit)
 		return 2
 	}
 	if s.Rate < 1 || s.HighRate < 1 {
-		fmt.Fprintf(os.Stderr, "bridge-bench: --rate %d, --high-rate %d: must be 1 or more\n", s.Rate, s.HighRate)
+		fmt.Fprintf(stderr, "bridge-bench: --rate %d, --high-rate %d: must be 1 or more\n", s.Rate, s.HighRate)
 		return 2
 	}
 	for _, w := range strings.Split(*writers, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(w))
 		if err != nil || n < 1 {
-			fmt.Fprintf(os.Stderr, "bridge-bench: --producers-writers %q: must be writer counts of 1 or more, comma-separated (e.g. 8,64)\n", *writers)
+			fmt.Fprintf(stderr, "bridge-bench: --producers-writers %q: must be writer counts of 1 or more, comma-separated (e.g. 8,64)\n", *writers)
 			return 2
 		}
 		s.ProducerWriters = append(s.ProducerWriters, n)
 	}
 	if s.ProducerRounds < 1 || s.ProducerDuration <= 0 || s.IdleDuration <= 0 {
-		fmt.Fprintf(os.Stderr, "bridge-bench: --producers-rounds %d, --producers-duration %s, --idle-duration %s: must be 1 or more, and positive durations\n", s.ProducerRounds, s.ProducerDuration, s.IdleDuration)
+		fmt.Fprintf(stderr, "bridge-bench: --producers-rounds %d, --producers-duration %s, --idle-duration %s: must be 1 or more, and positive durations\n", s.ProducerRounds, s.ProducerDuration, s.IdleDuration)
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "bridge-bench: unexpected arguments %q\n", fs.Args())
+		fmt.Fprintf(stderr, "bridge-bench: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
 	s.DurationText = s.Duration.String()
@@ -212,17 +225,37 @@ func run(args []string) int {
 	defer stop()
 	res, err := bench(ctx, s)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "bridge-bench:", err)
+		fmt.Fprintln(stderr, "bridge-bench:", err)
 		return 1
 	}
 	if asJSON {
-		enc := json.NewEncoder(os.Stdout)
+		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(res)
 		return 0
 	}
-	printTable(os.Stdout, res)
+	printTable(stdout, res)
 	return 0
+}
+
+// parseRelayCounts reads --relays: one relay count, or several
+// comma-separated (spaces around them allowed), each 1 or more; a count may
+// repeat.
+func parseRelayCounts(text string) ([]int, error) {
+	var counts []int
+	for i, f := range strings.Split(text, ",") {
+		f = strings.TrimSpace(f)
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			what := fmt.Sprintf("%q is not a relay count", f)
+			if f == "" {
+				what = fmt.Sprintf("item %d is empty", i+1)
+			}
+			return nil, fmt.Errorf("%s: give a relay count of 1 or more, or several comma-separated (e.g. 4, or 1,2,4 to run the bridge phase once per count)", what)
+		}
+		counts = append(counts, n)
+	}
+	return counts, nil
 }
 
 // progress writes a line to stderr, so that long runs show they move.
@@ -247,7 +280,11 @@ func printTable(w io.Writer, r *results) {
 	if s.Cluster {
 		mode += ", 3-node cluster, R3 streams"
 	}
-	if s.Relays > 1 {
+	multi := len(r.BridgeRuns) > 1
+	switch {
+	case len(s.RelayCounts) > 1:
+		mode += ", relays " + joinInts(s.RelayCounts) + " (a bridge phase each)"
+	case s.Relays > 1:
 		mode += fmt.Sprintf(", %d relays", s.Relays)
 	}
 	fmt.Fprintf(w, "settings: %d rows of %d B, batch_size %d, max_in_flight %d%s, latency %d rows/s for %s, baseline %d rows\n\n",
@@ -264,7 +301,14 @@ func printTable(w io.Writer, r *results) {
 		if s.DeleteOnRelay {
 			span = "relay start to empty table"
 		}
-		fmt.Fprintf(w, "%-10s %10.0f rows/s  %s\n", "bridge", r.BridgeRowsPerS, span)
+		if !multi {
+			fmt.Fprintf(w, "%-10s %10.0f rows/s  %s\n", "bridge", r.BridgeRowsPerS, span)
+		}
+		for _, b := range r.BridgeRuns {
+			if multi {
+				fmt.Fprintf(w, "%-10s %10.0f rows/s  %s, %d relay(s)\n", "bridge", b.RowsPerS, span, b.Relays)
+			}
+		}
 	}
 	if r.DatabasePhaseRowsPerS > 0 {
 		fmt.Fprintf(w, "%-10s %10.0f rows/s  the relay's requeue, claim and mark alone, one session, no NATS\n", "database", r.DatabasePhaseRowsPerS)
@@ -281,16 +325,18 @@ func printTable(w io.Writer, r *results) {
 			r.LatencyHighP50Ms, r.LatencyHighP90Ms, r.LatencyHighP99Ms, r.LatencyHighMaxMs, s.HighRate)
 	}
 	fmt.Fprintln(w)
-	if r.RatioBridgeLimit > 0 {
+	if r.RatioBridgeLimit > 0 && !multi {
 		fmt.Fprintf(w, "bridge/limit     %.2f\n", r.RatioBridgeLimit)
 	}
 	if r.RatioBridgeBaseline > 0 {
 		fmt.Fprintf(w, "bridge/baseline  %.1f\n", r.RatioBridgeBaseline)
 	}
-	if r.PeakRSSMiB > 0 {
+	if r.PeakRSSMiB > 0 && !multi {
 		fmt.Fprintf(w, "peak RSS of the relay  %.1f MiB\n", r.PeakRSSMiB)
 	}
-	if r.BridgeRowsPerS > 0 {
+	if multi {
+		printBridgeRuns(w, r)
+	} else if r.BridgeRowsPerS > 0 {
 		db := "not measured (not local)"
 		if r.DatabaseCPUUsPerRow != nil {
 			db = fmt.Sprintf("%.1f µs", *r.DatabaseCPUUsPerRow)
@@ -315,6 +361,43 @@ func printTable(w io.Writer, r *results) {
 		fmt.Fprintf(w, "\nidle relay: its database sessions %.3f %% of a core over %.0f s (%d sessions); whole server %s\n",
 			r.Idle.SessionsPctOfCore, r.Idle.Seconds, r.Idle.Sessions, server)
 	}
+}
+
+// printBridgeRuns prints one line per bridge phase of a --relays list.
+func printBridgeRuns(w io.Writer, r *results) {
+	fmt.Fprintf(w, "bridge phase per relay count, each on a fresh table of %d rows, in this run; CPU per row in µs;\n", r.Settings.Rows)
+	fmt.Fprintf(w, "shares of the machine's cores over each phase; ratios: to the limit phase above, to %d relay(s), relay CPU to NATS CPU\n", r.BridgeScalingBaseRelays)
+	fmt.Fprintf(w, "%6s %9s %6s %7s %7s %7s %7s %10s %9s  %s\n",
+		"relays", "rows/s", "/limit", "scaling", "relay", "NATS", "db", "relay/NATS", "peak RSS", "machine busy: all, relay, NATS, db")
+	for _, b := range r.BridgeRuns {
+		ratio, db, busy := "-", "-", "not read"
+		if b.RatioLimit > 0 {
+			ratio = fmt.Sprintf("%.2f", b.RatioLimit)
+		}
+		if b.DatabaseCPUUsPerRow != nil {
+			db = fmt.Sprintf("%.1f", *b.DatabaseCPUUsPerRow)
+		}
+		if b.Cores > 0 {
+			dbPct := "-"
+			if b.DatabasePctOfMachine != nil {
+				dbPct = fmt.Sprintf("%.0f %%", *b.DatabasePctOfMachine)
+			}
+			busy = fmt.Sprintf("%.0f %%, %.0f %%, %.0f %%, %s of %d cores", b.MachineBusyPct, b.RelayPctOfMachine, b.NATSPctOfMachine, dbPct, b.Cores)
+		}
+		if b.Checkpoints != nil && *b.Checkpoints > 0 {
+			busy += fmt.Sprintf("; %d checkpoint(s) during the drain", *b.Checkpoints)
+		}
+		fmt.Fprintf(w, "%6d %9.0f %6s %7.2f %7.1f %7.1f %7s %10.2f %5.1f MiB  %s\n",
+			b.Relays, b.RowsPerS, ratio, b.Scaling, b.RelayCPUUsPerRow, b.NATSCPUUsPerRow, db, b.RatioRelayNATSCPU, b.PeakRSSMiB, busy)
+	}
+}
+
+func joinInts(xs []int) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = strconv.Itoa(x)
+	}
+	return strings.Join(parts, ",")
 }
 
 func roundAll(xs []float64) []int {

@@ -19,33 +19,102 @@ import (
 
 // bridgeResult is what the bridge phase measures.
 type bridgeResult struct {
-	rate   float64 // rows per second, first claim to last mark
-	rssMiB float64 // the largest peak RSS among the relays
-	cpu    *cpuMeter
+	rate        float64 // rows per second, first claim to last mark
+	rssMiB      float64 // the largest peak RSS among the relays
+	cpu         *cpuMeter
+	checkpoints *int64 // PostgreSQL's checkpoints during the drain; nil elsewhere
 }
 
-// bridge commits N rows, then lets --relays relays drain them, each in a
-// child process, started together. It returns rows per second from the
-// first claim to the last mark (database clock), the relays' largest peak
-// RSS, and the CPU time the relays, the database and NATS spent meanwhile.
-func (e *env) bridge(ctx context.Context) (bridgeResult, error) {
+// bridgeRun is one bridge phase of a run, for one --relays count: what the
+// JSON output's bridge_runs holds. CPU per row as in results; the ratios
+// are to the limit phase of the same run (absent without it), to the run
+// of results.BridgeScalingBaseRelays relays, and of the relays' CPU to
+// nats-server's. The shares are of the machine's cores over the
+// measurement (from the relays' start to the poll that found the last
+// row marked, up to a second after it), in per cent: all of its busy
+// time, and that of the relays, NATS (this process with the in-process
+// servers) and the database server (absent where not measured).
+type bridgeRun struct {
+	Relays               int      `json:"relays"`
+	RowsPerS             float64  `json:"rows_per_s"`
+	RatioLimit           float64  `json:"ratio_limit,omitempty"`
+	Scaling              float64  `json:"scaling"`
+	RelayCPUUsPerRow     float64  `json:"relay_cpu_us_per_row"`
+	NATSCPUUsPerRow      float64  `json:"nats_cpu_us_per_row"`
+	DatabaseCPUUsPerRow  *float64 `json:"database_cpu_us_per_row,omitempty"`
+	RatioRelayNATSCPU    float64  `json:"ratio_relay_nats_cpu,omitempty"`
+	PeakRSSMiB           float64  `json:"peak_rss_mib"`
+	MachineBusyPct       float64  `json:"machine_busy_pct,omitempty"`
+	RelayPctOfMachine    float64  `json:"relay_pct_of_machine,omitempty"`
+	NATSPctOfMachine     float64  `json:"nats_pct_of_machine,omitempty"`
+	DatabasePctOfMachine *float64 `json:"database_pct_of_machine,omitempty"`
+	Cores                int      `json:"cores,omitempty"`
+	Checkpoints          *int64   `json:"checkpoints,omitempty"`
+}
+
+// run is the bridgeRun of relays relays over rows rows; the ratios to the
+// limit and the base run are set by the caller.
+func (b bridgeResult) run(relays, rows int) bridgeRun {
+	r := bridgeRun{
+		Relays: relays, RowsPerS: b.rate, PeakRSSMiB: b.rssMiB,
+		RelayCPUUsPerRow: usPerRow(b.cpu.relayTotal, rows), NATSCPUUsPerRow: usPerRow(b.cpu.natsTotal, rows),
+		MachineBusyPct: b.cpu.machinePct(b.cpu.machineBusy), RelayPctOfMachine: b.cpu.machinePct(b.cpu.relayTotal),
+		NATSPctOfMachine: b.cpu.machinePct(b.cpu.natsTotal), Cores: b.cpu.cores, Checkpoints: b.checkpoints,
+	}
+	if b.cpu.natsTotal > 0 {
+		r.RatioRelayNATSCPU = b.cpu.relayTotal.Seconds() / b.cpu.natsTotal.Seconds()
+	}
+	if b.cpu.db != nil {
+		v := usPerRow(b.cpu.dbTotal, rows)
+		r.DatabaseCPUUsPerRow = &v
+		if r.Cores > 0 {
+			pct := b.cpu.machinePct(b.cpu.dbTotal)
+			r.DatabasePctOfMachine = &pct
+		}
+	}
+	return r
+}
+
+// bridge commits N rows to a fresh table, then lets relays relays drain
+// them, each in a child process, started together. It returns rows per
+// second from the first claim to the last mark (database clock), the
+// relays' largest peak RSS, and the CPU time the relays, the database and
+// NATS spent meanwhile. Run i of a run (one per --relays count) has a
+// table and a stream of its own; the table is dropped afterwards, so that
+// its dead rows are not vacuumed during the next run.
+func (e *env) bridge(ctx context.Context, i, relays int) (bridgeResult, error) {
 	var res bridgeResult
-	name, prefix, err := e.stream(ctx, "bench")
+	streamPhase, tablePhase := "bench", "bridge"
+	if i > 0 {
+		streamPhase, tablePhase = fmt.Sprintf("bench_run%d", i+1), fmt.Sprintf("bridge_run%d", i+1)
+	}
+	name, prefix, err := e.stream(ctx, streamPhase)
 	if err != nil {
 		return res, err
 	}
 	defer e.deleteStream(name)
-	store, err := e.table(ctx, "bridge")
+	store, err := e.table(ctx, tablePhase)
 	if err != nil {
 		return res, err
+	}
+	defer e.dropTable(store.Table())
+	if e.db.Dialect() == outbox.DialectPostgres {
+		// As the database phase does: the pages the fill writes after a
+		// checkpoint carry no full-page images into the drain's WAL,
+		// unless another checkpoint starts (counted below), and no run
+		// inherits the dirty pages of the one before.
+		if _, err := e.db.SQL.ExecContext(ctx, "CHECKPOINT"); err != nil {
+			progress("bridge: CHECKPOINT before the fill refused (%v)", err)
+		}
 	}
 	progress("bridge: committing %d rows to %s", e.s.Rows, store.Table())
 	if err := e.fill(ctx, store, prefix, e.s.Rows); err != nil {
 		return res, err
 	}
-	progress("bridge: relaying with %d relay(s)", e.s.Relays)
+	progress("bridge: relaying with %d relay(s)", relays)
+	ckpt0, ckptErr := e.checkpoints(ctx)
 	res.cpu = newCPUMeter(e.dbURL, e.s.NATSURL == "")
-	relays, err := e.startRelays(store.Table(), e.s.Relays, res.cpu)
+	children, err := e.startRelays(store.Table(), relays, res.cpu)
 	if err != nil {
 		return res, err
 	}
@@ -54,15 +123,21 @@ func (e *env) bridge(ctx context.Context) (bridgeResult, error) {
 	if e.s.DeleteOnRelay {
 		// Deleted rows leave no timestamps: time from the relays' start to
 		// the first poll that finds the table empty, on this clock.
-		err = waitEmpty(ctx, store, e.s.Rows, relays)
+		err = waitEmpty(ctx, store, e.s.Rows, children)
 		d = time.Since(started)
 	} else {
-		err = waitDone(ctx, store, e.s.Rows, "bridge", relays)
+		err = waitDone(ctx, store, e.s.Rows, "bridge", children)
 	}
 	res.cpu.stop()
-	peakKiB, stopErr := stopAll(relays)
+	peakKiB, stopErr := stopAll(children)
 	if err = errors.Join(err, stopErr); err != nil {
 		return res, err
+	}
+	if ckptErr == nil {
+		if ckpt, err := e.checkpoints(ctx); err == nil {
+			n := ckpt - ckpt0
+			res.checkpoints = &n
+		}
 	}
 	if !e.s.DeleteOnRelay {
 		if d, err = span(ctx, store, e.s.Source == "postgres-wal"); err != nil {
@@ -78,8 +153,12 @@ func (e *env) bridge(ctx context.Context) (bridgeResult, error) {
 	}
 	res.rate = float64(e.s.Rows) / d.Seconds()
 	res.rssMiB = float64(peakKiB) / 1024
-	progress("bridge: %.0f rows/s, peak RSS %.1f MiB, CPU per row: relay %.1f µs, database %s, NATS %.1f µs",
-		res.rate, res.rssMiB, usPerRow(res.cpu.relayTotal, e.s.Rows), res.cpu.dbText(e.s.Rows), usPerRow(res.cpu.natsTotal, e.s.Rows))
+	busy := ""
+	if res.cpu.cores > 0 {
+		busy = fmt.Sprintf(", machine %.0f %% busy", res.cpu.machinePct(res.cpu.machineBusy))
+	}
+	progress("bridge: %d relay(s): %.0f rows/s, peak RSS %.1f MiB, CPU per row: relay %.1f µs, database %s, NATS %.1f µs%s",
+		relays, res.rate, res.rssMiB, usPerRow(res.cpu.relayTotal, e.s.Rows), res.cpu.dbText(e.s.Rows), usPerRow(res.cpu.natsTotal, e.s.Rows), busy)
 	return res, nil
 }
 
