@@ -50,8 +50,13 @@ Destination and dedup:
     a row is sent only when its stream no longer holds its message (the stream's
     message at the row's stream_seq is gone or has another Nats-Msg-Id), with its
     original Nats-Msg-Id, and the row's stream_seq is set to where it is stored
-    now. Exactly once: running it twice, or killed and resumed, sends nothing
-    again, and a row the live relay publishes meanwhile is not doubled.
+    now. Running it twice sends nothing again, and a row the live relay
+    publishes meanwhile is not doubled. Killed and resumed: once, unless the
+    resume comes later than the stream's duplicate window after the kill (a row
+    sent just before the kill, its new stream_seq not yet written, can then be
+    stored twice: docs/GUARANTEES.md). A stream purged (or a message deleted)
+    less than a duplicate window ago still remembers the ids and drops the
+    refill: such rows are reported as failed (exit 3); run it again later.
   --to-stream NAME (the stream must capture the subjects) or --to-subject-prefix P
   (republish under P.<subject>), or both:
     the Nats-Msg-Id is replay/<replay id>/<original Nats-Msg-Id>: one replay run,
@@ -142,6 +147,9 @@ could not be sent (logged; e.g. a subject the destination does not capture).`,
 						}
 					}
 					cp.Selection.Since, cp.Selection.Until = sinceW.resolve(now), untilW.resolve(now)
+					if sel := cp.Selection; !sel.Since.IsZero() && !sel.Until.IsZero() && !sel.Until.After(sel.Since) {
+						return usage("--until %s is not after --since %s: no row is created in that range", until, since)
+					}
 				}
 				js, cleanup, err := bridge.NewJetStream(ctx, cfg, logger)
 				if err != nil {
@@ -153,6 +161,11 @@ could not be sent (logged; e.g. a subject the destination does not capture).`,
 					return err
 				}
 				defer pub.Close()
+				if to := cp.Destination.ToStream; to != "" {
+					if _, err := js.Stream(ctx, to); err != nil {
+						return usage("--to-stream %s: %v (create it first; it must capture the subjects sent to it)", to, err)
+					}
+				}
 				stderr := cmd.ErrOrStderr()
 				fmt.Fprintf(stderr, "replay %s", cp.ReplayID)
 				if checkpoint != "" {

@@ -253,6 +253,22 @@ func TestReplayRefillOnEveryDatabase(t *testing.T) {
 			require.Equal(t, 0, r.code, "second bridge replay\n%s", r)
 			require.Contains(t, r.stdout, " 0 sent")
 			verifyOnce(t, e.js, "EVENTS", total)
+
+			// One message deleted from inside the range: the stream holds
+			// fewer messages there than rows point into it.
+			require.NoError(t, events.DeleteMsg(context.Background(), 100))
+			c = e.statusStreams(t)
+			require.Equal(t, int64(1), c.GoneInRange, "a message deleted inside the range: %+v", c)
+			require.True(t, c.Suspect())
+
+			// Purged within its duplicate window, the stream still knows the
+			// ids and drops a refill: not restored, so not "sent" (exit 3).
+			require.NoError(t, events.Purge(context.Background()))
+			r = runBridge(t, e.dir, e.replayEnv(), "replay", "--refill-stream", "EVENTS")
+			require.Equal(t, 3, r.code, "a refill the duplicate window drops\n%s", r)
+			require.Contains(t, r.stdout, fmt.Sprintf("%d rows selected, 0 sent (0 duplicates dropped by the stream), 0 held already, %d failed", total, total))
+			require.Contains(t, r.stderr, "dropped it as a duplicate within its duplicate window")
+			require.Equal(t, int64(total), e.statusStreams(t).Lost)
 		})
 	}
 }

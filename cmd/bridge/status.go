@@ -217,11 +217,19 @@ func printStreams(out io.Writer, server string, streams []replay.StreamCheck, er
 		if c.Lost > 0 {
 			fmt.Fprintf(out, ": %s the stream no longer has", pointAt(c.Lost))
 		}
-		if o := c.OtherMessage; o != nil {
-			sep := ":"
+		sep := ":"
+		if c.Lost > 0 {
+			sep = ";"
+		}
+		if c.GoneInRange > 0 {
 			if c.Lost > 0 {
-				sep = ";"
+				fmt.Fprintf(out, "; and at least %d more inside the range it holds (%d messages there)", c.GoneInRange, c.Messages)
+			} else {
+				fmt.Fprintf(out, ": at least %s inside the range it holds, which has %d messages", pointAt(c.GoneInRange)+" it no longer has", c.Messages)
 			}
+			sep = ";"
+		}
+		if o := c.OtherMessage; o != nil {
 			found := "no message (deleted)"
 			if o.Found != "" {
 				found = fmt.Sprintf("another message (Nats-Msg-Id %q)", o.Found)

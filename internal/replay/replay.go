@@ -230,6 +230,15 @@ func (c *Config) send(ctx context.Context, rows []outbox.ReplayRow, streams map[
 		msg *nats.Msg
 	}
 	items := make([]item, 0, len(rows))
+	if c.Destination.Own() {
+		// Each stream's range once per batch, not per row: the live relay
+		// grows it meanwhile.
+		for name, st := range streams {
+			if _, err := st.Info(ctx); err != nil {
+				return fmt.Errorf("stream %s: %w", name, err)
+			}
+		}
+	}
 	for i := range rows {
 		x := &rows[i]
 		headers, err := outbox.ParseHeaders(x.Headers)
@@ -287,6 +296,24 @@ func (c *Config) send(ctx context.Context, rows []outbox.ReplayRow, streams map[
 				}
 				continue
 			}
+			if acks[i].Duplicate && c.Destination.Own() {
+				// The stream's duplicate window still has the id: stored
+				// only if the message at the acknowledged sequence is the
+				// row's (the live relay, or a run before this one); a
+				// stream purged or a message deleted within the window
+				// keeps the id but not the message, and drops the refill.
+				stored, err := c.storedAt(ctx, streams[it.row.Stream], acks[i].Sequence, it.msg.Header.Get(jetstream.MsgIDHeader))
+				if err != nil {
+					return err
+				}
+				if !stored {
+					c.fail(r, it.row, fmt.Errorf("stream %s dropped it as a duplicate within its duplicate window (Nats-Msg-Id %s: the stream was purged or the message deleted less than a window ago) and holds no such message: run the replay again once the window has passed",
+						it.row.Stream, it.msg.Header.Get(jetstream.MsgIDHeader)))
+					continue
+				}
+				r.Present++
+				continue
+			}
 			r.Sent++
 			if acks[i].Duplicate {
 				r.Dup++
@@ -327,16 +354,10 @@ func (c *Config) holds(ctx context.Context, streams map[string]jetstream.Stream,
 	if x.StreamSeq == 0 {
 		return false, nil
 	}
-	if st := s.CachedInfo().State; x.StreamSeq > st.LastSeq {
-		// The stream grows meanwhile (the live relay): look again.
-		info, err := s.Info(ctx)
-		if err != nil {
-			return false, fmt.Errorf("stream %s: %w", x.Stream, err)
-		}
-		if x.StreamSeq > info.State.LastSeq {
-			return false, nil
-		}
-	} else if x.StreamSeq < st.FirstSeq {
+	// The stream's range as read at the start of the batch (send): a row
+	// past it is not held (the stream lost it; one the live relay stores
+	// meanwhile comes back as a duplicate, which send checks).
+	if st := s.CachedInfo().State; x.StreamSeq > st.LastSeq || x.StreamSeq < st.FirstSeq {
 		return false, nil
 	}
 	m, err := s.GetMsg(ctx, x.StreamSeq)
@@ -345,6 +366,21 @@ func (c *Config) holds(ctx context.Context, streams map[string]jetstream.Stream,
 		return false, nil
 	case err != nil:
 		return false, fmt.Errorf("stream %s: read message %d: %w", x.Stream, x.StreamSeq, err)
+	}
+	return m.Header.Get(jetstream.MsgIDHeader) == msgID, nil
+}
+
+// storedAt reports whether stream s holds a message with msgID at seq.
+func (c *Config) storedAt(ctx context.Context, s jetstream.Stream, seq uint64, msgID string) (bool, error) {
+	if s == nil || seq == 0 {
+		return false, nil
+	}
+	m, err := s.GetMsg(ctx, seq)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("stream %s: read message %d: %w", s.CachedInfo().Config.Name, seq, err)
 	}
 	return m.Header.Get(jetstream.MsgIDHeader) == msgID, nil
 }

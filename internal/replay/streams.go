@@ -40,6 +40,11 @@ type StreamCheck struct {
 	// range may point at other messages too (only bridge replay
 	// --refill-stream reads each one).
 	OtherMessage *OtherMessage `json:"other_message,omitempty"`
+	// GoneInRange is a lower bound on the rows inside FirstSeq..LastSeq
+	// whose message is gone too: the rows pointing into the range less the
+	// messages the stream holds (deleted messages, a per-subject limit).
+	// Only bridge replay --refill-stream reads each one.
+	GoneInRange int64 `json:"gone_in_range,omitempty"`
 	// Error is why the stream could not be read ("": it was).
 	Error string `json:"error,omitempty"`
 }
@@ -55,7 +60,9 @@ type OtherMessage struct {
 
 // Suspect reports whether rows of the stream point at messages it no
 // longer has.
-func (c StreamCheck) Suspect() bool { return c.Missing || c.Lost > 0 || c.OtherMessage != nil }
+func (c StreamCheck) Suspect() bool {
+	return c.Missing || c.Lost > 0 || c.OtherMessage != nil || c.GoneInRange > 0
+}
 
 // CheckStreams compares, for every stream recorded on relayed rows, the
 // rows' stream_seq with the stream's range of sequences, and reads the
@@ -93,6 +100,9 @@ func CheckStreams(ctx context.Context, store *outbox.Store, js jetstream.JetStre
 		}
 		if c.Lost, err = store.RelayedOutside(ctx, r.Stream, st.FirstSeq, st.LastSeq); err != nil {
 			return nil, err
+		}
+		if in := r.Rows - c.Lost; in > int64(st.Msgs) {
+			c.GoneInRange = in - int64(st.Msgs)
 		}
 		row, seq, ok, err := store.RelayedSample(ctx, r.Stream, st.FirstSeq, st.LastSeq)
 		if err != nil {

@@ -27,9 +27,9 @@ func publicationFault(n Names, exists, inserts bool) string {
 	case !exists:
 		return publicationDropped(n)
 	case !inserts:
-		return fmt.Sprintf("publication %s does not publish the inserts of %s (ALTER PUBLICATION %s DROP TABLE, or publish without insert): "+
+		return fmt.Sprintf("publication %s does not publish the inserts of %s (the table dropped from it, ALTER PUBLICATION %s DROP TABLE, or its publish option without insert): "+
 			"this relay receives no new row of the table from the slot, only through the sweep, late and not in commit order; "+
-			"run `bridge migrate` (same database.url, database.table and wal.*), which adds the table to the publication again",
+			"run `bridge migrate` (same database.url, database.table and wal.*), which makes it publish them again",
 			n.Publication, n.Table, n.Publication)
 	}
 	return ""
@@ -92,6 +92,9 @@ func (s *Subscriber) setPublicationFault(fault string) {
 	}
 	switch {
 	case fault == was:
+	case fault == "" && s.slotFault.Load() != nil:
+		s.logger.Warn("publication exists again, but the server still refuses the slot's changes for it: run `bridge migrate`, which makes the slot again",
+			slog.String("publication", s.cfg.Publication))
 	case fault == "":
 		s.logger.Info("publication repaired: it publishes the table's inserts again; the sweep publishes the rows the slot did not deliver",
 			slog.String("publication", s.cfg.Publication))
