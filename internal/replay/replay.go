@@ -311,6 +311,12 @@ func (c *Config) send(ctx context.Context, rows []outbox.ReplayRow, streams map[
 						it.row.Stream, it.msg.Header.Get(jetstream.MsgIDHeader)))
 					continue
 				}
+				// Stored by a run killed before it recorded where.
+				if acks[i].Sequence != it.row.StreamSeq {
+					if _, err := c.Store.ReplayRefilled(ctx, it.row.ID, it.row.Stream, it.row.StreamSeq, acks[i].Sequence); err != nil {
+						return err
+					}
+				}
 				r.Present++
 				continue
 			}
@@ -360,14 +366,7 @@ func (c *Config) holds(ctx context.Context, streams map[string]jetstream.Stream,
 	if st := s.CachedInfo().State; x.StreamSeq > st.LastSeq || x.StreamSeq < st.FirstSeq {
 		return false, nil
 	}
-	m, err := s.GetMsg(ctx, x.StreamSeq)
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("stream %s: read message %d: %w", x.Stream, x.StreamSeq, err)
-	}
-	return m.Header.Get(jetstream.MsgIDHeader) == msgID, nil
+	return c.storedAt(ctx, s, x.StreamSeq, msgID)
 }
 
 // storedAt reports whether stream s holds a message with msgID at seq.
