@@ -285,6 +285,11 @@ func Repair(ctx context.Context, db *sql.DB, n Names) ([]string, error) {
 		refused, err = slotRefusesPublication(ctx, db, n)
 		return err
 	}); err != nil || !refused {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege: no REPLICATION for the peek
+			return append(did, fmt.Sprintf("could not check whether PostgreSQL decodes replication slot %s for publication %s (%s); "+
+				"if the relay keeps logging that the publication does not exist, run `bridge slot drop`, then `bridge migrate`", n.Slot, n.Publication, pgErr.Message)), nil
+		}
 		return did, err
 	}
 	if err := whileInUse(ctx, func() error { return DropSlot(ctx, db, n.Slot) }); err != nil {
