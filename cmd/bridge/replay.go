@@ -141,7 +141,7 @@ could not be sent (logged; e.g. a subject the destination does not capture).`,
 				if resume == "" {
 					// created_at is the database's clock: so is "1h ago".
 					var now time.Time
-					if sinceW.relative() || untilW.relative() {
+					if sinceW.relative || untilW.relative {
 						if now, err = store.Now(ctx); err != nil {
 							return err
 						}
@@ -217,17 +217,14 @@ could not be sent (logged; e.g. a subject the destination does not capture).`,
 // when is a --since or --until bound: a time, or a duration before the
 // database's clock (created_at is written by it), resolved once connected.
 type when struct {
-	at  time.Time     // an RFC 3339 time; zero: no bound, or relative
-	ago time.Duration // > 0: this long before the database's now
-	now bool          // "0s": the database's now itself
+	at       time.Time     // an RFC 3339 time; zero: no bound, or relative
+	ago      time.Duration // relative: this long before the database's now
+	relative bool          // given as a duration
 }
-
-// relative reports whether w is a duration before now.
-func (w when) relative() bool { return w.ago > 0 || w.now }
 
 // resolve returns the bound against the database's clock now.
 func (w when) resolve(now time.Time) time.Time {
-	if w.relative() {
+	if w.relative {
 		return now.Add(-w.ago)
 	}
 	return w.at
@@ -240,7 +237,7 @@ func parseWhen(flag, v string) (when, error) {
 		return when{}, nil
 	}
 	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
-		return when{ago: d, now: d == 0}, nil
+		return when{ago: d, relative: true}, nil
 	}
 	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
 		return when{at: t}, nil

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -147,35 +146,19 @@ func TestWALRowsDeletedByProducer(t *testing.T) {
 	const window = 5 * time.Second
 	e := newWALEnvWindow(t, window)
 	const total, perTx = 10000, 100
-	insertDeleted := func(from, to int) {
-		tx, err := e.db.Begin()
-		require.NoError(t, err)
-		_, err = tx.Exec(e.insertSQL(), from, to)
-		require.NoError(t, err)
-		_, err = tx.Exec(`DELETE FROM ` + e.table)
-		require.NoError(t, err)
-		require.NoError(t, tx.Commit())
-	}
 	mode := []string{"BRIDGE_WAL_ROWS_DELETED_BY_PRODUCER=true", "BRIDGE_RELAY_MAX_IN_FLIGHT=300", "BRIDGE_WAL_SWEEP_INTERVAL=1h"}
-	inStream := func() int {
-		info, err := e.js.Stream(t.Context(), "EVENTS")
-		require.NoError(t, err)
-		si, err := info.Info(t.Context())
-		require.NoError(t, err)
-		return int(si.State.Msgs)
-	}
 	p := e.run(t, mode...)
 	produced := make(chan struct{})
 	go func() {
 		defer close(produced)
 		for n := 0; n < total; n += perTx {
-			insertDeleted(n, n+perTx)
+			e.insertDeleted(t, n, n+perTx)
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
 	poll(t, 60*time.Second, func() bool {
 		require.False(t, p.exited(), "relay exited (%d)\nstderr:\n%s", p.code, p.stderr)
-		return inStream() >= 3000
+		return e.inStream(t) >= 3000
 	})
 	kill(t, p)
 	<-produced
@@ -183,15 +166,9 @@ func TestWALRowsDeletedByProducer(t *testing.T) {
 	final := e.run(t, mode...)
 	poll(t, 120*time.Second, func() bool {
 		require.False(t, final.exited(), "relay exited (%d)\nstderr:\n%s", final.code, final.stderr)
-		return inStream() >= total
+		return e.inStream(t) >= total
 	})
-	time.Sleep(2 * time.Second) // a duplicate would land now
-	require.Zero(t, e.count(t, ""), "the table stays empty")
-	msgs := bridgetest.Messages(t, e.js, "EVENTS")
-	require.Len(t, msgs, total, "the stream holds exactly one message per row")
-	for i, m := range msgs {
-		require.Equal(t, "k-"+strconv.Itoa(i), m.Headers().Get(jetstream.MsgIDHeader), "stream position %d", i)
-	}
+	e.verifyDeletedOnce(t, total)
 }
 
 // TestWALInsertThenDeleteMode: wal.rows_deleted_by_producer, the producer
@@ -210,38 +187,21 @@ func TestWALInsertThenDeleteMode(t *testing.T) {
 	const total, perTx = 10000, 500
 	produce := func(from, to int) {
 		for n := from; n < to; n += perTx {
-			tx, err := e.db.Begin()
-			require.NoError(t, err)
-			_, err = tx.Exec(e.insertSQL(), n, n+perTx)
-			require.NoError(t, err)
-			_, err = tx.Exec(`DELETE FROM ` + e.table)
-			require.NoError(t, err)
-			require.NoError(t, tx.Commit())
+			e.insertDeleted(t, n, n+perTx)
 		}
-	}
-	stored := func() int {
-		info, err := e.js.Stream(context.Background(), "EVENTS")
-		require.NoError(t, err)
-		return int(info.CachedInfo().State.Msgs)
 	}
 	p := e.run(t, mode...)
 	produce(0, total/2)
-	poll(t, 60*time.Second, func() bool { return stored() >= total/4 }, "nothing relayed")
+	poll(t, 60*time.Second, func() bool { return e.inStream(t) >= total/4 }, "nothing relayed")
 	kill(t, p)
 	time.Sleep(window + time.Second)
 	p = e.run(t, mode...)
 	produce(total/2, total)
 	poll(t, 120*time.Second, func() bool {
 		require.False(t, p.exited(), "relay exited (%d)\nstderr:\n%s", p.code, p.stderr)
-		return stored() >= total
+		return e.inStream(t) >= total
 	}, "not every row reached the stream")
-	time.Sleep(2 * time.Second) // a duplicate would come now
-	require.Zero(t, e.count(t, ""), "the table stays empty")
-	msgs := bridgetest.Messages(t, e.js, "EVENTS")
-	require.Len(t, msgs, total, "the stream holds exactly one message per row")
-	for i, m := range msgs {
-		require.Equal(t, "k-"+strconv.Itoa(i), m.Headers().Get(jetstream.MsgIDHeader), "stream position %d", i)
-	}
+	e.verifyDeletedOnce(t, total)
 }
 
 // TestWALPublicationFaultsNamedAndHealed: while rows keep being committed,
@@ -335,4 +295,39 @@ func TestWALPublicationFaultsNamedAndHealed(t *testing.T) {
 		seen[id] = true
 	}
 	require.Len(t, seen, total, "every row once in the stream")
+}
+
+// insertDeleted commits rows [from, to) and deletes them in the same
+// transaction: the insert-then-delete pattern (wal.rows_deleted_by_producer).
+func (e *walEnv) insertDeleted(t *testing.T, from, to int) {
+	t.Helper()
+	tx, err := e.db.Begin()
+	require.NoError(t, err)
+	_, err = tx.Exec(e.insertSQL(), from, to)
+	require.NoError(t, err)
+	_, err = tx.Exec(`DELETE FROM ` + e.table)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+}
+
+// inStream is how many messages the stream EVENTS holds.
+func (e *walEnv) inStream(t *testing.T) int {
+	t.Helper()
+	s, err := e.js.Stream(t.Context(), "EVENTS")
+	require.NoError(t, err)
+	return int(s.CachedInfo().State.Msgs)
+}
+
+// verifyDeletedOnce checks, after a pause in which a duplicate would land,
+// that the table is empty and EVENTS holds rows [0, total) once each, in
+// commit order.
+func (e *walEnv) verifyDeletedOnce(t *testing.T, total int) {
+	t.Helper()
+	time.Sleep(2 * time.Second) // a duplicate would land now
+	require.Zero(t, e.count(t, ""), "the table stays empty")
+	msgs := bridgetest.Messages(t, e.js, "EVENTS")
+	require.Len(t, msgs, total, "the stream holds exactly one message per row")
+	for i, m := range msgs {
+		require.Equal(t, "k-"+strconv.Itoa(i), m.Headers().Get(jetstream.MsgIDHeader), "stream position %d", i)
+	}
 }

@@ -118,35 +118,25 @@ func (s *Subscriber) PublicationFault() string {
 	return ""
 }
 
-// repairPublication makes an existing publication publish the inserts of
-// the table again (bridge migrate): it adds the table when the publication
-// does not have it, and insert to what it publishes when that is missing,
-// keeping what else it publishes. It returns what it did ("" : nothing).
-func repairPublication(ctx context.Context, db *sql.DB, n Names) (string, error) {
-	schema, table := splitTable(n.Table)
-	var hasTable, pubInsert, pubUpdate, pubDelete, pubTruncate, allTables bool
-	err := db.QueryRowContext(ctx, `SELECT EXISTS (
-	SELECT 1 FROM pg_publication_tables t WHERE t.pubname = p.pubname
-	AND t.schemaname = coalesce($2::text, current_schema()) AND t.tablename = $3::text),
-	p.pubinsert, p.pubupdate, p.pubdelete, p.pubtruncate, p.puballtables
-FROM pg_publication p WHERE p.pubname = $1`, n.Publication, schema, table).Scan(&hasTable, &pubInsert, &pubUpdate, &pubDelete, &pubTruncate, &allTables)
-	if err != nil {
-		return "", fmt.Errorf("look up publication %s: %w", n.Publication, err)
-	}
+// repairPublication makes an existing publication p publish the inserts
+// of the table again (bridge migrate): it adds the table when the
+// publication does not have it, and insert to what it publishes when that
+// is missing, keeping what else it publishes. It returns what it did.
+func repairPublication(ctx context.Context, db *sql.DB, n Names, p publicationState) (string, error) {
 	var did []string
-	if !hasTable && !allTables {
+	if !p.hasTable {
 		// Names are validated (config: wal.publication, database.table).
 		if _, err := db.ExecContext(ctx, "ALTER PUBLICATION "+n.Publication+" ADD TABLE "+n.Table); err != nil {
 			return "", fmt.Errorf("add %s to publication %s: %w", n.Table, n.Publication, err)
 		}
 		did = append(did, "added "+n.Table)
 	}
-	if !pubInsert {
+	if !p.insert {
 		publish := []string{"insert"}
 		for _, op := range []struct {
 			name string
 			on   bool
-		}{{"update", pubUpdate}, {"delete", pubDelete}, {"truncate", pubTruncate}} {
+		}{{"update", p.update}, {"delete", p.delete}, {"truncate", p.truncate}} {
 			if op.on {
 				publish = append(publish, op.name)
 			}
@@ -239,12 +229,13 @@ func whileInUse(ctx context.Context, f func() error) error {
 // each. Errors: ErrSlotActive when the slot to drop is in use.
 func Repair(ctx context.Context, db *sql.DB, n Names) ([]string, error) {
 	var did []string
-	exists, inserts, err := publication(ctx, db, n)
+	p, err := readPublication(ctx, db, n)
 	if err != nil {
 		return nil, err
 	}
-	if exists && !inserts {
-		what, err := repairPublication(ctx, db, n)
+	exists := p.exists
+	if exists && (!p.hasTable || !p.insert) {
+		what, err := repairPublication(ctx, db, n, p)
 		if err != nil {
 			return nil, err
 		}

@@ -102,18 +102,36 @@ func setupPublication(ctx context.Context, db *sql.DB, n Names) (bool, error) {
 // publication reports whether the publication exists and whether it
 // publishes the inserts of the table.
 func publication(ctx context.Context, db *sql.DB, n Names) (exists, inserts bool, err error) {
+	p, err := readPublication(ctx, db, n)
+	return p.exists, p.exists && p.insert && p.hasTable, err
+}
+
+// publicationState is the publication of the table as the catalog has it.
+type publicationState struct {
+	exists   bool
+	hasTable bool // the table is among its tables (pg_publication_tables: FOR ALL TABLES included)
+	// What it publishes (pg_publication.pub*).
+	insert, update, delete, truncate bool
+}
+
+// readPublication reads the publication from pg_publication and
+// pg_publication_tables; a publication that does not exist is the zero
+// state.
+func readPublication(ctx context.Context, db *sql.DB, n Names) (publicationState, error) {
 	schema, table := splitTable(n.Table)
-	err = db.QueryRowContext(ctx, `SELECT true, p.pubinsert AND EXISTS (
+	p := publicationState{exists: true}
+	err := db.QueryRowContext(ctx, `SELECT EXISTS (
 	SELECT 1 FROM pg_publication_tables t WHERE t.pubname = p.pubname
-	AND t.schemaname = coalesce($2::text, current_schema()) AND t.tablename = $3::text)
-FROM pg_publication p WHERE p.pubname = $1`, n.Publication, schema, table).Scan(&exists, &inserts)
+	AND t.schemaname = coalesce($2::text, current_schema()) AND t.tablename = $3::text),
+	p.pubinsert, p.pubupdate, p.pubdelete, p.pubtruncate
+FROM pg_publication p WHERE p.pubname = $1`, n.Publication, schema, table).Scan(&p.hasTable, &p.insert, &p.update, &p.delete, &p.truncate)
 	if errors.Is(err, sql.ErrNoRows) {
-		return false, false, nil
+		return publicationState{}, nil
 	}
 	if err != nil {
-		return false, false, fmt.Errorf("look up publication %s: %w", n.Publication, err)
+		return publicationState{}, fmt.Errorf("look up publication %s: %w", n.Publication, err)
 	}
-	return exists, inserts, nil
+	return p, nil
 }
 
 // qualifiedName is a table's schema and name as the catalog spells them.
