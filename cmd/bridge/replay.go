@@ -178,7 +178,7 @@ could not be sent (logged; e.g. a subject the destination does not capture).`,
 					Checkpoint: cp, CheckpointFile: checkpoint, BatchSize: cfg.Relay.BatchSize,
 					MaxBytes: int64(cfg.Relay.MaxInFlightBytes), Rate: rateLimit, DryRun: dryRun, Progress: prog.update,
 				})
-				prog.done(res)
+				prog.done(res, err)
 				out := cmd.OutOrStdout()
 				if dryRun {
 					fmt.Fprintf(out, "dry run: %d rows selected", res.Read)
@@ -190,8 +190,18 @@ could not be sent (logged; e.g. a subject the destination does not capture).`,
 					fmt.Fprintf(out, "replay %s: %d rows selected, %d sent (%d duplicates dropped by the stream), %d held already, %d failed\n",
 						cp.ReplayID, res.Read, res.Sent, res.Dup, res.Present, res.Failed)
 				}
-				if errors.Is(err, context.Canceled) && checkpoint != "" {
+				_, statErr := os.Stat(checkpoint)
+				switch {
+				case err == nil || errors.Is(err, replay.ErrPartial) || checkpoint == "":
+				case statErr != nil:
+					// Stopped before its first checkpoint: nothing to resume.
+					return fmt.Errorf("replay stopped before its first batch was sent: %w; run it again", err)
+				case errors.Is(err, context.Canceled):
 					return fmt.Errorf("replay stopped: continue with bridge replay --resume %s", checkpoint)
+				default:
+					// A broker or database outage: the checkpoint holds what
+					// was sent.
+					return fmt.Errorf("replay stopped: %w; continue with bridge replay --resume %s", err, checkpoint)
 				}
 				return err
 			})
@@ -304,9 +314,15 @@ func bar(f float64) string {
 	return strings.Repeat("#", done) + strings.Repeat(" ", 20-done)
 }
 
-func (p *progress) done(r replay.Result) {
+// done ends the progress: "replay done" when the replay went through its
+// rows (err nil or replay.ErrPartial), "replay stopped" otherwise.
+func (p *progress) done(r replay.Result, err error) {
 	if p.tty {
 		fmt.Fprintln(p.w)
 	}
-	fmt.Fprintln(p.w, "replay done: "+p.line(r, ""))
+	what := "replay done: "
+	if err != nil && !errors.Is(err, replay.ErrPartial) {
+		what = "replay stopped: "
+	}
+	fmt.Fprintln(p.w, what+p.line(r, ""))
 }
