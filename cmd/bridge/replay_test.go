@@ -122,7 +122,9 @@ func TestReplayRefillsALostStreamWhileTheRelayRuns(t *testing.T) {
 	// Lost again; a replay killed at a random moment and resumed.
 	e.recreateEvents(t)
 	cp := filepath.Join(e.dir, "refill.json")
-	p := start(t, e.dir, e.replayEnv(), "replay", "--refill-stream", "EVENTS", "--rate", "4000", "--checkpoint", cp)
+	// A rate that makes the replay last about 4 s, so that the kill, up to
+	// 1.5 s after its first checkpoint, comes while it runs.
+	p := start(t, e.dir, e.replayEnv(), "replay", "--refill-stream", "EVENTS", "--rate", strconv.Itoa(total/4), "--checkpoint", cp)
 	poll(t, 30*time.Second, func() bool { _, err := os.Stat(cp); return err == nil || p.exited() }, "no checkpoint written")
 	time.Sleep(time.Duration(rand.IntN(1500)) * time.Millisecond)
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
