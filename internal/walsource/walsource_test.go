@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -25,6 +26,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
 	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/forwarder"
+	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
 	"github.com/outbox-bridge/bridge/internal/source"
@@ -775,4 +777,121 @@ func TestRowsWaitingAcrossASlotRecreatedAreSwept(t *testing.T) {
 	require.Equal(t, int64(50), r.sub.Counters.Swept.Load(), "the rows waiting were swept")
 	ids := e.streamIDs(t)
 	require.Len(t, ids, 150, "each row once")
+}
+
+// TestOneBadRowIsSetAside: a row whose subject no stream captures, among
+// 5,000 rows of other subjects committed after it and 50 rows of its own
+// ordering key (half on a subject a stream captures, half on its own). The
+// bad row is set aside (failed, retried by the sweep after its backoff):
+// the other rows are relayed about as soon as they commit, the slot's
+// confirmed position passes every one of them, the rows of its key wait
+// (failed, none in a stream), and readiness names the rows set aside. Once
+// a stream captures its subject, every row is in a stream once, and its
+// key's rows follow it in id order.
+func TestOneBadRowIsSetAside(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	r := e.relay(t, walsource.Config{MaxAttempts: 1000, SweepInterval: 500 * time.Millisecond})
+	insert := func(tx *sql.Tx, key, subject, orderingKey string) int64 {
+		var id int64
+		ok := sql.NullString{String: orderingKey, Valid: orderingKey != ""}
+		require.NoError(t, tx.QueryRow(`INSERT INTO `+e.names.Table+` (idempotency_key, subject, payload, ordering_key) VALUES ($1, $2, 'x', $3) RETURNING id`,
+			key, subject, ok).Scan(&id))
+		return id
+	}
+	tx, err := e.prod.Begin()
+	require.NoError(t, err)
+	bad := insert(tx, "bad", "other.bad", "k-bad")
+	require.NoError(t, tx.Commit())
+	poll := func(d time.Duration, what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(d)
+		for !cond() {
+			require.True(t, time.Now().Before(deadline), "%s: not within %s", what, d)
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	poll(10*time.Second, "the bad row set aside", func() bool { return e.count(t, outbox.StatusFailed) == 1 })
+
+	const others, own = 5000, 50
+	var followers []int64
+	for i := 0; i < others; i += 100 {
+		tx, err := e.prod.Begin()
+		require.NoError(t, err)
+		for j := i; j < i+100; j++ {
+			insert(tx, "o-"+strconv.Itoa(j), "events.o", "k-"+strconv.Itoa(j%37))
+			if j%100 == 0 && i/100 < own-5 {
+				subject := "events.k"
+				if len(followers)%2 == 1 {
+					subject = "other.k"
+				}
+				followers = append(followers, insert(tx, "f-"+strconv.Itoa(len(followers)), subject, "k-bad"))
+			}
+		}
+		require.NoError(t, tx.Commit())
+		if i%1000 == 0 { // and five in transactions of their own
+			tx, err := e.prod.Begin()
+			require.NoError(t, err)
+			followers = append(followers, insert(tx, "f-"+strconv.Itoa(len(followers)), "events.k", "k-bad"))
+			require.NoError(t, tx.Commit())
+		}
+	}
+	require.Len(t, followers, own)
+	var written string
+	require.NoError(t, e.prod.QueryRow(`SELECT pg_current_wal_lsn()::text`).Scan(&written))
+
+	// Every other row relayed; the slot confirms past all of them.
+	poll(60*time.Second, "the other rows relayed", func() bool { return e.count(t, outbox.StatusDone) == others })
+	var lag float64
+	require.NoError(t, e.prod.QueryRow(`SELECT extract(epoch FROM max(relayed_at - created_at))::float8 FROM `+e.names.Table+` WHERE status = 'done'`).Scan(&lag))
+	t.Logf("the other rows: relayed at most %.3f s after their transaction began", lag)
+	// The old relay held every row after the bad one for its backoff
+	// (here up to 500 ms, attempt after attempt): seconds and growing.
+	require.Less(t, lag, 5.0, "rows of other subjects waited for the bad row")
+	poll(20*time.Second, "the slot confirmed past the rows", func() bool {
+		var past bool
+		require.NoError(t, e.prod.QueryRow(`SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`, e.names.Slot, written).Scan(&past))
+		return past
+	})
+
+	// Its key's rows wait, set aside, none published; readiness says so.
+	require.Equal(t, 1+own, e.count(t, outbox.StatusFailed))
+	var waiting int
+	require.NoError(t, e.prod.QueryRow(`SELECT count(*) FROM `+e.names.Table+` WHERE ordering_key = 'k-bad' AND status = 'failed' AND last_error LIKE $1`, fmt.Sprintf("waits for row %d %%", bad)).Scan(&waiting))
+	require.Equal(t, own, waiting, "the followers say which row they wait for")
+	poll(10*time.Second, "readiness names the rows set aside", func() bool {
+		err := r.sub.Ready(ctx)
+		return err != nil && strings.Contains(err.Error(), "1 rows set aside") && strings.Contains(err.Error(), fmt.Sprintf("row %d: no stream captures subject other.bad", bad)) &&
+			strings.Contains(err.Error(), fmt.Sprintf("%d rows of their ordering keys wait", own))
+	})
+	require.True(t, health.IsDegraded(r.sub.Ready(ctx)), "set-aside rows degrade readiness, they do not fail it")
+	var attempts int
+	require.NoError(t, e.prod.QueryRow(`SELECT attempts FROM `+e.names.Table+` WHERE id = $1`, bad).Scan(&attempts))
+	require.Greater(t, attempts, 1, "the bad row is retried by the sweep")
+	require.Empty(t, e.streamIDsOf(t, "EVENTS")[others:], "no row of its key published")
+
+	bridgetest.CreateStream(t, e.js, "OTHER", "other.>")
+	poll(60*time.Second, "every row relayed", func() bool { return e.count(t, outbox.StatusDone) == others+1+own })
+	poll(10*time.Second, "readiness clear", func() bool { return r.sub.Ready(ctx) == nil })
+
+	// Once each, and the key's rows in id order across both streams
+	// (by the time the server stored them).
+	stored := map[int64]time.Time{}
+	for _, name := range []string{"EVENTS", "OTHER"} {
+		for _, m := range bridgetest.Messages(t, e.js, name) {
+			id, err := strconv.ParseInt(m.Headers().Get("Outbox-Id"), 10, 64)
+			require.NoError(t, err)
+			_, twice := stored[id]
+			require.False(t, twice, "row %d stored twice", id)
+			md, err := m.Metadata()
+			require.NoError(t, err)
+			stored[id] = md.Timestamp
+		}
+	}
+	require.Len(t, stored, others+1+own)
+	key := append([]int64{bad}, followers...)
+	for i := 1; i < len(key); i++ {
+		require.True(t, stored[key[i]].After(stored[key[i-1]]), "row %d of k-bad stored before row %d", key[i], key[i-1])
+	}
 }
