@@ -26,7 +26,9 @@ import (
 // without an attempt charged; they come back with it, by the sweep, in id
 // order. A row of a key that comes back (a probe) is handed over alone:
 // the rows of its key after it wait for its outcome, so a second failure
-// cannot let a later row of the key be stored ahead of it.
+// cannot let a later row of the key be stored ahead of it. The rows that
+// waited for it come back as they were read: once it is relayed they
+// follow it as any rows of a key do.
 //
 // A whole-destination outage (NATS down, a stream without a leader or
 // quorum, publishes not answered) is not a row's own fault: it still holds
@@ -85,11 +87,11 @@ func (a *asides) add(id int64, r *asideRow) {
 }
 
 // take removes id (it is in the window again, or settled elsewhere) and
-// reports whether it was set aside.
-func (a *asides) take(id int64) bool {
+// returns what it was set aside as; nil when it was not.
+func (a *asides) take(id int64) *asideRow {
 	r, ok := a.rows[id]
 	if !ok {
-		return false
+		return nil
 	}
 	delete(a.rows, id)
 	a.stale = true
@@ -111,7 +113,7 @@ func (a *asides) take(id int64) bool {
 			a.byKey[r.key] = ids
 		}
 	}
-	return true
+	return r
 }
 
 // before returns the first row of key set aside with an id below id (the

@@ -659,11 +659,11 @@ func (p *pipeline) waitAside(e *entry, first int64) {
 }
 
 // comesBack takes e out of the rows set aside when it was one of them: it
-// is in the window again, to be published; of an ordering key, it is a
-// probe (aside.go).
+// is in the window again, to be published; set aside for a failure of its
+// own, and of an ordering key, it is a probe (aside.go).
 func (p *pipeline) comesBack(e *entry) {
-	if p.aside.take(e.row.ID) {
-		e.probe = e.row.OrderingKey.Valid
+	if r := p.aside.take(e.row.ID); r != nil {
+		e.probe = e.row.OrderingKey.Valid && !r.waits
 		p.s.asideSum.Store(p.aside.summary())
 	}
 }
