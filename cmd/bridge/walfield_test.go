@@ -208,7 +208,9 @@ func TestWALInsertThenDeleteMode(t *testing.T) {
 // the table is dropped from the publication (the server ends no session:
 // it just stops sending the table's inserts), and then the publication is
 // dropped (the server refuses the slot's changes after the drop even once
-// the publication exists again). Each is on /readyz within 10 s with the
+// the publication exists again), and a column list and a row filter are
+// set on it (the rows it leaves out reach the relay only through the
+// sweep, or not whole). Each is on /readyz within 10 s with the
 // command that heals it, and that command, `bridge migrate`, heals it;
 // every row is in the stream once. (Rows committed during a fault reach
 // the relay through the sweep: not in commit order.)
@@ -228,6 +230,11 @@ func TestWALPublicationFaultsNamedAndHealed(t *testing.T) {
 		// though the publication exists again.
 		{"publication dropped and created again by hand", "DROP PUBLICATION " + e.publication,
 			"CREATE PUBLICATION " + e.publication + " FOR TABLE " + e.table + " WITH (publish = 'insert')", "publication " + e.publication + " does not exist"},
+		// PostgreSQL 15: a column list and a row filter.
+		{"a column list", "ALTER PUBLICATION " + e.publication + " SET TABLE " + e.table + " (id, idempotency_key, subject)", "",
+			"publishes " + e.table + " with a column list without"},
+		{"a row filter", "ALTER PUBLICATION " + e.publication + " SET TABLE " + e.table + " WHERE (subject <> 'events.crash')", "",
+			"publishes " + e.table + " with a row filter WHERE"},
 	} {
 		t.Log(fault.name)
 		// Rows keep coming, through the fault and its repair.

@@ -38,8 +38,10 @@ type relation struct {
 	schema  string
 	name    string
 	columns [readCount]column
-	// missing names a column the source reads that the table lacks.
+	// missing names a column the source reads that the table lacks;
+	// warned: the reader said so.
 	missing string
+	warned  bool
 }
 
 type column struct {

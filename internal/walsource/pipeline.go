@@ -75,8 +75,9 @@ type entry struct {
 	lastErr   string    // why the last attempt failed
 	firstEmit time.Time // when the row was first handed to the publisher; zero before
 	// probe: the row came back from being set aside (aside.go): handed
-	// over alone among the rows of its ordering key.
-	probe bool
+	// over alone among the rows of its ordering key. back: it is among
+	// the rows set aside until it is handed over or settled.
+	probe, back bool
 	// lost: the row waits in adopt, and a watermark showed that the
 	// stream will not deliver it again (the slot was dropped and created
 	// again): the sweep publishes it, or its mark settles it.
@@ -421,6 +422,9 @@ func (p *pipeline) applyChecks() {
 		if e.state != checking {
 			continue
 		}
+		if r.v != publishRow {
+			p.back(e)
+		}
 		switch r.v {
 		case settledRow:
 			e.state = settled
@@ -477,6 +481,7 @@ func (p *pipeline) emit(out chan<- *message.Message) {
 			p.next++
 			continue // a dead letter
 		}
+		p.back(e)
 		if e.probe {
 			p.aside.probing[e.row.OrderingKey.String] = e.row.ID
 		}
@@ -658,12 +663,23 @@ func (p *pipeline) waitAside(e *entry, first int64) {
 	p.setAside(e, reason, max(time.Until(head.due), 0), first)
 }
 
-// comesBack takes e out of the rows set aside when it was one of them: it
-// is in the window again, to be published; set aside for a failure of its
-// own, and of an ordering key, it is a probe (aside.go).
+// comesBack notes that e, in the window again, was set aside: set aside
+// for a failure of its own, and of an ordering key, it is a probe
+// (aside.go). It stays among the rows set aside until it is handed over
+// (back): rows of its key that wait in the window ahead of it (read while
+// the queue was held) still wait for it.
 func (p *pipeline) comesBack(e *entry) {
-	if r := p.aside.take(e.row.ID); r != nil {
-		e.probe = e.row.OrderingKey.Valid && !r.waits
+	if r := p.aside.rows[e.row.ID]; r != nil {
+		e.back, e.probe = true, e.row.OrderingKey.Valid && !r.waits
+	}
+}
+
+// back takes e, handed over or settled, out of the rows set aside when it
+// came back from them.
+func (p *pipeline) back(e *entry) {
+	if e.back {
+		e.back = false
+		p.aside.take(e.row.ID)
 		p.s.asideSum.Store(p.aside.summary())
 	}
 }
@@ -753,6 +769,7 @@ func (p *pipeline) reconcile() {
 	s.logger.Info("reconciled rows in doubt against the stream", slog.Int("in_doubt", len(doubt)), slog.Int("found", len(found)))
 	for id, stored := range found {
 		e := byID[id]
+		p.back(e)
 		e.state = acked
 		p.drop(e)
 		s.marks.push(markItem{e: e, kind: markDone, id: id, xid: e.xid, attempts: e.attempts, stream: stored.Stream, seq: stored.Seq})
@@ -761,6 +778,7 @@ func (p *pipeline) reconcile() {
 
 // dead makes e a dead letter.
 func (p *pipeline) dead(e *entry, reason string) {
+	p.back(e) // a dead letter holds nothing back
 	e.state = dead
 	p.drop(e)
 	p.s.logger.Warn("row is a dead letter", slog.Int64("row_id", e.row.ID), slog.Int("attempt", e.attempts), slog.String("error", reason))
@@ -913,7 +931,8 @@ func (p *pipeline) appendSwept() {
 		if stored, ok := r.stored[e.row.ID]; ok {
 			// Found in its stream by the sweep's reconcile: settled as
 			// relayed, not published again.
-			p.aside.take(e.row.ID)
+			p.comesBack(e)
+			p.back(e)
 			e.state = acked
 			p.push(e)
 			p.drop(e)

@@ -22,15 +22,19 @@ const publicationCheckEvery = 5 * time.Second
 
 // publicationFault says what is wrong with the publication, with the fix;
 // "" when nothing is.
-func publicationFault(n Names, exists, inserts bool) string {
+func publicationFault(n Names, p publicationState) string {
 	switch {
-	case !exists:
+	case !p.exists:
 		return publicationDropped(n)
-	case !inserts:
+	case !p.insert || !p.hasTable:
 		return fmt.Sprintf("publication %s does not publish the inserts of %s (the table dropped from it, ALTER PUBLICATION %s DROP TABLE, or its publish option without insert): "+
 			"this relay receives no new row of the table from the slot, only through the sweep, late and not in commit order; "+
 			"run `bridge migrate` (same database.url, database.table and wal.*), which makes it publish them again",
 			n.Publication, n.Table, n.Publication)
+	case p.partial != "":
+		return fmt.Sprintf("publication %s publishes %s with %s: this relay receives the rows it filters out, or rows without those columns, only through the sweep, late and not in commit order; "+
+			"run `bridge migrate` (same database.url, database.table and wal.*), which makes it publish every row and column of the table again",
+			n.Publication, n.Table, p.partial)
 	}
 	return ""
 }
@@ -64,11 +68,11 @@ func (s *Subscriber) publicationLoop() {
 		case <-time.After(publicationCheckEvery):
 		}
 		ctx, cancel := context.WithTimeout(s.hardCtx, publicationCheckEvery)
-		exists, inserts, err := publication(ctx, s.db.SQL, s.cfg.Names)
+		p, err := readPublication(ctx, s.db.SQL, s.cfg.Names)
 		if err == nil {
-			s.setPublicationFault(publicationFault(s.cfg.Names, exists, inserts))
+			s.setPublicationFault(publicationFault(s.cfg.Names, p))
 		}
-		if err == nil && exists && inserts && s.slotFault.Load() != nil && s.state.Load().streaming {
+		if err == nil && p.exists && p.insert && p.hasTable && s.slotFault.Load() != nil && s.state.Load().streaming {
 			// The server refused the slot, and a session streams again
 			// (the slot made again): a transaction of its own, a logical
 			// message the reader ignores, shows whether the server
@@ -130,6 +134,24 @@ func repairPublication(ctx context.Context, db *sql.DB, n Names, p publicationSt
 			return "", fmt.Errorf("add %s to publication %s: %w", n.Table, n.Publication, err)
 		}
 		did = append(did, "added "+n.Table)
+	}
+	if p.hasTable && p.partial != "" {
+		// Dropped and added again in one transaction: the table without
+		// a column list or row filter, and nothing else changed.
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return "", err
+		}
+		defer tx.Rollback() //nolint:errcheck // after Commit: nothing to roll back
+		for _, stmt := range []string{"ALTER PUBLICATION " + n.Publication + " DROP TABLE " + n.Table, "ALTER PUBLICATION " + n.Publication + " ADD TABLE " + n.Table} {
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				return "", fmt.Errorf("make publication %s publish every row and column of %s: %w", n.Publication, n.Table, err)
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return "", fmt.Errorf("make publication %s publish every row and column of %s: %w", n.Publication, n.Table, err)
+		}
+		did = append(did, "publishes every row and column of "+n.Table+" (was "+p.partial+")")
 	}
 	if !p.insert {
 		publish := []string{"insert"}
@@ -234,7 +256,7 @@ func Repair(ctx context.Context, db *sql.DB, n Names) ([]string, error) {
 		return nil, err
 	}
 	exists := p.exists
-	if exists && (!p.hasTable || !p.insert) {
+	if exists && (!p.hasTable || !p.insert || p.partial != "") {
 		what, err := repairPublication(ctx, db, n, p)
 		if err != nil {
 			return nil, err

@@ -112,6 +112,10 @@ type publicationState struct {
 	hasTable bool // the table is among its tables (pg_publication_tables: FOR ALL TABLES included)
 	// What it publishes (pg_publication.pub*).
 	insert, update, delete, truncate bool
+	// partial says how the publication filters the table's rows or
+	// columns (PostgreSQL 15: pg_publication_tables.rowfilter, attnames);
+	// "" when it publishes them all.
+	partial string
 }
 
 // readPublication reads the publication from pg_publication and
@@ -131,7 +135,48 @@ FROM pg_publication p WHERE p.pubname = $1`, n.Publication, schema, table).Scan(
 	if err != nil {
 		return publicationState{}, fmt.Errorf("look up publication %s: %w", n.Publication, err)
 	}
+	if p.hasTable {
+		if p.partial, err = publicationFilter(ctx, db, n, schema, table); err != nil {
+			return publicationState{}, err
+		}
+	}
 	return p, nil
+}
+
+// publicationFilter says how publication n filters the table's rows (a
+// WHERE clause) or columns (a column list), both PostgreSQL 15 and later
+// (pg_publication_tables.rowfilter and attnames); "" when it does not. A
+// row filter drops rows from the stream; a column list sends rows without
+// the columns the relay reads. Either way the rows reach the relay only
+// through the sweep, late and out of commit order, or not whole.
+func publicationFilter(ctx context.Context, db *sql.DB, n Names, schema any, table string) (string, error) {
+	var version int
+	if err := db.QueryRowContext(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
+		return "", fmt.Errorf("look up publication %s: %w", n.Publication, err)
+	}
+	if version < 150000 {
+		return "", nil
+	}
+	var filter sql.NullString
+	var missing int
+	err := db.QueryRowContext(ctx, `SELECT t.rowfilter, (SELECT count(*) FROM pg_attribute a WHERE a.attrelid = to_regclass($4)
+	AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '') - coalesce(array_length(t.attnames, 1), 0)
+FROM pg_publication_tables t WHERE t.pubname = $1 AND t.schemaname = coalesce($2::text, current_schema()) AND t.tablename = $3::text`,
+		n.Publication, schema, table, n.Table).Scan(&filter, &missing)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("look up the columns and row filter of publication %s: %w", n.Publication, err)
+	}
+	var what []string
+	if missing > 0 {
+		what = append(what, fmt.Sprintf("a column list without %d of the table's columns", missing))
+	}
+	if filter.Valid {
+		what = append(what, "a row filter WHERE "+filter.String)
+	}
+	return strings.Join(what, " and "), nil
 }
 
 // qualifiedName is a table's schema and name as the catalog spells them.

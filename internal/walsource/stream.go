@@ -371,6 +371,19 @@ func (r *reader) insert(ctx context.Context, data []byte) error {
 	if !relation.is(s.table) {
 		return nil // the publication was extended by hand
 	}
+	if relation.missing != "" {
+		// Sent without a column the relay reads: the publication had a
+		// column list when the row was committed (publicationFilter names
+		// it), and the slot decodes the row with that catalog for ever.
+		// The row stays pending in the table: the sweep publishes it.
+		if !relation.warned {
+			relation.warned = true
+			s.logger.Warn("rows of the outbox table arrive from the slot without column "+relation.missing+
+				" (a column list on the publication when they were committed): the sweep publishes them from the table, late and not in commit order",
+				slog.String("publication", s.cfg.Publication))
+		}
+		return nil
+	}
 	d, err := relation.decode(r.types, cols, s.payloadLimit())
 	clear(r.cols) // the tuple points into the read buffer
 	if err != nil {
