@@ -61,7 +61,15 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 	}
 	routes := dedup.NewRoutes()
 	dedupRelayedStreams := relayedStreams(store)
-	dedupReconciler := dedup.ProvideReconciler(jetStream, routes, dedupRelayedStreams, cfg, logger)
+	streams, err := broker.ProvideStreams(ctx, jetStream, cfg, logger)
+	if err != nil {
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	keeper := broker.ProvideKeeper(jetStream, streams, logger)
+	dedupReconciler := dedup.ProvideReconciler(jetStream, routes, dedupRelayedStreams, keeper, cfg, logger)
 	outboxReconciler := reconciler(dedupReconciler)
 	subscriber, err := outbox.ProvideSubscriber(store, cfg, logger, outboxClaimGate, outboxPayloadLimit, tracer, outboxReconciler)
 	if err != nil {
@@ -78,13 +86,6 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 		cleanup()
 		return nil, nil, err
 	}
-	streams, err := broker.ProvideStreams(ctx, jetStream, cfg, logger)
-	if err != nil {
-		cleanup3()
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
 	guard, err := dedup.ProvideGuard(ctx, jetStream, streams, routes, cfg, logger)
 	if err != nil {
 		cleanup3()
@@ -92,7 +93,6 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 		cleanup()
 		return nil, nil, err
 	}
-	keeper := broker.ProvideKeeper(jetStream, streams, logger)
 	tableCollector := outbox.ProvideTableCollector(store)
 	stallWatch := outbox.ProvideStallWatch(store, subscriber, cfg, logger)
 	registry, err := provideRegistry(subscriber, tableCollector, guard, dedupReconciler, keeper, stallWatch)
@@ -247,7 +247,14 @@ func NewWALRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, h
 	}
 	routes := dedup.NewRoutes()
 	dedupRelayedStreams := relayedStreams(store)
-	dedupReconciler := dedup.ProvideReconciler(jetStream, routes, dedupRelayedStreams, cfg, logger)
+	streams, err := broker.ProvideStreams(ctx, jetStream, cfg, logger)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	keeper := broker.ProvideKeeper(jetStream, streams, logger)
+	dedupReconciler := dedup.ProvideReconciler(jetStream, routes, dedupRelayedStreams, keeper, cfg, logger)
 	outboxReconciler := reconciler(dedupReconciler)
 	subscriber, err := walsource.ProvideSubscriber(ctx, db, store, conn, outboxReconciler, cfg, logger)
 	if err != nil {
@@ -263,19 +270,12 @@ func NewWALRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, h
 		cleanup()
 		return nil, nil, err
 	}
-	streams, err := broker.ProvideStreams(ctx, jetStream, cfg, logger)
-	if err != nil {
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
 	guard, err := dedup.ProvideGuard(ctx, jetStream, streams, routes, cfg, logger)
 	if err != nil {
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
-	keeper := broker.ProvideKeeper(jetStream, streams, logger)
 	tracer, cleanup3, err := telemetry.ProvideTracer(ctx, logger)
 	if err != nil {
 		cleanup2()

@@ -77,6 +77,12 @@ type ReconcilerConfig struct {
 	// the JetStream API nor Routes resolve, e.g. after a restart. Defaults to
 	// nil.
 	Relayed func(ctx context.Context, subject string) (string, error)
+	// Unavailable, when set, is told every failed lookup of a subject's
+	// stream (broker.Keeper.Diagnose): a cluster that does not answer it
+	// (JetStream 10008, no responders) is the stream's outage, and rows in
+	// doubt wait for it as published rows do, so that readiness does not
+	// call the stream healthy while they wait. Defaults to nil.
+	Unavailable func(ctx context.Context, subject string, err error) error
 }
 
 // Candidate is a row to be republished whose earlier publish may have been
@@ -246,10 +252,12 @@ func (r *Reconciler) stream(ctx context.Context, subject string) (streamWindow, 
 		return sw, nil
 	}
 	if err != nil {
+		r.unavailable(ctx, subject, err)
 		return streamWindow{}, fmt.Errorf("find the stream of %.80s: %w", subject, err)
 	}
 	s, err := r.js.Stream(ctx, name)
 	if err != nil {
+		r.unavailable(ctx, subject, err)
 		return streamWindow{}, fmt.Errorf("read stream %s: %w", name, err)
 	}
 	cfg := s.CachedInfo().Config
@@ -565,4 +573,11 @@ func (r *Reconciler) incomplete(stream string, read, left int, bound string) err
 	r.logger.Warn("reconcile scan stopped by its bound; the rows not found are published again and may be duplicated",
 		slog.String("stream", stream), slog.Int("messages_read", read), slog.Int("rows_not_found", left), slog.String("bound", bound))
 	return nil
+}
+
+// unavailable tells ReconcilerConfig.Unavailable of a failed lookup.
+func (r *Reconciler) unavailable(ctx context.Context, subject string, err error) {
+	if r.cfg.Unavailable != nil {
+		_ = r.cfg.Unavailable(ctx, subject, err) // it records the outage; the lookup's error is returned as it is
+	}
 }

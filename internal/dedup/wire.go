@@ -38,8 +38,9 @@ type RelayedStreams func(ctx context.Context, subject string) (string, error)
 
 // ProvideReconciler bounds stream scans by dedup.reconcile_max_messages and
 // dedup.reconcile_timeout; the streams of subjects the JetStream API cannot
-// resolve come from routes and relayed.
-func ProvideReconciler(js jetstream.JetStream, routes *Routes, relayed RelayedStreams, cfg *config.Config, logger *slog.Logger) *Reconciler {
+// resolve come from routes and relayed; lookups the cluster does not
+// answer are the keeper's stream outages.
+func ProvideReconciler(js jetstream.JetStream, routes *Routes, relayed RelayedStreams, keeper *broker.Keeper, cfg *config.Config, logger *slog.Logger) *Reconciler {
 	return NewReconciler(js, logger.With(slog.String("component", "dedup")), ReconcilerConfig{
 		Namespace:      cfg.Dedup.Namespace,
 		PublishTimeout: cfg.Relay.PublishTimeout,
@@ -48,5 +49,6 @@ func ProvideReconciler(js jetstream.JetStream, routes *Routes, relayed RelayedSt
 		Timeout:        cfg.Dedup.ReconcileTimeout,
 		Routes:         routes,
 		Relayed:        relayed,
+		Unavailable:    keeper.Diagnose,
 	})
 }

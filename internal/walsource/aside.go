@@ -125,6 +125,22 @@ func (a *asides) before(key string, id int64) int64 {
 	return 0
 }
 
+// release makes the rows of key that wait for an earlier row due now (the
+// row they waited for is settled elsewhere: deleted, relayed by another
+// relay) and returns their ids, for the sweep to make them available.
+func (a *asides) release(key string) []int64 {
+	var ids []int64
+	now := time.Now()
+	for _, id := range a.byKey[key] {
+		if r := a.rows[id]; r.waits {
+			r.due = now
+			ids = append(ids, id)
+		}
+	}
+	a.stale = a.stale || len(ids) > 0
+	return ids
+}
+
 // markedNow records that id's failed mark is written.
 func (a *asides) markedNow(id int64) {
 	if r := a.rows[id]; r != nil {

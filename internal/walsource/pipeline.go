@@ -890,12 +890,17 @@ func (p *pipeline) ids() map[int64]bool {
 // swept rows.
 func (p *pipeline) sweep(r sweepRequest) {
 	if r.gone != nil {
+		var release []int64
 		for _, id := range r.gone {
 			if a := p.aside.rows[id]; a != nil && a.marked {
 				p.aside.take(id)
+				if !a.waits && a.key != "" {
+					release = append(release, p.aside.release(a.key)...)
+				}
 			}
 		}
 		p.s.asideSum.Store(p.aside.summary())
+		r.released <- release
 		return
 	}
 	if r.token != "" {

@@ -26,8 +26,10 @@ type sweepRequest struct {
 	// appended is closed once the rows are in the window.
 	appended chan struct{}
 	// gone: rows set aside that the table no longer holds as failed
-	// (relayed, a dead letter, deleted): they hold their keys no longer.
-	gone []int64
+	// (relayed, a dead letter, deleted): they hold their keys no longer;
+	// released: the rows that waited for them, due now.
+	gone     []int64
+	released chan []int64
 }
 
 // held is the pipeline's answer to a watermark: the ids of the rows it
@@ -263,9 +265,31 @@ func (s *Subscriber) forgetAsides(ctx context.Context, ids []int64) error {
 	if len(gone) == 0 {
 		return nil
 	}
+	req := sweepRequest{gone: gone, released: make(chan []int64, 1)}
 	select {
-	case s.sweeps <- sweepRequest{gone: gone}:
+	case s.sweeps <- req:
 	case <-s.closing:
+		return nil
+	}
+	var released []int64
+	select {
+	case released = <-req.released:
+	case <-s.closing:
+		return nil
+	}
+	if len(released) == 0 {
+		return nil
+	}
+	// The rows that waited for them are due now: the next round (asked
+	// for at once) brings them back.
+	if _, err := s.db.SQL.ExecContext(ctx, `UPDATE `+s.cfg.Table+` SET available_at = now() WHERE id = ANY($1) AND status = 'failed'`, released); err != nil {
+		return fmt.Errorf("sweep: release the rows waiting for rows set aside: %w", err)
+	}
+	s.logger.Info("sweep: rows set aside are settled elsewhere (relayed, deleted); the rows of their ordering keys waiting for them go on",
+		slog.Int("released", len(released)))
+	select {
+	case s.sweepNow <- struct{}{}:
+	default:
 	}
 	return nil
 }
