@@ -77,9 +77,10 @@ type ReconcilerConfig struct {
 	// the JetStream API nor Routes resolve, e.g. after a restart. Defaults to
 	// nil.
 	Relayed func(ctx context.Context, subject string) (string, error)
-	// Unavailable, when set, is told every failed lookup of a subject's
-	// stream (broker.Keeper.Diagnose): a cluster that does not answer it
-	// (JetStream 10008, no responders) is the stream's outage, and rows in
+	// Unavailable, when set, is told every lookup of a subject's stream
+	// that the server answered with a JetStream API error
+	// (broker.Keeper.Diagnose): a cluster that cannot serve it (JetStream
+	// 10008) is the stream's outage, and rows in
 	// doubt wait for it as published rows do, so that readiness does not
 	// call the stream healthy while they wait. Defaults to nil.
 	Unavailable func(ctx context.Context, subject string, err error) error
@@ -575,9 +576,15 @@ func (r *Reconciler) incomplete(stream string, read, left int, bound string) err
 	return nil
 }
 
-// unavailable tells ReconcilerConfig.Unavailable of a failed lookup.
+// unavailable tells ReconcilerConfig.Unavailable of a lookup the server
+// answered with a JetStream API error (such as 10008, "JetStream system
+// temporarily unavailable"): the cluster is up and says it cannot serve
+// the stream. A lookup not answered at all (a frozen server, a lost
+// connection) is not told: that is the connection's fault, which the
+// liveness probe is for.
 func (r *Reconciler) unavailable(ctx context.Context, subject string, err error) {
-	if r.cfg.Unavailable != nil {
+	var apiErr *jetstream.APIError
+	if r.cfg.Unavailable != nil && errors.As(err, &apiErr) {
 		_ = r.cfg.Unavailable(ctx, subject, err) // it records the outage; the lookup's error is returned as it is
 	}
 }

@@ -329,11 +329,17 @@ func TestForwarderStopInTheMiddleOfABatch(t *testing.T) {
 			require.NoError(t, second.stop())
 			b.verify(t, p)
 			republished := uint64(second.f.Counters.Deduplicated.Load())
-			require.Equal(t, published-ackedCount, republished,
-				"the second run published again exactly the messages after the offset, and JetStream dropped them")
-			require.Equal(t, total-published, uint64(second.f.Counters.Relayed.Load())-republished,
-				"the second run published exactly the messages the first did not")
-			t.Logf("%s stop after %d published: %d committed, %d republished and deduplicated", mode, published, ackedCount, republished)
+			// A publish of the second run retried after a timeout whose
+			// first try was stored (a loaded machine) is a duplicate too:
+			// each retry may add one.
+			retried := uint64(second.f.Counters.Failed.Load())
+			require.GreaterOrEqual(t, republished, published-ackedCount,
+				"the second run published again every message after the offset, and JetStream dropped them")
+			require.LessOrEqual(t, republished, published-ackedCount+retried,
+				"the second run published again only the messages after the offset (%d retries)", retried)
+			require.Equal(t, total-ackedCount, uint64(second.f.Counters.Relayed.Load()),
+				"the second run relayed each message after the offset once: those the first published again, and those it did not")
+			t.Logf("%s stop after %d published: %d committed, %d republished and deduplicated, %d retried", mode, published, ackedCount, republished, retried)
 		})
 	}
 }
