@@ -99,7 +99,7 @@ func outageCandidate(err error) bool {
 
 // streamState is what the watch knows of one stream.
 type streamState struct {
-	leader  string    // last leader seen while the stream was healthy
+	leader  string    // last leader seen
 	checked time.Time // last stream info
 	why     string    // "" healthy at checked; else why it is not
 	missing bool      // the server answered: no such stream
@@ -162,10 +162,7 @@ func (k *Keeper) probe(ctx context.Context, stream string, fresh time.Duration) 
 	case err == nil:
 		info := s.CachedInfo()
 		st.why = streamHealth(info)
-		// The leader of a healthy stream only: one named while it has no
-		// quorum may be a replica that lost it, and the outage's lost
-		// leader is the one that served the stream before it.
-		if st.why == "" && info.Cluster != nil && info.Cluster.Leader != "" {
+		if info.Cluster != nil && info.Cluster.Leader != "" {
 			st.leader = info.Cluster.Leader
 		}
 	case errors.Is(err, jetstream.ErrStreamNotFound):
