@@ -46,6 +46,10 @@ var outageCodes = map[jetstream.ErrorCode]bool{
 	10008: true, // JSClusterNotAvailErr: JetStream system temporarily unavailable
 	10009: true, // JSClusterNotLeaderErr: JetStream cluster can not handle request
 	10118: true, // JSStreamOfflineErr: stream is offline
+	// "duplicate message id is in process": an earlier publish of the same
+	// Nats-Msg-Id is still being stored (proposed to the stream's replicas,
+	// slow while it lacks quorum); its outcome is not the row's fault.
+	10158: true,
 }
 
 // ErrBrokerUnavailable is wrapped by every *StreamUnavailableError.
