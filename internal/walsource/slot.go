@@ -150,23 +150,19 @@ FROM pg_publication p WHERE p.pubname = $1`, n.Publication, schema, table).Scan(
 // the columns the relay reads. Either way the rows reach the relay only
 // through the sweep, late and out of commit order, or not whole.
 func publicationFilter(ctx context.Context, db *sql.DB, n Names, schema any, table string) (string, error) {
-	var version int
-	if err := db.QueryRowContext(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
-		return "", fmt.Errorf("look up publication %s: %w", n.Publication, err)
-	}
-	if version < 150000 {
-		return "", nil
-	}
 	var filter sql.NullString
 	var missing int
 	err := db.QueryRowContext(ctx, `SELECT t.rowfilter, (SELECT count(*) FROM pg_attribute a WHERE a.attrelid = to_regclass($4)
 	AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '') - coalesce(array_length(t.attnames, 1), 0)
 FROM pg_publication_tables t WHERE t.pubname = $1 AND t.schemaname = coalesce($2::text, current_schema()) AND t.tablename = $3::text`,
 		n.Publication, schema, table, n.Table).Scan(&filter, &missing)
-	if errors.Is(err, sql.ErrNoRows) {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
 		return "", nil
-	}
-	if err != nil {
+	case errors.As(err, &pgErr) && pgErr.Code == "42703":
+		return "", nil // undefined_column: before PostgreSQL 15, no column lists or row filters
+	case err != nil:
 		return "", fmt.Errorf("look up the columns and row filter of publication %s: %w", n.Publication, err)
 	}
 	var what []string
