@@ -52,8 +52,34 @@ var outageCodes = map[jetstream.ErrorCode]bool{
 	10158: true,
 }
 
+// IsOutageCode reports whether a JetStream API error code says the
+// cluster cannot serve the stream now (outageCodes), or the server as a
+// whole cannot take messages (10023 insufficient resources, 10167 too many
+// requests): not the message's or its stream's own refusal.
+func IsOutageCode(code jetstream.ErrorCode) bool {
+	return outageCodes[code] || code == 10023 || code == 10167
+}
+
 // ErrBrokerUnavailable is wrapped by every *StreamUnavailableError.
 var ErrBrokerUnavailable = errors.New("the broker is unavailable")
+
+// ErrNoStreamAnswered is wrapped by a failed publish that Keeper.Diagnose
+// found is not an outage because the server answered, over a connection
+// still up, that no stream captures its subject (STREAM.NAMES or
+// STREAM.INFO: JetStream error 10059, stream not found). A 503 no
+// responders alone does not say it: a server shutting down answers it for
+// every subject while its JetStream stops (nats-server
+// server/jetstream.go, shutdownJetStream), before it closes the
+// connection; the API then answers 10039 (JetStream not enabled for the
+// account), not 10059.
+var ErrNoStreamAnswered = errors.New("the server answers that no stream captures the subject")
+
+// noStreamAnswered is err, which the server's answer found is the
+// subject's own: no stream captures it. Its text is err's.
+type noStreamAnswered struct{ err error }
+
+func (e noStreamAnswered) Error() string   { return e.err.Error() }
+func (e noStreamAnswered) Unwrap() []error { return []error{ErrNoStreamAnswered, e.err} }
 
 // StreamUnavailableError is a publish that got no PubAck because its
 // stream cannot take messages now — it has no leader (an election, or no
@@ -210,8 +236,9 @@ func (k *Keeper) streamOf(subject string) string {
 // stream does, it returns a *StreamUnavailableError wrapping err and
 // counts the stream in an outage (Check, Outage). When the server answers
 // that no stream captures subject (jetstream.ErrStreamNotFound, from
-// STREAM.NAMES or STREAM.INFO), and for every other error, it returns err
-// unchanged.
+// STREAM.NAMES or STREAM.INFO) and the connection is still up after that
+// answer, it returns err wrapped with ErrNoStreamAnswered (its text
+// unchanged); for every other error, err unchanged.
 func (k *Keeper) Diagnose(ctx context.Context, subject string, err error) error {
 	if err == nil || !outageCandidate(err) || !k.js.Conn().IsConnected() {
 		return err
@@ -223,7 +250,7 @@ func (k *Keeper) Diagnose(ctx context.Context, subject string, err error) error 
 		cancel()
 		switch {
 		case errors.Is(lerr, jetstream.ErrStreamNotFound):
-			return err // the server answered: no stream captures subject
+			return k.noStream(err) // the server answered: no stream captures subject
 		case lerr != nil:
 			return &StreamUnavailableError{Why: "the JetStream API does not answer which stream captures " + subject + ": " + lerr.Error(), Err: err}
 		}
@@ -234,7 +261,7 @@ func (k *Keeper) Diagnose(ctx context.Context, subject string, err error) error 
 	}
 	st := k.probe(ctx, stream, outageDiagnoseFor)
 	if st.missing {
-		return err
+		return k.noStream(err)
 	}
 	why := st.why
 	if why == "" {
@@ -245,6 +272,16 @@ func (k *Keeper) Diagnose(ctx context.Context, subject string, err error) error 
 	}
 	lost := k.outage(stream, why, true)
 	return &StreamUnavailableError{Stream: stream, Why: why, LostLeader: lost, Err: err}
+}
+
+// noStream is err after the server answered that no stream captures its
+// subject: wrapped with ErrNoStreamAnswered while the connection is still
+// up, unchanged once it is not (the answer may predate a server going).
+func (k *Keeper) noStream(err error) error {
+	if !k.js.Conn().IsConnected() {
+		return err
+	}
+	return noStreamAnswered{err}
 }
 
 // outage counts stream in an outage for why (a publish failed for it when

@@ -106,3 +106,25 @@ func Classify(err error) source.FailureClass {
 	}
 	return source.Retryable
 }
+
+// Own reports whether err, a failed publish as report has it (after
+// Diagnose), is tied to its row by the server's own answer
+// (source.Outcome.Own): the duplicate-window guard refused it (its stream
+// found unsafe), the server answered that no stream captures its subject
+// (broker.ErrNoStreamAnswered), or the PubAck carries a JetStream API
+// error that is the stream's refusal of the message (full with
+// discard-new, a size or sequence check; not broker.IsOutageCode). Every
+// failure without such an answer — a timeout, 503 no responders alone, a
+// disconnect, the broker's outage — is not: it may be the whole
+// destination's.
+func Own(err error) bool {
+	if err == nil || errors.Is(err, broker.ErrBrokerUnavailable) {
+		return false
+	}
+	var refused refusedError
+	if errors.As(err, &refused) || errors.Is(err, broker.ErrNoStreamAnswered) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && !broker.IsOutageCode(apiErr.ErrorCode)
+}

@@ -3,15 +3,18 @@ package forwarder_test
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
+	"github.com/outbox-bridge/bridge/internal/broker"
 	"github.com/outbox-bridge/bridge/internal/forwarder"
 	"github.com/outbox-bridge/bridge/internal/sink"
 	"github.com/outbox-bridge/bridge/internal/source"
@@ -66,21 +69,29 @@ func TestClassifyAgainstARealServer(t *testing.T) {
 		// copies metadata to headers).
 		metadata []string
 		code     jetstream.ErrorCode // the JetStream error code expected, if any
+		// own: the server's answer ties the failure to the row
+		// (forwarder.Own, after the keeper's Diagnose).
+		own bool
 	}{
-		{"payload over max_payload", "ok.big", 2 << 20, source.Permanent, nil, 0},
-		{"over the stream's max_msg_size", "small.a", 200, source.Permanent, nil, 0},
-		{"no stream for the subject", "nostream.a", 10, source.Retryable, nil, 0},
-		{"stream full with discard new", "full.b", 10, source.Retryable, nil, 0},
-		{"publish timeout", "slow.x", 10, source.Retryable, nil, 0},
+		{"payload over max_payload", "ok.big", 2 << 20, source.Permanent, nil, 0, false},
+		{"over the stream's max_msg_size", "small.a", 200, source.Permanent, nil, 0, true},
+		{"no stream for the subject", "nostream.a", 10, source.Retryable, nil, 0, true},
+		{"stream full with discard new", "full.b", 10, source.Retryable, nil, 0, true},
+		// A timeout: the subject has a core subscriber and no stream.
+		// The server's answer to the keeper (no stream captures it)
+		// makes it the row's own.
+		{"publish timeout", "slow.x", 10, source.Retryable, nil, 0, true},
 		// 10111: the stream does not allow rollups.
-		{"rollup not permitted", "ok.rollup", 10, source.Permanent, []string{"Nats-Rollup", "all"}, 10111},
+		{"rollup not permitted", "ok.rollup", 10, source.Permanent, []string{"Nats-Rollup", "all"}, 10111, true},
 		// 10166: the stream does not allow per-message TTLs.
-		{"per-message TTL disabled", "ok.ttl", 10, source.Permanent, []string{"Nats-TTL", "1s"}, 10166},
+		{"per-message TTL disabled", "ok.ttl", 10, source.Permanent, []string{"Nats-TTL", "1s"}, 10166, true},
 	}
+	keeper := broker.NewKeeper(js, nil, slog.New(slog.DiscardHandler))
 	for _, c := range cases {
 		err := publish(c.subject, c.size, c.metadata...)
 		require.Error(t, err, c.name)
 		require.Equal(t, c.want, forwarder.Classify(err), "%s: %v", c.name, err)
+		require.Equal(t, c.own, forwarder.Own(keeper.Diagnose(ctx, c.subject, err)), "%s, its own: %v", c.name, err)
 		if c.code != 0 {
 			var apiErr *jetstream.APIError
 			require.ErrorAs(t, err, &apiErr, c.name)
@@ -95,6 +106,10 @@ func TestClassifyAgainstARealServer(t *testing.T) {
 	err = publish("ok.a", 10)
 	require.Error(t, err)
 	require.Contains(t, []source.FailureClass{source.Unavailable, source.Retryable}, forwarder.Classify(err), "server stopped: %v", err)
+	// A 503 no responders (which a subject without a stream also gets)
+	// with the connection gone since: the server is not there to say
+	// whose fault it was, and it may be everyone's.
+	require.False(t, forwarder.Own(keeper.Diagnose(ctx, "nostream.a", jetstream.ErrNoStreamResponse)), "no responders, then disconnected")
 	// A connection closed for good counts the attempt: the relay starts
 	// again with a new one, and a row that closes every connection it is
 	// sent on must become a dead letter.
@@ -102,4 +117,29 @@ func TestClassifyAgainstARealServer(t *testing.T) {
 	err = publish("ok.a", 10)
 	require.Error(t, err)
 	require.Equal(t, source.Retryable, forwarder.Classify(err), "connection closed: %v", err)
+}
+
+// TestOwnFailureNeedsTheServersAnswer: a 503 no responders is the row's
+// own failure (no stream captures its subject) only when the server says
+// so. A server whose JetStream does not serve — as while one shuts down:
+// its streams stop before its connections close — answers no responders
+// for every subject and 10039 or nothing to the API: every row's publish
+// fails alike, and none is the row's own.
+func TestOwnFailureNeedsTheServersAnswer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := bridgetest.StartNATSWithOptions(t, func(o *server.Options) { o.JetStream = false })
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	keeper := broker.NewKeeper(js, nil, slog.New(slog.DiscardHandler))
+
+	_, err = js.Publish(ctx, "events.a", []byte("x"))
+	require.ErrorIs(t, err, jetstream.ErrNoStreamResponse, "a server without JetStream answers no responders")
+	diagnosed := keeper.Diagnose(ctx, "events.a", err)
+	require.False(t, forwarder.Own(diagnosed), "no stream the server named as missing: %v", diagnosed)
+	require.False(t, forwarder.Own(forwarder.NoStream("events.a", diagnosed)), "said in words, still not the row's own")
+	require.False(t, forwarder.Own(&broker.StreamUnavailableError{Stream: "EVENTS", Why: "no leader", Err: err}), "the broker's outage")
 }

@@ -223,6 +223,7 @@ func (f *Forwarder) report(d *source.Delivery, ack *jetstream.PubAck, err error,
 			span.End()
 		}
 		out := source.Failed(err, f.class(err))
+		out.Own = Own(err)
 		if errors.Is(err, broker.ErrBrokerUnavailable) {
 			out.HoldFor = broker.OutageHoldBack
 		}

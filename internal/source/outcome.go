@@ -46,6 +46,14 @@ type Outcome struct {
 	// HoldFor is how long a Held row waits before it is tried again; 0
 	// means the source's own hold-back time.
 	HoldFor time.Duration
+	// Own reports a failure that the server's own answer ties to this
+	// row: no stream captures its subject (the server said so), its
+	// stream refused it (a JetStream API error in the PubAck that is not
+	// an outage), or the duplicate-window guard found its stream unsafe.
+	// A failure without such an answer (a timeout, a 503 no responders
+	// alone, a disconnect, a stream without a leader) is not, whatever its
+	// Class: it may be the whole destination's.
+	Own bool
 }
 
 // Published is the outcome of a PubAck.

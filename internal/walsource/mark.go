@@ -25,7 +25,7 @@ type markKind int
 const (
 	markDone   markKind = iota // PubAck: done (or deleted)
 	markDead                   // permanent_failed
-	markFailed                 // a retryable failure, for status and retry to see; the row stays in the pipeline
+	markFailed                 // a retryable failure, for status and retry to see; the row stays in the pipeline unless set aside
 )
 
 // markItem is one row's mark. Its fields are copied from the entry when
@@ -41,6 +41,12 @@ type markItem struct {
 	duplicate bool
 	reason    string
 	backoff   time.Duration
+	// first: the row's first publish (database clock), kept for a later
+	// reconcile; zero when not known.
+	first time.Time
+	// aside: a failed mark of a row set aside, which leaves the window
+	// once the mark is written (settled, as done and dead marks are).
+	aside bool
 }
 
 // The marks of rows read from the log. Unlike the table source's, they
@@ -88,8 +94,8 @@ FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::int[]) AS m(id, stream, 
 FROM unnest($1::bigint[], $2::text[], $3::int[]) AS m(id, err, attempts)
 ` + lookup + ` RETURNING o.id`,
 		failed: `UPDATE ` + t + ` o SET status = 'failed', last_error = m.err, attempts = m.attempts, owner = NULL,
-	available_at = now() + m.delay * interval '1 microsecond'
-FROM unnest($1::bigint[], $2::text[], $3::int[], $4::bigint[]) AS m(id, err, attempts, delay)
+	available_at = now() + m.delay * interval '1 microsecond', first_claimed_at = coalesce(o.first_claimed_at, m.first)
+FROM unnest($1::bigint[], $2::text[], $3::int[], $4::bigint[], $5::timestamptz[]) AS m(id, err, attempts, delay, first)
 ` + lookup + ` RETURNING o.id`,
 		// One statement, one snapshot: the snapshot, and which of the
 		// rows it sees and which of those are unsettled.
@@ -143,7 +149,7 @@ func (s *Subscriber) writeMarks(items []markItem, sql markStatements) {
 		}
 		var settled []*entry
 		for _, m := range pending {
-			if m.kind != markFailed && !slices.ContainsFunc(invisible, func(i markItem) bool { return i.id == m.id }) {
+			if (m.kind != markFailed || m.aside) && !slices.ContainsFunc(invisible, func(i markItem) bool { return i.id == m.id }) {
 				settled = append(settled, m.e)
 			}
 		}
@@ -199,11 +205,14 @@ func (s *Subscriber) tryMarks(ctx context.Context, items []markItem, sql markSta
 		return rows.Err()
 	}
 	if len(failed) > 0 {
-		ids, errs, attempts, delays := make([]int64, len(failed)), make([]string, len(failed)), make([]int32, len(failed)), make([]int64, len(failed))
+		ids, errs, attempts, delays, firsts := make([]int64, len(failed)), make([]string, len(failed)), make([]int32, len(failed)), make([]int64, len(failed)), make([]*time.Time, len(failed))
 		for i, m := range failed {
 			ids[i], errs[i], attempts[i], delays[i] = m.id, outbox.SanitizeError(m.reason), int32(m.attempts), m.backoff.Microseconds()
+			if !m.first.IsZero() {
+				firsts[i] = &m.first
+			}
 		}
-		if err := collect(sql.failed, ids, errs, attempts, delays); err != nil {
+		if err := collect(sql.failed, ids, errs, attempts, delays, firsts); err != nil {
 			return nil, fmt.Errorf("mark %d outbox rows failed: %w", len(failed), err)
 		}
 	}

@@ -44,6 +44,12 @@ func (s *Subscriber) Collectors() []prometheus.Collector {
 			func() float64 { return float64(s.emitted.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bridge_inflight_bytes", Help: "Bytes (payloads and headers) of the rows read from the replication slot (or by the sweep) and not yet settled that the relay holds; bounded by relay.max_in_flight_bytes."},
 			func() float64 { _, b := s.budget.held(); return float64(b) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bridge_wal_rows_set_aside", ConstLabels: prometheus.Labels{"reason": "failed"},
+			Help: "Rows set aside: failed for reasons of their own (no stream, refused by it), marked failed and retried by the sweep after their backoff, while the rows after them go on (reason failed); rows of their ordering keys waiting for them (reason waiting)."},
+			func() float64 { return float64(asideCount(s.asideSum.Load(), false)) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bridge_wal_rows_set_aside", ConstLabels: prometheus.Labels{"reason": "waiting"},
+			Help: "Rows set aside: failed for reasons of their own (no stream, refused by it), marked failed and retried by the sweep after their backoff, while the rows after them go on (reason failed); rows of their ordering keys waiting for them (reason waiting)."},
+			func() float64 { return float64(asideCount(s.asideSum.Load(), true)) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bridge_wal_publication_ok",
 			Help: "1 while the publication publishes the outbox table's inserts, 0 when it is dropped or leaves them out (read every 5 s; /readyz names the fix)."},
 			func() float64 {

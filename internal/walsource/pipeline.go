@@ -48,6 +48,7 @@ const (
 	dead                       // a dead letter, mark not yet written
 	settled                    // marked: done, deleted or permanent_failed
 	checking                   // read again by a new session: checked against the table first (check.go)
+	aside                      // set aside (aside.go): its failed mark is being written; then settled, out of the window
 )
 
 // entry is a row or a position in the window, in stream order.
@@ -73,6 +74,10 @@ type entry struct {
 	attempts  int       // publish attempts so far, the row's attempts column included
 	lastErr   string    // why the last attempt failed
 	firstEmit time.Time // when the row was first handed to the publisher; zero before
+	// probe: the row came back from being set aside (aside.go): handed
+	// over alone among the rows of its ordering key. back: it is among
+	// the rows set aside until it is handed over or settled.
+	probe, back bool
 	// lost: the row waits in adopt, and a watermark showed that the
 	// stream will not deliver it again (the slot was dropped and created
 	// again): the sweep publishes it, or its mark settles it.
@@ -103,8 +108,7 @@ type pipeline struct {
 	// the next entry to emit starts.
 	head, next int
 
-	halted        bool      // a failure holds the queue
-	ownHold       bool      // … a failure of the row's own (a nack, its stream refusing it), not of the destination
+	halted        bool      // a failure of the destination (NATS, the stream's outage) holds the queue
 	retryAt       time.Time // when a halted queue may go on
 	waitConnected bool      // … and only once NATS is connected
 	restarting    bool      // the stream restarts: reset once the outcomes are in
@@ -127,6 +131,8 @@ type pipeline struct {
 	// they are read again.
 	popped, resent idRuns
 
+	aside *asides // the rows set aside (aside.go)
+
 	watermark *sweepRequest // a sweep waiting for its watermark
 	appending *sweepRequest // swept rows waiting for room in the window
 	// backlog is the rest of a batch of events whose handling a restart
@@ -139,7 +145,10 @@ type pipeline struct {
 func (p *pipeline) run(out chan<- *message.Message) {
 	s := p.s
 	drain := (<-chan time.Time)(nil)
-	var retry *time.Timer
+	var retry, dueTimer *time.Timer
+	// sweepAsked: when a sweep was last asked for the rows set aside
+	// whose backoff ended.
+	var sweepAsked time.Time
 	for {
 		p.settle()
 		p.applyChecks()
@@ -169,6 +178,15 @@ func (p *pipeline) run(out chan<- *message.Message) {
 		if !p.closing && p.appending == nil {
 			sweeps = s.sweeps
 		}
+		var due <-chan time.Time
+		if d := p.aside.nextSweep(sweepAsked); !d.IsZero() {
+			if dueTimer == nil {
+				dueTimer = time.NewTimer(max(time.Until(d), 0))
+			} else {
+				dueTimer.Reset(max(time.Until(d), 0))
+			}
+			due = dueTimer.C
+		}
 		var wake <-chan time.Time
 		if p.halted && s.emitted.Load() == 0 {
 			d := time.Until(p.retryAt)
@@ -196,6 +214,12 @@ func (p *pipeline) run(out chan<- *message.Message) {
 		case r := <-sweeps:
 			p.sweep(r)
 		case <-wake:
+		case <-due:
+			sweepAsked = time.Now()
+			select {
+			case s.sweepNow <- struct{}{}:
+			default: // a sweep is asked for already
+			}
 		case <-closing:
 			p.closing = true
 			drain = time.After(s.cfg.DrainTimeout)
@@ -254,8 +278,8 @@ func (p *pipeline) handle(ev event) {
 		}
 		e.charged, e.size = true, size
 		if e.state != queued {
-			p.drop(e) // published or dead before the restart
-		} else if uint64(p.txLSN) < s.checkBelow.Load() {
+			p.drop(e) // published, dead or set aside before the restart
+		} else if p.comesBack(e); uint64(p.txLSN) < s.checkBelow.Load() { // back from being set aside, when it was
 			// Committed before the session began: another run may have
 			// relayed it (check.go).
 			e.state = checking
@@ -276,7 +300,7 @@ func (p *pipeline) handle(ev event) {
 	case evWatermark:
 		if p.watermark != nil && p.watermark.token == ev.token {
 			p.notComing()
-			p.watermark.ids <- p.ids()
+			p.watermark.ids <- held{ids: p.ids(), aside: p.aside.marked()}
 			p.watermark = nil
 		}
 	case evRestart:
@@ -377,6 +401,9 @@ func (p *pipeline) settle() {
 		if e.state == settled {
 			continue
 		}
+		if e.state == aside {
+			p.aside.markedNow(e.row.ID) // its failed mark is written
+		}
 		e.state = settled
 		p.drop(e)
 		if e.lost && p.adopt[e.row.ID] == e {
@@ -394,6 +421,9 @@ func (p *pipeline) applyChecks() {
 		e := r.e
 		if e.state != checking {
 			continue
+		}
+		if r.v != publishRow {
+			p.back(e)
 		}
 		switch r.v {
 		case settledRow:
@@ -436,10 +466,24 @@ func (p *pipeline) emit(out chan<- *message.Message) {
 			p.next++
 			continue
 		}
+		if key := e.row.OrderingKey.String; e.row.OrderingKey.Valid {
+			if first := p.aside.before(key, e.row.ID); first != 0 {
+				p.waitAside(e, first) // per-key order: it waits for the row set aside
+				p.next++
+				continue
+			}
+			if probe, ok := p.aside.probing[key]; ok && probe != e.row.ID {
+				break // a row of its key back from being set aside awaits its outcome
+			}
+		}
 		msg, ok := p.message(e)
 		if !ok {
 			p.next++
 			continue // a dead letter
+		}
+		p.back(e)
+		if e.probe {
+			p.aside.probing[e.row.OrderingKey.String] = e.row.ID
 		}
 		select {
 		case out <- msg:
@@ -501,6 +545,12 @@ func (p *pipeline) outcome(o outcome) {
 	}
 	s.emitted.Add(-1)
 	e.msg = nil
+	if key := e.row.OrderingKey.String; e.probe && p.aside.probing[key] == e.row.ID {
+		// Whatever came of it, the rows of its key after it may go on:
+		// behind it again (a retry from the head of the window), or behind
+		// it set aside again (waitAside).
+		delete(p.aside.probing, key)
+	}
 	switch {
 	case o.acked:
 		out := source.OutcomeOf(o.msg)
@@ -520,14 +570,20 @@ func (p *pipeline) outcome(o outcome) {
 	default:
 		out := source.OutcomeOf(o.msg)
 		e.holdFor = out.HoldFor
-		// A stream in an outage (HoldFor set: no leader, no quorum) is the
-		// broker's fault, not the row's own.
-		p.failed(e, out.Reason(), out.Class, out.HoldFor == 0)
+		// Only a failure the server's answer ties to the row is its own
+		// (source.Outcome.Own): a stream in an outage, a timeout or a 503
+		// no responders alone (a server shutting down answers it for
+		// every subject) may be the whole destination's, and hold the
+		// queue.
+		p.failed(e, out.Reason(), out.Class, out.Own)
 	}
 }
 
 // failed handles a failed attempt of e; own: the failure was the row's
-// (a nack, its stream refusing it), not NATS not answering.
+// (a nack, its stream refusing it, the guard finding its stream unsafe),
+// not NATS or the stream's cluster not answering. A failure of its own
+// sets the row aside (aside.go): the rows after it go on. Any other holds
+// the queue, uncharged.
 func (p *pipeline) failed(e *entry, reason string, class source.FailureClass, own bool) {
 	s := p.s
 	e.lastErr = reason
@@ -537,40 +593,107 @@ func (p *pipeline) failed(e *entry, reason string, class source.FailureClass, ow
 	case class == source.Unavailable:
 		s.Counters.Unavailable.Add(1)
 		e.state = queued
-		p.hold(e, unavailableWait, true, class, false)
+		p.hold(e, unavailableWait, true, class)
 		e.attempts-- // not the row's fault: the attempt does not count
 	case class == source.Held:
-		// Its stream refuses it for now (the duplicate-window guard finds
-		// it unsafe): not the row's fault either, but not over when NATS
-		// is connected. In commit order, the rows after it wait too.
+		// Its stream refuses it for now: the duplicate-window guard finds
+		// the stream unsafe (own), or the stream has no leader or quorum.
+		// Not the row's fault: the attempt does not count.
 		s.Counters.Held.Add(1)
-		e.state = queued
 		e.attempts--
 		// A stream without a leader holds its rows for broker.OutageHoldBack
 		// (the Outcome's HoldFor), the guard for HoldBack.
 		hold := cmp.Or(e.holdFor, s.cfg.HoldBack)
 		e.holdFor = 0
-		p.hold(e, hold, false, class, own)
-		s.marks.push(markItem{e: e, kind: markFailed, id: e.row.ID, xid: e.xid, attempts: e.attempts, reason: reason, backoff: hold})
+		if own {
+			p.setAside(e, reason, hold, 0)
+			return
+		}
+		e.state = queued
+		p.hold(e, hold, false, class)
+		s.marks.push(p.failedMark(e, reason, hold))
 	case e.attempts >= s.cfg.MaxAttempts:
 		p.dead(e, fmt.Sprintf("gave up after %d attempts (relay.max_attempts); last error: %s", e.attempts, reason))
 	default:
 		s.Counters.Failed.Add(1)
-		e.state = queued
 		wait := s.backoff(e.attempts)
-		p.hold(e, wait, false, class, own)
-		s.marks.push(markItem{e: e, kind: markFailed, id: e.row.ID, xid: e.xid, attempts: e.attempts, reason: reason, backoff: wait})
+		if own {
+			p.setAside(e, reason, wait, 0)
+			return
+		}
+		e.state = queued
+		p.hold(e, wait, false, class)
+		s.marks.push(p.failedMark(e, reason, wait))
+	}
+}
+
+// failedMark is e's failed mark: its error, attempts and backoff, and its
+// first publish (database clock) for a later reconcile.
+func (p *pipeline) failedMark(e *entry, reason string, backoff time.Duration) markItem {
+	m := markItem{e: e, kind: markFailed, id: e.row.ID, xid: e.xid, attempts: e.attempts, reason: reason, backoff: backoff}
+	if !e.firstEmit.IsZero() {
+		m.first = e.firstEmit.Add(time.Duration(p.s.clockOffset.Load()))
+	}
+	return m
+}
+
+// setAside sets e aside (aside.go) for wait: marked failed, out of the
+// window once the mark is written, back by the sweep. waitsFor is the
+// earlier row of its ordering key it waits for; 0: it failed itself.
+func (p *pipeline) setAside(e *entry, reason string, wait time.Duration, waitsFor int64) {
+	s := p.s
+	e.state = aside
+	p.drop(e)
+	p.aside.add(e.row.ID, &asideRow{key: e.row.OrderingKey.String, reason: reason, waits: waitsFor != 0, due: time.Now().Add(wait)})
+	s.asideSum.Store(p.aside.summary())
+	s.Counters.SetAside.Add(1)
+	m := p.failedMark(e, reason, wait)
+	m.aside = true
+	s.marks.push(m)
+	if waitsFor != 0 {
+		s.logger.Debug("row set aside: it waits for an earlier row of its ordering key", slog.Int64("row_id", e.row.ID), slog.Int64("waits_for", waitsFor))
+		return
+	}
+	s.logger.Warn("publish failed; the row is set aside (marked failed, retried by the sweep after its backoff) and the rows after it go on; the later rows of its ordering key wait for it",
+		slog.Int64("row_id", e.row.ID), slog.Int("attempt", e.attempts), slog.String("error", reason), slog.Duration("retry_in", wait))
+}
+
+// waitAside sets e aside behind first, the row of its ordering key set
+// aside before it: it comes back with it, when its backoff ends.
+func (p *pipeline) waitAside(e *entry, first int64) {
+	head := p.aside.rows[first]
+	reason := fmt.Sprintf("waits for row %d of its ordering key, set aside: %s", first, head.reason)
+	p.setAside(e, reason, max(time.Until(head.due), 0), first)
+}
+
+// comesBack notes that e, in the window again, was set aside: set aside
+// for a failure of its own, and of an ordering key, it is a probe
+// (aside.go). It stays among the rows set aside until it is handed over
+// (back): rows of its key that wait in the window ahead of it (read while
+// the queue was held) still wait for it.
+func (p *pipeline) comesBack(e *entry) {
+	if r := p.aside.rows[e.row.ID]; r != nil {
+		e.back, e.probe = true, e.row.OrderingKey.Valid && !r.waits
+	}
+}
+
+// back takes e, handed over or settled, out of the rows set aside when it
+// came back from them.
+func (p *pipeline) back(e *entry) {
+	if e.back {
+		e.back = false
+		p.aside.take(e.row.ID)
+		p.s.asideSum.Store(p.aside.summary())
 	}
 }
 
 // hold stops emission until every message in flight has its outcome, wait
 // has passed and, with connected, NATS is connected; then the rows from
-// the first one without a PubAck on are emitted again, in order. With
-// own, the failure was the row's: its backoff is not a stall (heldUntil),
-// as a row in a backoff is not for the table source. Otherwise (NATS
-// unavailable or not answering) the rows are not moving and the stall
-// watch counts on: the stall timer measures rows, not connections.
-func (p *pipeline) hold(e *entry, wait time.Duration, connected bool, class source.FailureClass, own bool) {
+// the first one without a PubAck on are emitted again, in order. The
+// destination does not take rows (NATS unavailable or not answering, the
+// stream without a leader): the rows are not moving and the stall watch
+// counts on: the stall timer measures rows, not connections.
+func (p *pipeline) hold(e *entry, wait time.Duration, connected bool, class source.FailureClass) {
 	until := time.Now().Add(wait)
 	if !p.halted {
 		p.retryAt = until
@@ -580,16 +703,8 @@ func (p *pipeline) hold(e *entry, wait time.Duration, connected bool, class sour
 	} else if until.After(p.retryAt) {
 		p.retryAt = until
 	}
-	if !p.halted {
-		p.ownHold = own
-	} else {
-		p.ownHold = p.ownHold || own
-	}
 	p.halted = true
 	p.waitConnected = p.waitConnected || connected
-	if p.ownHold {
-		p.s.heldUntil.Store(p.retryAt.UnixNano())
-	}
 	p.s.waitingNATS.Store(p.waitConnected)
 }
 
@@ -603,12 +718,6 @@ func (p *pipeline) resume() {
 		return
 	}
 	p.halted, p.waitConnected = false, false
-	if p.ownHold {
-		// The rows were due only now: the stall watch counts from here.
-		s.progress.Store(time.Now().UnixNano())
-	}
-	p.ownHold = false
-	s.heldUntil.Store(0)
 	s.waitingNATS.Store(false)
 	p.next = p.head
 	// A new chain of turns: the old one is broken where the failure was
@@ -663,6 +772,7 @@ func (p *pipeline) reconcile() {
 	s.logger.Info("reconciled rows in doubt against the stream", slog.Int("in_doubt", len(doubt)), slog.Int("found", len(found)))
 	for id, stored := range found {
 		e := byID[id]
+		p.back(e)
 		e.state = acked
 		p.drop(e)
 		s.marks.push(markItem{e: e, kind: markDone, id: id, xid: e.xid, attempts: e.attempts, stream: stored.Stream, seq: stored.Seq})
@@ -671,6 +781,7 @@ func (p *pipeline) reconcile() {
 
 // dead makes e a dead letter.
 func (p *pipeline) dead(e *entry, reason string) {
+	p.back(e) // a dead letter holds nothing back
 	e.state = dead
 	p.drop(e)
 	p.s.logger.Warn("row is a dead letter", slog.Int64("row_id", e.row.ID), slog.Int("attempt", e.attempts), slog.String("error", reason))
@@ -781,6 +892,20 @@ func (p *pipeline) ids() map[int64]bool {
 // sweep takes a request of the sweeper: wait for a watermark, or append
 // swept rows.
 func (p *pipeline) sweep(r sweepRequest) {
+	if r.gone != nil {
+		var release []int64
+		for _, id := range r.gone {
+			if a := p.aside.rows[id]; a != nil && a.marked {
+				p.aside.take(id)
+				if !a.waits && a.key != "" {
+					release = append(release, p.aside.release(a.key)...)
+				}
+			}
+		}
+		p.s.asideSum.Store(p.aside.summary())
+		r.released <- release
+		return
+	}
 	if r.token != "" {
 		p.watermark = &r
 		return
@@ -800,12 +925,30 @@ func (p *pipeline) appendSwept() {
 			return
 		}
 		e := &entry{row: r.rows[0], swept: true, txTime: r.rows[0].CreatedAt, attempts: r.rows[0].Attempt, charged: true, size: size}
+		if !e.row.FirstClaimedAt.IsZero() {
+			// Published before (set aside, or by a relay of source: table):
+			// a failure from here on reconciles from that publish on.
+			e.firstEmit = e.row.FirstClaimedAt.Add(-time.Duration(p.s.clockOffset.Load()))
+		}
 		if a, ok := p.adopt[e.row.ID]; ok && a.lost && a.state == queued {
 			// A row the slot will not deliver again (notComing): it
 			// keeps its attempts and its first publish (reconcile).
 			delete(p.adopt, e.row.ID)
 			e.attempts, e.firstEmit, e.lastErr = max(e.attempts, a.attempts), a.firstEmit, a.lastErr
 		}
+		if stored, ok := r.stored[e.row.ID]; ok {
+			// Found in its stream by the sweep's reconcile: settled as
+			// relayed, not published again.
+			p.comesBack(e)
+			p.back(e)
+			e.state = acked
+			p.push(e)
+			p.drop(e)
+			p.s.marks.push(markItem{e: e, kind: markDone, id: e.row.ID, attempts: e.attempts, stream: stored.Stream, seq: stored.Seq})
+			r.rows = r.rows[1:]
+			continue
+		}
+		p.comesBack(e)
 		p.push(e)
 		r.rows = r.rows[1:]
 	}

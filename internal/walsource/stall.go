@@ -23,11 +23,10 @@ func (s *Subscriber) StallSource() outbox.StallSource { return &stallSource{s: s
 
 // stallSource tells a stalled postgres-wal relay. Rows move when this
 // relay hands one to the publisher (as a claim does for source: table) or
-// settles one (a PubAck marked, a dead letter), when a hold of its queue
-// ends (the rows after a failed one were not due before), and when a
-// stream session starts.
+// settles one (a PubAck marked, a dead letter, a row set aside), and when
+// a stream session starts.
 // Once nothing moved for relay.stall_after, rows wait while nothing
-// relays them when, outside a backoff of this relay's queue:
+// relays them when:
 //
 //   - a row read from the slot has waited for stall_after (its commit
 //     time, database clock): this relay's own pipeline does not relay it
@@ -37,10 +36,9 @@ func (s *Subscriber) StallSource() outbox.StallSource { return &stallSource{s: s
 //     sweep) and none of the oldest of them (up to 100, by id) left that
 //     state for stall_after: nobody relays them — a standby's slot holder
 //     that does not relay (pg_recvlogical, a frozen relay whose walsender
-//     has not timed out), or this relay's stream that delivers nothing —
-//     unless a failed row's backoff ended less than stall_after ago (or
-//     has not): in commit order, every row after it waits for it, which is
-//     not a stall (as rows queued behind a backoff in the table source).
+//     has not timed out), or this relay's stream that delivers nothing.
+//     A row set aside in its backoff is not waiting (its available_at is
+//     ahead), nor are the rows of its ordering key set aside behind it.
 //
 // A stall of a standby, or of a relay whose stream does not run or whose
 // marks fail, is excused from liveness: restarting this process would not
@@ -65,10 +63,6 @@ func (w *stallSource) Stalled(ctx context.Context, after time.Duration) (bool, s
 	s := w.s
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if until := s.heldUntil.Load(); until != 0 && time.Now().UnixNano() < until {
-		w.sample = nil
-		return false, "", nil // a backoff: the rows after the failed one wait for it
-	}
 	st := s.state.Load()
 	if st.streaming && s.windowLag() >= after {
 		cause := "rows read from the replication slot have waited for longer than relay.stall_after and this relay relayed none"
@@ -93,9 +87,6 @@ func (w *stallSource) Stalled(ctx context.Context, after time.Duration) (bool, s
 	w.sample = ids
 	if now.Sub(w.movedAt) < after {
 		return false, "", nil
-	}
-	if held, err := s.heldByBackoff(ctx, after); err != nil || held {
-		return false, "", err
 	}
 	switch {
 	case st.standby:
@@ -154,19 +145,6 @@ WHERE status IN ('pending', 'failed') AND available_at < now() - $1 * interval '
 		ids = append(ids, id)
 	}
 	return ids, rows.Err()
-}
-
-// heldByBackoff reports whether a failed row's backoff ended less than
-// after ago, or has not ended: whoever relays the slot holds the rows
-// after it meanwhile.
-func (s *Subscriber) heldByBackoff(ctx context.Context, after time.Duration) (bool, error) {
-	var held bool
-	err := s.db.SQL.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM `+s.cfg.Table+`
-WHERE status = 'failed' AND available_at > now() - $1 * interval '1 microsecond')`, after.Microseconds()).Scan(&held)
-	if err != nil {
-		return false, fmt.Errorf("look for outbox rows in a backoff: %w", err)
-	}
-	return held, nil
 }
 
 // describeHolder names the process that holds the slot, from

@@ -28,13 +28,14 @@ type Counters struct {
 	Read         atomic.Int64 // rows read from the slot (again after a restart)
 	Relayed      atomic.Int64 // rows marked done (or deleted) after their PubAck
 	Deduplicated atomic.Int64 // of those, PubAcks with Duplicate set
-	Failed       atomic.Int64 // retryable failures: the row and those after it are published again
+	Failed       atomic.Int64 // retryable failures: the row is set aside (its own) or the queue held (NATS not answering)
 	Dead         atomic.Int64 // rows made dead letters (permanent_failed)
 	Unavailable  atomic.Int64 // failures while NATS was unreachable (not counted as attempts)
 	Held         atomic.Int64 // rows refused for now by their stream (the guard), not counted as attempts
 	Swept        atomic.Int64 // pending rows published by the sweep
 	Restarts     atomic.Int64 // replication streams started again after an interruption
 	Checked      atomic.Int64 // rows read again found settled in the table (check.go), not published again
+	SetAside     atomic.Int64 // rows set aside (aside.go): failed for reasons of their own, or waiting for such a row of their ordering key
 }
 
 // Subscriber is a Watermill message.Subscriber over the inserts of the
@@ -50,11 +51,16 @@ type Counters struct {
 // after that position is read and published again, and JetStream drops the
 // repeats by Nats-Msg-Id.
 //
-// A retryable failure holds the queue: emission stops, the outcomes of the
-// messages already handed to NATS are awaited, and after a backoff the rows
-// from the failed one on that have no PubAck are emitted again, in order.
-// A row that can never be published, or that failed MaxAttempts times, is
-// a dead letter (permanent_failed) and the queue moves on. A periodic sweep
+// A retryable failure of the row's own (a nack: no stream, its stream
+// refusing it) sets the row aside (aside.go): it is marked failed, the slot
+// passes it, the rows after it go on, the later rows of its ordering key
+// wait for it, and the sweep brings it back after its backoff. A failure
+// of the destination (NATS unreachable, not answering, a stream without a
+// leader) holds the queue: emission stops, the outcomes of the messages
+// already handed to NATS are awaited, and after the wait the rows from the
+// failed one on that have no PubAck are emitted again, in order. A row
+// that can never be published, or that failed MaxAttempts times, is a dead
+// letter (permanent_failed) and the queue moves on. A periodic sweep
 // publishes pending rows that the slot will not deliver (see sweep.go).
 type Subscriber struct {
 	db     *outbox.DB
@@ -74,7 +80,12 @@ type Subscriber struct {
 	checks   *queue[checkItem]
 	checked  *queue[checkResult]
 	sweeps   chan sweepRequest
+	sweepNow chan struct{} // a sweep round now: the backoff of a row set aside ended
 	budget   *budget
+	// asides: the rows set aside that the table held at the start
+	// (loadAsides), then the pipeline's; asideSum: what Ready says of them.
+	asides   *asides
+	asideSum asideState
 
 	confirmed atomic.Uint64 // the slot position confirmed to the server (or to be)
 	// checkBelow: rows of transactions committed before this LSN, the
@@ -90,7 +101,6 @@ type Subscriber struct {
 
 	// What the stall watch reads (stall.go).
 	progress     atomic.Int64 // unix ns: a row last settled, or a hold of the queue ended (or NewSubscriber)
-	heldUntil    atomic.Int64 // unix ns: the queue is held in a backoff until then; 0: not held
 	waitingNATS  atomic.Bool  // the held queue waits for NATS to be connected
 	marksFailing atomic.Bool  // the last write of marks failed
 	tableLag     atomic.Pointer[tableLag]
@@ -184,6 +194,7 @@ func NewSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, logg
 		checks:       newQueue[checkItem](),
 		checked:      newQueue[checkResult](),
 		sweeps:       make(chan sweepRequest),
+		sweepNow:     make(chan struct{}, 1),
 		budget:       newBudget(int64(cfg.MaxInFlight), cfg.MaxInFlightBytes),
 		closing:      make(chan struct{}),
 		drainExpired: make(chan struct{}),
@@ -192,6 +203,11 @@ func NewSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, logg
 		hardCtx:      hardCtx,
 		hardCancel:   hardCancel,
 	}
+	if s.asides, err = s.loadAsides(ctx); err != nil {
+		hardCancel()
+		return nil, err
+	}
+	s.asideSum.Store(s.asides.summary())
 	s.confirmed.Store(uint64(start))
 	s.progress.Store(time.Now().UnixNano())
 	s.state.Store(&streamState{err: errors.New("not started")})
@@ -241,7 +257,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.M
 	go func() {
 		defer close(s.done)
 		defer close(out)
-		p := &pipeline{s: s, adopt: map[int64]*entry{}}
+		p := &pipeline{s: s, adopt: map[int64]*entry{}, aside: s.asides}
 		p.run(out)
 		s.checks.close()
 		<-checkerDone
@@ -289,6 +305,9 @@ func (s *Subscriber) Ready(context.Context) error {
 	st := s.state.Load()
 	switch {
 	case st.streaming:
+		if text := setAsideReady(s.asideSum.Load()); text != "" {
+			return health.Degraded(errors.New(text))
+		}
 		return nil
 	case st.standby:
 		return health.Degraded(fmt.Errorf("standby: replication slot %s is held by %s; this relay waits for it", s.cfg.Slot, st.holder))

@@ -10,6 +10,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
@@ -17,10 +18,25 @@ import (
 // the pipeline answers with the ids it holds, or rows to append.
 type sweepRequest struct {
 	token string
-	ids   chan map[int64]bool
+	ids   chan held
 	rows  []outbox.Row
+	// stored: the rows found in their stream by the sweep's reconcile,
+	// settled as relayed instead of published.
+	stored map[int64]dedup.Stored
 	// appended is closed once the rows are in the window.
 	appended chan struct{}
+	// gone: rows set aside that the table no longer holds as failed
+	// (relayed, a dead letter, deleted): they hold their keys no longer;
+	// released: the rows that waited for them, due now.
+	gone     []int64
+	released chan []int64
+}
+
+// held is the pipeline's answer to a watermark: the ids of the rows it
+// holds, and of the rows set aside whose failed mark is written.
+type held struct {
+	ids   map[int64]bool
+	aside []int64
 }
 
 // The sweep publishes the pending rows that the slot will not deliver:
@@ -45,11 +61,13 @@ func (s *Subscriber) sweepLoop() {
 	// A round every SweepInterval while the stream runs, the first one
 	// interval after the start: rows pending at the start may still be on
 	// their way from the slot.
+	// Also as soon as the backoff of a row set aside ends (sweepNow).
 	for {
 		select {
 		case <-s.closing:
 			return
 		case <-time.After(s.cfg.SweepInterval):
+		case <-s.sweepNow:
 		}
 		if !s.state.Load().streaming {
 			// A watermark written now might never arrive: another
@@ -74,19 +92,29 @@ func (s *Subscriber) sweep(ctx context.Context) error {
 		s.logger.Info("sweep: rows left in flight by relays of source: table are pending again", slog.Int("rows", requeued))
 	}
 	after := int64(0)
-	for {
+	for round := 0; ; round++ {
 		rows, more, err := s.pendingRows(ctx, after)
-		if err != nil || len(rows) == 0 {
+		if err != nil || (len(rows) == 0 && (round > 0 || s.asideSum.Load() == nil)) {
 			return err
 		}
-		after = rows[len(rows)-1].ID
-		held, ok := s.watermark(ctx)
+		if len(rows) > 0 {
+			after = rows[len(rows)-1].ID
+		}
+		h, ok := s.watermark(ctx)
 		if !ok {
 			return nil // closing
 		}
+		if round == 0 {
+			if err := s.forgetAsides(ctx, h.aside); err != nil {
+				return err
+			}
+		}
+		if len(rows) == 0 {
+			return nil
+		}
 		var ids []int64
 		for _, r := range rows {
-			if !held[r.ID] {
+			if !h.ids[r.ID] {
 				ids = append(ids, r.ID)
 			}
 		}
@@ -103,7 +131,7 @@ func (s *Subscriber) sweep(ctx context.Context) error {
 		if len(sweep) > 0 {
 			s.logger.Info("sweep: publishing pending rows the replication slot will not deliver",
 				slog.Int("rows", len(sweep)), slog.Int64("first_row_id", sweep[0].ID))
-			req := sweepRequest{rows: sweep, appended: make(chan struct{})}
+			req := sweepRequest{rows: sweep, stored: s.reconcileSwept(ctx, sweep), appended: make(chan struct{})}
 			select {
 			case s.sweeps <- req:
 			case <-s.closing:
@@ -122,27 +150,27 @@ func (s *Subscriber) sweep(ctx context.Context) error {
 	}
 }
 
-// watermark writes a watermark into the log and returns the ids the
-// pipeline holds when it arrives; false when the subscriber closes or the
-// stream restarts first.
-func (s *Subscriber) watermark(ctx context.Context) (map[int64]bool, bool) {
+// watermark writes a watermark into the log and returns what the pipeline
+// holds when it arrives; false when the subscriber closes or the stream
+// restarts first.
+func (s *Subscriber) watermark(ctx context.Context) (held, bool) {
 	b := make([]byte, 12)
 	_, _ = rand.Read(b)
-	req := sweepRequest{token: hex.EncodeToString(b), ids: make(chan map[int64]bool, 1)}
+	req := sweepRequest{token: hex.EncodeToString(b), ids: make(chan held, 1)}
 	select {
 	case s.sweeps <- req:
 	case <-s.closing:
-		return nil, false
+		return held{}, false
 	}
 	if _, err := s.db.SQL.ExecContext(ctx, "SELECT pg_logical_emit_message(true, $1, $2)", s.watermarkPrefix(), req.token); err != nil {
 		s.logger.Warn("sweep: write watermark", slog.Any("error", err))
-		return nil, false
+		return held{}, false
 	}
 	select {
-	case ids, ok := <-req.ids:
-		return ids, ok // closed: the stream restarted; the next round tries again
+	case h, ok := <-req.ids:
+		return h, ok // closed: the stream restarted; the next round tries again
 	case <-s.closing:
-		return nil, false
+		return held{}, false
 	}
 }
 
@@ -158,11 +186,11 @@ func (s *Subscriber) pendingRows(ctx context.Context, after int64) (out []outbox
 		limit = math.MaxInt64
 	}
 	rows, err := s.db.SQL.QueryContext(ctx, `SELECT id, idempotency_key, subject, CASE WHEN octet_length(payload) <= $4::bigint THEN payload END,
-	headers::text, ordering_key, attempts, created_at, octet_length(payload), candidates
+	headers::text, ordering_key, attempts, created_at, first_claimed_at, octet_length(payload), candidates
 FROM (
 	SELECT c.*, count(*) OVER () AS candidates, row_number() OVER w AS n,
 		sum(CASE WHEN octet_length(c.payload) <= $4::bigint THEN octet_length(c.payload) ELSE 0 END + octet_length(c.headers::text)) OVER w AS total
-	FROM (SELECT id, idempotency_key, subject, payload, headers, ordering_key, attempts, created_at FROM `+s.cfg.Table+`
+	FROM (SELECT id, idempotency_key, subject, payload, headers, ordering_key, attempts, created_at, first_claimed_at FROM `+s.cfg.Table+`
 		WHERE status IN ('pending', 'failed') AND available_at <= now() AND id > $1 ORDER BY id LIMIT $2) c
 	WINDOW w AS (ORDER BY id ROWS UNBOUNDED PRECEDING)
 ) f
@@ -176,7 +204,8 @@ ORDER BY id`, after, s.cfg.SweepBatch, s.cfg.MaxInFlightBytes, limit)
 	for rows.Next() {
 		var r outbox.Row
 		var headers sql.NullString
-		if err := rows.Scan(&r.ID, &r.IdempotencyKey, &r.Subject, &r.Payload, &headers, &r.OrderingKey, &r.Attempt, &r.CreatedAt,
+		var first sql.NullTime
+		if err := rows.Scan(&r.ID, &r.IdempotencyKey, &r.Subject, &r.Payload, &headers, &r.OrderingKey, &r.Attempt, &r.CreatedAt, &first,
 			&r.PayloadSize, &candidates); err != nil {
 			return nil, false, fmt.Errorf("sweep: read pending rows: %w", err)
 		}
@@ -186,7 +215,7 @@ ORDER BY id`, after, s.cfg.SweepBatch, s.cfg.MaxInFlightBytes, limit)
 		case r.Payload == nil:
 			r.Payload = []byte{}
 		}
-		r.Headers, r.CreatedAt = []byte(headers.String), r.CreatedAt.UTC()
+		r.Headers, r.CreatedAt, r.FirstClaimedAt = []byte(headers.String), r.CreatedAt.UTC(), first.Time
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -214,4 +243,85 @@ func (s *Subscriber) stillPending(ctx context.Context, ids []int64) (map[int64]b
 		out[id] = true
 	}
 	return out, rows.Err()
+}
+
+// forgetAsides tells the pipeline which of the rows set aside (ids) the
+// table no longer holds as failed: relayed by another relay, a dead
+// letter, deleted, or put back to pending by hand.
+func (s *Subscriber) forgetAsides(ctx context.Context, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	still, err := s.stillFailed(ctx, ids)
+	if err != nil {
+		return err
+	}
+	var gone []int64
+	for _, id := range ids {
+		if !still[id] {
+			gone = append(gone, id)
+		}
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	req := sweepRequest{gone: gone, released: make(chan []int64, 1)}
+	select {
+	case s.sweeps <- req:
+	case <-s.closing:
+		return nil
+	}
+	var released []int64
+	select {
+	case released = <-req.released:
+	case <-s.closing:
+		return nil
+	}
+	if len(released) == 0 {
+		return nil
+	}
+	// The rows that waited for them are due now: the next round (asked
+	// for at once) brings them back.
+	if _, err := s.db.SQL.ExecContext(ctx, `UPDATE `+s.cfg.Table+` SET available_at = now() WHERE id = ANY($1) AND status = 'failed'`, released); err != nil {
+		return fmt.Errorf("sweep: release the rows waiting for rows set aside: %w", err)
+	}
+	s.logger.Info("sweep: rows set aside are settled elsewhere (relayed, deleted); the rows of their ordering keys waiting for them go on",
+		slog.Int("released", len(released)))
+	select {
+	case s.sweepNow <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// reconcileSwept looks up in their stream the swept rows published before
+// (set aside, or left by a relay of source: table) longer ago than the
+// stream's duplicate window allows (dedup.Reconciler): JetStream would
+// store them again. It returns those found; on any error none, and the
+// rows are published as usual.
+func (s *Subscriber) reconcileSwept(ctx context.Context, rows []outbox.Row) map[int64]dedup.Stored {
+	if s.cfg.Reconciler == nil {
+		return nil
+	}
+	now := time.Now().Add(time.Duration(s.clockOffset.Load())) // database clock
+	var doubt []dedup.Candidate
+	for _, r := range rows {
+		if r.FirstClaimedAt.IsZero() {
+			continue
+		}
+		c := dedup.Candidate{ID: r.ID, IdempotencyKey: r.IdempotencyKey, Subject: r.Subject, FirstClaimedAt: r.FirstClaimedAt, ClaimedAt: now}
+		if inDoubt, err := s.cfg.Reconciler.InDoubt(ctx, c); err == nil && inDoubt {
+			doubt = append(doubt, c)
+		}
+	}
+	if len(doubt) == 0 {
+		return nil
+	}
+	found, err := s.cfg.Reconciler.Reconcile(ctx, doubt)
+	if err != nil {
+		s.logger.Warn("sweep: reconcile failed; publishing the rows in doubt", slog.Int("rows", len(doubt)), slog.Any("error", err))
+		return nil
+	}
+	s.logger.Info("sweep: reconciled rows in doubt against the stream", slog.Int("in_doubt", len(doubt)), slog.Int("found", len(found)))
+	return found
 }
