@@ -111,6 +111,12 @@ func (k *Keeper) restore(ctx context.Context, spec StreamSpec) {
 		return
 	}
 	k.Recreated.Add(1)
+	// What the watch knew of it (missing) is gone with it: the next
+	// failure is diagnosed from a new stream info.
+	k.mu.Lock()
+	st := k.state(spec.Name)
+	st.missing, st.checked = false, time.Time{}
+	k.mu.Unlock()
 	k.logger.Warn("ensured stream was missing (deleted, or memory storage lost in a server restart): created again, empty",
 		slog.String("stream", spec.Name), slog.Any("subjects", spec.Subjects), slog.String("storage", cmpStorage(spec.Storage)))
 }

@@ -52,12 +52,24 @@ var outageCodes = map[jetstream.ErrorCode]bool{
 	10158: true,
 }
 
+// JetStream API error codes of a PubAck that refuse every stream of the
+// account or server alike (nats-server server/errors.json): not the
+// message's or its stream's own refusal.
+var serverWideCodes = map[jetstream.ErrorCode]bool{
+	10002: true, // JSAccountResourcesExceededErr: resource limits exceeded for account
+	10023: true, // JSInsufficientResourcesErr: insufficient resources
+	10028: true, // JSMemoryResourcesExceededErr: insufficient memory resources available
+	10047: true, // JSStorageResourcesExceededErr: insufficient storage resources available
+	10120: true, // JSNoLimitsErr: no JetStream default or applicable tiered limit present
+	10167: true, // JSTooManyRequests: too many requests
+}
+
 // IsOutageCode reports whether a JetStream API error code says the
-// cluster cannot serve the stream now (outageCodes), or the server as a
-// whole cannot take messages (10023 insufficient resources, 10167 too many
-// requests): not the message's or its stream's own refusal.
+// cluster cannot serve the stream now (outageCodes), or the account or
+// server as a whole cannot take messages (serverWideCodes): not the
+// message's or its stream's own refusal.
 func IsOutageCode(code jetstream.ErrorCode) bool {
-	return outageCodes[code] || code == 10023 || code == 10167
+	return outageCodes[code] || serverWideCodes[code]
 }
 
 // ErrBrokerUnavailable is wrapped by every *StreamUnavailableError.
@@ -261,7 +273,16 @@ func (k *Keeper) Diagnose(ctx context.Context, subject string, err error) error 
 	}
 	st := k.probe(ctx, stream, outageDiagnoseFor)
 	if st.missing {
-		return k.noStream(err)
+		if !k.owns(stream) {
+			return k.noStream(err)
+		}
+		// An ensured stream missing (deleted, or memory storage lost in a
+		// server restart) is made again: until then its rows wait, as in
+		// an outage, rather than fail one by one.
+		k.Missing(ctx, subject)
+		why := "ensured stream missing: being created again"
+		lost := k.outage(stream, why, true)
+		return &StreamUnavailableError{Stream: stream, Why: why, LostLeader: lost, Err: err}
 	}
 	why := st.why
 	if why == "" {
@@ -275,13 +296,22 @@ func (k *Keeper) Diagnose(ctx context.Context, subject string, err error) error 
 }
 
 // noStream is err after the server answered that no stream captures its
-// subject: wrapped with ErrNoStreamAnswered while the connection is still
-// up, unchanged once it is not (the answer may predate a server going).
+// subject: wrapped with ErrNoStreamAnswered when err is a 503 no
+// responders and the connection is still up; unchanged otherwise. A
+// timeout is not wrapped: a message may reach a stream that the account's
+// STREAM.NAMES does not list (one imported from another account, a
+// subject mapping), and its outcome is unknown. Nor is an answer the
+// connection no longer stands behind (the server may be going).
 func (k *Keeper) noStream(err error) error {
-	if !k.js.Conn().IsConnected() {
+	if !errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders) || !k.js.Conn().IsConnected() {
 		return err
 	}
 	return noStreamAnswered{err}
+}
+
+// owns reports whether stream is one the keeper ensures.
+func (k *Keeper) owns(stream string) bool {
+	return slices.ContainsFunc(k.specs, func(s StreamSpec) bool { return s.Name == stream })
 }
 
 // outage counts stream in an outage for why (a publish failed for it when

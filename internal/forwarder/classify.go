@@ -2,6 +2,7 @@ package forwarder
 
 import (
 	"errors"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -126,5 +127,12 @@ func Own(err error) bool {
 		return true
 	}
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && !broker.IsOutageCode(apiErr.ErrorCode)
+	if !errors.As(err, &apiErr) || broker.IsOutageCode(apiErr.ErrorCode) {
+		return false
+	}
+	// 10077 (JSStreamStoreFailedF) carries the store's own error: a limit
+	// of the stream with discard-new ("maximum messages exceeded",
+	// "maximum bytes exceeded", "maximum messages per subject exceeded")
+	// refuses the message; any other (a disk failing) is the server's.
+	return apiErr.ErrorCode != 10077 || strings.Contains(apiErr.Description, "maximum")
 }

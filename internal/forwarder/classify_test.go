@@ -78,9 +78,10 @@ func TestClassifyAgainstARealServer(t *testing.T) {
 		{"no stream for the subject", "nostream.a", 10, source.Retryable, nil, 0, true},
 		{"stream full with discard new", "full.b", 10, source.Retryable, nil, 0, true},
 		// A timeout: the subject has a core subscriber and no stream.
-		// The server's answer to the keeper (no stream captures it)
-		// makes it the row's own.
-		{"publish timeout", "slow.x", 10, source.Retryable, nil, 0, true},
+		// The account lists no stream for it, but a timeout's message
+		// may have reached one it does not list (an import, a
+		// mapping): not the row's own.
+		{"publish timeout", "slow.x", 10, source.Retryable, nil, 0, false},
 		// 10111: the stream does not allow rollups.
 		{"rollup not permitted", "ok.rollup", 10, source.Permanent, []string{"Nats-Rollup", "all"}, 10111, true},
 		// 10166: the stream does not allow per-message TTLs.
@@ -142,4 +143,34 @@ func TestOwnFailureNeedsTheServersAnswer(t *testing.T) {
 	require.False(t, forwarder.Own(diagnosed), "no stream the server named as missing: %v", diagnosed)
 	require.False(t, forwarder.Own(forwarder.NoStream("events.a", diagnosed)), "said in words, still not the row's own")
 	require.False(t, forwarder.Own(&broker.StreamUnavailableError{Stream: "EVENTS", Why: "no leader", Err: err}), "the broker's outage")
+}
+
+// TestEnsuredStreamMissingIsAnOutage: a stream the relay ensures that is
+// gone (deleted, or memory storage lost in a server restart) answers 503
+// for its subjects, as a subject no stream captures does. It is not the
+// rows' own failure, which would set every row in flight aside and charge
+// it while the keeper makes the stream again: the keeper makes it again
+// at once and the failure is the stream's outage (the rows wait,
+// uncharged); the next publish is stored.
+func TestEnsuredStreamMissingIsAnOutage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := bridgetest.StartNATS(t)
+	_, js := n.JetStream(t)
+	specs := []broker.StreamSpec{{Name: "MEM", Subjects: []string{"mem.>"}, Storage: "memory", Replicas: 1}}
+	logger := slog.New(slog.DiscardHandler)
+	require.NoError(t, broker.EnsureStreams(ctx, js, specs, logger))
+	keeper := broker.NewKeeper(js, specs, logger)
+	_, err := js.Publish(ctx, "mem.a", []byte("x"))
+	require.NoError(t, err)
+
+	require.NoError(t, js.DeleteStream(ctx, "MEM"))
+	_, err = js.Publish(ctx, "mem.a", []byte("x"))
+	require.ErrorIs(t, err, jetstream.ErrNoStreamResponse)
+	diagnosed := keeper.Diagnose(ctx, "mem.a", err)
+	require.ErrorIs(t, diagnosed, broker.ErrBrokerUnavailable, "an ensured stream missing is an outage: %v", diagnosed)
+	require.Equal(t, source.Held, forwarder.Classify(diagnosed))
+	require.False(t, forwarder.Own(diagnosed), "not the row's own")
+	_, err = js.Publish(ctx, "mem.a", []byte("x"))
+	require.NoError(t, err, "the keeper made the stream again")
 }

@@ -3,6 +3,7 @@ package walsource
 import (
 	"context"
 	"fmt"
+	"strings"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -25,8 +26,10 @@ import (
 // that key read after it (a higher id) are set aside too, waiting for it,
 // without an attempt charged; they come back with it, by the sweep, in id
 // order. A row of a key that comes back (a probe) is handed over alone:
-// the rows of its key after it wait for its outcome, so a second failure
-// cannot let a later row of the key be stored ahead of it. The rows that
+// the rows after it in the window wait for its outcome (one round trip;
+// the window is handed over in order, so the rows of other keys wait
+// too), so a second failure cannot let a later row of the key be stored
+// ahead of it. The rows that
 // waited for it come back as they were read: once it is relayed they
 // follow it as any rows of a key do.
 //
@@ -260,6 +263,9 @@ WHERE ordering_key IS NOT NULL AND status = 'failed' ORDER BY id`)
 			return nil, fmt.Errorf("read the failed rows of ordering keys: %w", err)
 		}
 		r.due = time.Now().Add(time.Duration(in * float64(time.Second)))
+		// A row set aside for an earlier row of its key says so
+		// (waitAside): it waits again, and is released with its key.
+		r.waits = strings.HasPrefix(r.reason, waitsPrefix)
 		a.add(id, r)
 	}
 	if err := rows.Err(); err != nil {

@@ -658,11 +658,15 @@ func (p *pipeline) setAside(e *entry, reason string, wait time.Duration, waitsFo
 		slog.Int64("row_id", e.row.ID), slog.Int("attempt", e.attempts), slog.String("error", reason), slog.Duration("retry_in", wait))
 }
 
+// waitsPrefix starts the last_error of a row set aside behind an earlier
+// row of its ordering key (waitAside); loadAsides reads it back.
+const waitsPrefix = "waits for row "
+
 // waitAside sets e aside behind first, the row of its ordering key set
 // aside before it: it comes back with it, when its backoff ends.
 func (p *pipeline) waitAside(e *entry, first int64) {
 	head := p.aside.rows[first]
-	reason := fmt.Sprintf("waits for row %d of its ordering key, set aside: %s", first, head.reason)
+	reason := fmt.Sprintf(waitsPrefix+"%d of its ordering key, set aside: %s", first, head.reason)
 	p.setAside(e, reason, max(time.Until(head.due), 0), first)
 }
 

@@ -962,36 +962,49 @@ func TestSetAsideKeyWaitsThroughAnOutage(t *testing.T) {
 // operator deletes it. The sweep finds it gone and makes the rows that
 // waited for it due at once: they, and a row of the key committed after
 // the delete, are relayed in id order long before the deleted row's
-// backoff would have ended (found by a saboteur: they waited it out).
+// backoff would have ended (found by a saboteur: they waited it out). The
+// same after a restart between the wait and the delete: the rows read back
+// from the table still know that they wait (a saboteur found them read
+// back as failed rows of their own, each waiting out the old backoff).
 func TestSetAsideRowDeletedReleasesItsKey(t *testing.T) {
 	t.Parallel()
-	e := setup(t)
-	e.relay(t, walsource.Config{MaxAttempts: 1000, SweepInterval: 500 * time.Millisecond, BackoffInitial: 20 * time.Second, BackoffMax: 20 * time.Second})
-	insert := func(key, subject string) int64 {
-		var id int64
-		require.NoError(t, e.prod.QueryRow(`INSERT INTO `+e.names.Table+` (idempotency_key, subject, payload, ordering_key) VALUES ($1, $2, 'x', 'K') RETURNING id`,
-			key, subject).Scan(&id))
-		return id
+	for _, restart := range []bool{false, true} {
+		t.Run(map[bool]string{false: "running", true: "after a restart"}[restart], func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			cfg := walsource.Config{MaxAttempts: 1000, SweepInterval: 500 * time.Millisecond, BackoffInitial: 20 * time.Second, BackoffMax: 20 * time.Second}
+			r := e.relay(t, cfg)
+			insert := func(key, subject string) int64 {
+				var id int64
+				require.NoError(t, e.prod.QueryRow(`INSERT INTO `+e.names.Table+` (idempotency_key, subject, payload, ordering_key) VALUES ($1, $2, 'x', 'K') RETURNING id`,
+					key, subject).Scan(&id))
+				return id
+			}
+			wait := func(what string, cond func() bool) {
+				t.Helper()
+				deadline := time.Now().Add(10 * time.Second)
+				for !cond() {
+					require.True(t, time.Now().Before(deadline), "%s: not within 10 s", what)
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			bad := insert("bad", "other.k")
+			wait("the bad row set aside", func() bool { return e.count(t, outbox.StatusFailed) == 1 })
+			var want []int64
+			for i := range 10 {
+				want = append(want, insert("f-"+strconv.Itoa(i), "events.k"))
+			}
+			wait("its key's rows waiting", func() bool { return e.count(t, outbox.StatusFailed) == 11 })
+			if restart {
+				r.stop()
+				e.relay(t, cfg)
+			}
+			_, err := e.prod.Exec(`DELETE FROM `+e.names.Table+` WHERE id = $1`, bad)
+			require.NoError(t, err)
+			want = append(want, insert("late", "events.k"))
+			// Well within the deleted row's 20 s backoff.
+			wait("the rows of its key relayed", func() bool { return e.count(t, outbox.StatusDone) == 11 })
+			require.Equal(t, want, e.streamIDsOf(t, "EVENTS"), "once each, in id order")
+		})
 	}
-	wait := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !cond() {
-			require.True(t, time.Now().Before(deadline), "%s: not within 10 s", what)
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	bad := insert("bad", "other.k")
-	wait("the bad row set aside", func() bool { return e.count(t, outbox.StatusFailed) == 1 })
-	var want []int64
-	for i := range 10 {
-		want = append(want, insert("f-"+strconv.Itoa(i), "events.k"))
-	}
-	wait("its key's rows waiting", func() bool { return e.count(t, outbox.StatusFailed) == 11 })
-	_, err := e.prod.Exec(`DELETE FROM `+e.names.Table+` WHERE id = $1`, bad)
-	require.NoError(t, err)
-	want = append(want, insert("late", "events.k"))
-	// Well within the deleted row's 20 s backoff.
-	wait("the rows of its key relayed", func() bool { return e.count(t, outbox.StatusDone) == 11 })
-	require.Equal(t, want, e.streamIDsOf(t, "EVENTS"), "once each, in id order")
 }
