@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -202,31 +203,8 @@ func TestMySQLClaimPlanWithManyDoneRows(t *testing.T) {
 
 	q, ok := outbox.MySQLCandidatesSQL(s.Table())
 	require.True(t, ok)
-	rows, err := db.QueryContext(ctx, "EXPLAIN "+q, outbox.MySQLCandidatesArgs("", 1000)...)
-	require.NoError(t, err)
-	cols, err := rows.Columns()
-	require.NoError(t, err)
-	var plan strings.Builder
-	plan.WriteString(strings.Join(cols, "\t") + "\n")
-	for rows.Next() {
-		vals := make([]sql.NullString, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		require.NoError(t, rows.Scan(ptrs...))
-		line := map[string]string{}
-		for i, c := range cols {
-			line[c] = vals[i].String
-			plan.WriteString(vals[i].String + "\t")
-		}
-		plan.WriteString("\n")
-		if !strings.HasPrefix(line["table"], "<") { // a base table, not a derived one
-			require.NotContains(t, []string{"ALL", "index"}, line["type"], "full scan of %s", line["table"])
-		}
-	}
-	require.NoError(t, rows.Err())
-	t.Logf("candidates with 200,000 done rows:\n%s", plan.String())
+	plan, _ := mysqlExplain(t, db, q, outbox.MySQLCandidatesArgs("", 1000)...)
+	t.Logf("candidates with 200,000 done rows:\n%s", plan)
 
 	for range 3 {
 		start := time.Now()
@@ -282,6 +260,119 @@ func TestMySQLRequeueSkipsALockedLease(t *testing.T) {
 // mysqlSeries is a number expression n and a FROM clause over which it
 // takes each value 0 to 99,999 once (MariaDB caps recursive CTEs at 1,000
 // iterations by default).
+// mysqlExplain returns the plan of query with args, as text and as one
+// map per line (EXPLAIN's column names to values), and fails the test
+// when a base table is read from end to end (type ALL or index).
+func mysqlExplain(t *testing.T, db *sql.DB, query string, args ...any) (string, []map[string]string) {
+	t.Helper()
+	rows, err := db.QueryContext(context.Background(), "EXPLAIN "+query, args...)
+	require.NoError(t, err)
+	defer rows.Close()
+	cols, err := rows.Columns()
+	require.NoError(t, err)
+	var plan strings.Builder
+	plan.WriteString(strings.Join(cols, "\t") + "\n")
+	var lines []map[string]string
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		require.NoError(t, rows.Scan(ptrs...))
+		line := map[string]string{}
+		for i, c := range cols {
+			line[c] = vals[i].String
+			plan.WriteString(vals[i].String + "\t")
+		}
+		plan.WriteString("\n")
+		lines = append(lines, line)
+		if !strings.HasPrefix(line["table"], "<") { // a base table, not a derived one
+			require.NotContains(t, []string{"ALL", "index"}, line["type"], "full scan of %s:\n%s", line["table"], plan.String())
+		}
+	}
+	require.NoError(t, rows.Err())
+	return plan.String(), lines
+}
+
+// TestMySQLStatusChangesRewriteFewIndexes: on MySQL and MariaDB every index
+// led by status is rewritten when a row's status changes. The table keeps
+// one (claimable: the claim, in-flight recovery, the stall check) and
+// indexes relayed rows by relayed_at alone, which only the mark writes: a
+// claim rewrites one index entry, a mark two, an insert writes four
+// (primary key, idempotency key, claimable, relayed); migration 00002
+// dropped the lease and done indexes of 00001, whose claims and marks
+// rewrote three entries each. With 200,000 relayed rows, in-flight
+// recovery and retention still read no index or table from end to end,
+// and find their rows.
+func TestMySQLStatusChangesRewriteFewIndexes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t, "mysql")
+	db := s.DB().SQL
+	table := s.Table()
+	rows, err := db.QueryContext(ctx, "SHOW INDEX FROM "+table)
+	require.NoError(t, err)
+	cols, err := rows.Columns()
+	require.NoError(t, err)
+	seen := map[string]bool{}
+	var indexes []string
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		require.NoError(t, rows.Scan(ptrs...))
+		for i, c := range cols {
+			if c == "Key_name" && !seen[vals[i].String] {
+				seen[vals[i].String] = true
+				indexes = append(indexes, vals[i].String)
+			}
+		}
+	}
+	require.NoError(t, rows.Err())
+	slices.Sort(indexes)
+	require.Equal(t, []string{"PRIMARY", "claimable_idx", "idempotency_key_idx", "relayed_idx"}, indexes)
+
+	n, from := mysqlSeries()
+	for batch := range 2 {
+		_, err := db.ExecContext(ctx, `INSERT INTO `+table+` (idempotency_key, subject, payload, ordering_key, status, attempts, relayed_at, stream, stream_seq)
+			SELECT CONCAT('done-`+itoa(batch)+`-', `+n+`), 'events.x', '', IF(`+n+` % 2 = 0, CONCAT('k', `+n+` % 50), NULL), 'done', 1, UTC_TIMESTAMP(6), 'EVENTS', `+n+from)
+		require.NoError(t, err)
+	}
+	_, err = db.ExecContext(ctx, `INSERT INTO `+table+` (idempotency_key, subject, payload, status, attempts, relayed_at, stream, stream_seq)
+		SELECT CONCAT('old-', `+n+`), 'events.x', '', 'done', 1, UTC_TIMESTAMP(6) - INTERVAL 2 DAY, 'EVENTS', `+n+from+` WHERE `+n+` < 100`)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `INSERT INTO `+table+` (idempotency_key, subject, payload, status, attempts, owner, claimed_at, first_claimed_at)
+		SELECT CONCAT('leased-', `+n+`), 'events.x', '', 'in_flight', 1, 'gone', UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR`+from+` WHERE `+n+` < 20`)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, "ANALYZE TABLE "+table)
+	require.NoError(t, err)
+
+	stale, purge, ok := outbox.MySQLMaintenanceSQL(table)
+	require.True(t, ok)
+	day := int64(24 * time.Hour / time.Microsecond)
+	for name, c := range map[string]struct {
+		query string
+		args  []any
+		index string
+	}{
+		"in-flight recovery": {stale, []any{int64(time.Minute / time.Microsecond), 500}, "claimable_idx"},
+		"retention":          {purge, []any{day, 1000}, "relayed_idx"},
+	} {
+		plan, lines := mysqlExplain(t, db, c.query, c.args...)
+		t.Logf("%s with 200,000 relayed rows:\n%s", name, plan)
+		require.Equal(t, c.index, lines[0]["key"], "%s reads %s", name, c.index)
+	}
+	requeued, err := s.RequeueInflightOlderThan(ctx, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, 20, requeued, "every stale lease requeued")
+	purged, err := s.PurgeDoneOlderThan(ctx, 24*time.Hour, 1000)
+	require.NoError(t, err)
+	require.Equal(t, 100, purged, "the rows relayed before the cutoff deleted, no other")
+}
+
 func mysqlSeries() (n, from string) {
 	digits := "(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)"
 	return "(a.d + 10*b.d + 100*c.d + 1000*e.d + 10000*f.d)",
