@@ -3,8 +3,8 @@ package walsource
 import (
 	"context"
 	"fmt"
-	"strings"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 )
