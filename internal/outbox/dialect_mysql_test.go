@@ -267,11 +267,32 @@ func mysqlExplain(t *testing.T, db *sql.DB, query string, args ...any) (string, 
 	t.Helper()
 	rows, err := db.QueryContext(context.Background(), "EXPLAIN "+query, args...)
 	require.NoError(t, err)
+	cols, err := rows.Columns()
+	require.NoError(t, err)
+	lines := mysqlLines(t, rows)
+	var plan strings.Builder
+	plan.WriteString(strings.Join(cols, "\t") + "\n")
+	for _, line := range lines {
+		for _, c := range cols {
+			plan.WriteString(line[c] + "\t")
+		}
+		plan.WriteString("\n")
+	}
+	for _, line := range lines {
+		if !strings.HasPrefix(line["table"], "<") { // a base table, not a derived one
+			require.NotContains(t, []string{"ALL", "index"}, line["type"], "full scan of %s:\n%s", line["table"], plan.String())
+		}
+	}
+	return plan.String(), lines
+}
+
+// mysqlLines reads every row of rows, whatever its columns, as a map of
+// column name to value (NULL as ""), and closes rows.
+func mysqlLines(t *testing.T, rows *sql.Rows) []map[string]string {
+	t.Helper()
 	defer rows.Close()
 	cols, err := rows.Columns()
 	require.NoError(t, err)
-	var plan strings.Builder
-	plan.WriteString(strings.Join(cols, "\t") + "\n")
 	var lines []map[string]string
 	for rows.Next() {
 		vals := make([]sql.NullString, len(cols))
@@ -283,16 +304,11 @@ func mysqlExplain(t *testing.T, db *sql.DB, query string, args ...any) (string, 
 		line := map[string]string{}
 		for i, c := range cols {
 			line[c] = vals[i].String
-			plan.WriteString(vals[i].String + "\t")
 		}
-		plan.WriteString("\n")
 		lines = append(lines, line)
-		if !strings.HasPrefix(line["table"], "<") { // a base table, not a derived one
-			require.NotContains(t, []string{"ALL", "index"}, line["type"], "full scan of %s:\n%s", line["table"], plan.String())
-		}
 	}
 	require.NoError(t, rows.Err())
-	return plan.String(), lines
+	return lines
 }
 
 // TestMySQLStatusChangesRewriteFewIndexes: on MySQL and MariaDB every index
@@ -313,25 +329,12 @@ func TestMySQLStatusChangesRewriteFewIndexes(t *testing.T) {
 	table := s.Table()
 	rows, err := db.QueryContext(ctx, "SHOW INDEX FROM "+table)
 	require.NoError(t, err)
-	cols, err := rows.Columns()
-	require.NoError(t, err)
-	seen := map[string]bool{}
 	var indexes []string
-	for rows.Next() {
-		vals := make([]sql.NullString, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		require.NoError(t, rows.Scan(ptrs...))
-		for i, c := range cols {
-			if c == "Key_name" && !seen[vals[i].String] {
-				seen[vals[i].String] = true
-				indexes = append(indexes, vals[i].String)
-			}
+	for _, line := range mysqlLines(t, rows) {
+		if !slices.Contains(indexes, line["Key_name"]) {
+			indexes = append(indexes, line["Key_name"])
 		}
 	}
-	require.NoError(t, rows.Err())
 	slices.Sort(indexes)
 	require.Equal(t, []string{"PRIMARY", "claimable_idx", "idempotency_key_idx", "relayed_idx"}, indexes)
 

@@ -605,26 +605,25 @@ func (p *pipeline) failed(e *entry, reason string, class source.FailureClass, ow
 		// (the Outcome's HoldFor), the guard for HoldBack.
 		hold := cmp.Or(e.holdFor, s.cfg.HoldBack)
 		e.holdFor = 0
-		if own {
-			p.setAside(e, reason, hold, 0)
-			return
-		}
-		e.state = queued
-		p.hold(e, hold, false, class)
-		s.marks.push(p.failedMark(e, reason, hold))
+		p.retryAfter(e, reason, hold, class, own)
 	case e.attempts >= s.cfg.MaxAttempts:
 		p.dead(e, fmt.Sprintf("gave up after %d attempts (relay.max_attempts); last error: %s", e.attempts, reason))
 	default:
 		s.Counters.Failed.Add(1)
-		wait := s.backoff(e.attempts)
-		if own {
-			p.setAside(e, reason, wait, 0)
-			return
-		}
-		e.state = queued
-		p.hold(e, wait, false, class)
-		s.marks.push(p.failedMark(e, reason, wait))
+		p.retryAfter(e, reason, s.backoff(e.attempts), class, own)
 	}
+}
+
+// retryAfter tries e again after wait: set aside (own: a failure of its
+// own), or holding the queue with its failed mark written.
+func (p *pipeline) retryAfter(e *entry, reason string, wait time.Duration, class source.FailureClass, own bool) {
+	if own {
+		p.setAside(e, reason, wait, 0)
+		return
+	}
+	e.state = queued
+	p.hold(e, wait, false, class)
+	p.s.marks.push(p.failedMark(e, reason, wait))
 }
 
 // failedMark is e's failed mark: its error, attempts and backoff, and its
