@@ -70,8 +70,15 @@ func bench(ctx context.Context, s settings) (*results, error) {
 
 	phases := strings.Split(s.Phases, ",")
 	if slices.Contains(phases, "limit") {
-		if res.LimitMsgsPerS, err = e.limit(ctx); err != nil {
+		lr, err := e.limit(ctx)
+		if err != nil {
 			return nil, fmt.Errorf("limit: %w", err)
+		}
+		res.LimitMsgsPerS = lr.MsgsPerS
+		if lr.NATSCPU > 0 {
+			res.LimitPublisherCPUUsPerMsg = usPerRow(lr.PublisherCPU, s.Rows)
+			res.LimitNATSCPUUsPerMsg = usPerRow(lr.NATSCPU, s.Rows)
+			res.RatioPublisherNATSCPU = lr.PublisherCPU.Seconds() / lr.NATSCPU.Seconds()
 		}
 	}
 	if slices.Contains(phases, "bridge") {

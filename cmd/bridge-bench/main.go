@@ -70,20 +70,27 @@ type settings struct {
 
 // results is what the JSON output holds; keys are fixed by the issue.
 type results struct {
-	LimitMsgsPerS       float64 `json:"limit_msgs_per_s"`
-	BridgeRowsPerS      float64 `json:"bridge_rows_per_s"`
-	BaselineRowsPerS    float64 `json:"baseline_rows_per_s"`
-	RatioBridgeLimit    float64 `json:"ratio_bridge_limit"`
-	RatioBridgeBaseline float64 `json:"ratio_bridge_baseline"`
-	LatencyP50Ms        float64 `json:"latency_p50_ms"`
-	LatencyP90Ms        float64 `json:"latency_p90_ms"`
-	LatencyP99Ms        float64 `json:"latency_p99_ms"`
-	LatencyMaxMs        float64 `json:"latency_max_ms"`
-	LatencyHighP50Ms    float64 `json:"latency_high_p50_ms,omitempty"`
-	LatencyHighP90Ms    float64 `json:"latency_high_p90_ms,omitempty"`
-	LatencyHighP99Ms    float64 `json:"latency_high_p99_ms,omitempty"`
-	LatencyHighMaxMs    float64 `json:"latency_high_max_ms,omitempty"`
-	PeakRSSMiB          float64 `json:"peak_rss_mib"`
+	LimitMsgsPerS float64 `json:"limit_msgs_per_s"`
+	// With an external nats-server (--nats-url), the limit phase's CPU per
+	// message of this process, a bare nats.go async publisher (the floor of
+	// any relay on nats.go), and of the nats-server processes, and their
+	// ratio; absent with the in-process server.
+	LimitPublisherCPUUsPerMsg float64 `json:"limit_publisher_cpu_us_per_msg,omitempty"`
+	LimitNATSCPUUsPerMsg      float64 `json:"limit_nats_cpu_us_per_msg,omitempty"`
+	RatioPublisherNATSCPU     float64 `json:"ratio_publisher_nats_cpu,omitempty"`
+	BridgeRowsPerS            float64 `json:"bridge_rows_per_s"`
+	BaselineRowsPerS          float64 `json:"baseline_rows_per_s"`
+	RatioBridgeLimit          float64 `json:"ratio_bridge_limit"`
+	RatioBridgeBaseline       float64 `json:"ratio_bridge_baseline"`
+	LatencyP50Ms              float64 `json:"latency_p50_ms"`
+	LatencyP90Ms              float64 `json:"latency_p90_ms"`
+	LatencyP99Ms              float64 `json:"latency_p99_ms"`
+	LatencyMaxMs              float64 `json:"latency_max_ms"`
+	LatencyHighP50Ms          float64 `json:"latency_high_p50_ms,omitempty"`
+	LatencyHighP90Ms          float64 `json:"latency_high_p90_ms,omitempty"`
+	LatencyHighP99Ms          float64 `json:"latency_high_p99_ms,omitempty"`
+	LatencyHighMaxMs          float64 `json:"latency_high_max_ms,omitempty"`
+	PeakRSSMiB                float64 `json:"peak_rss_mib"`
 	// CPU time (user+system) per relayed row over the bridge phase: of the
 	// relay processes; of the database server's processes when it runs on
 	// this machine (absent otherwise; SQLite runs inside the relay); of
@@ -292,6 +299,10 @@ func printTable(w io.Writer, r *results) {
 	fmt.Fprintf(w, "%-10s %s\n", "phase", "result")
 	if r.LimitMsgsPerS > 0 {
 		fmt.Fprintf(w, "%-10s %10.0f msg/s   JetStream async publish, distinct Nats-Msg-Id\n", "limit", r.LimitMsgsPerS)
+		if r.LimitNATSCPUUsPerMsg > 0 {
+			fmt.Fprintf(w, "%-10s CPU per message: publisher (nats.go) %.1f µs, nats-server %.1f µs (%.2f×)\n",
+				"", r.LimitPublisherCPUUsPerMsg, r.LimitNATSCPUUsPerMsg, r.RatioPublisherNATSCPU)
+		}
 	}
 	if r.BridgeRowsPerS > 0 {
 		span := "first claim to last mark"

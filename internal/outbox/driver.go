@@ -37,14 +37,12 @@ type Capabilities struct {
 	// TransactionalDDL: a migration and the record of its version commit
 	// together. MySQL commits every DDL statement on its own.
 	TransactionalDDL bool
-	// ProbeBeforeClaim: the claim loop asks Store.Stalled (age 0) before
-	// claiming again after a claim that was not full, because an empty
-	// claim costs the database much more than the probe (PostgreSQL 15:
-	// about 3.3 ms of backend CPU, claim.sql planned at each execution,
-	// against 0.4 ms; docs/BENCHMARKS.md). Not on MySQL/MariaDB, whose probe
-	// (a correlated NOT EXISTS over the keys) slowed a backlog of keyed rows
-	// from 8 producers 12-fold (TestMySQLTwoRelaysDeliverEveryRowOnceInKeyOrder:
-	// 81 s against 6.7 s on MariaDB 10.11), nor on SQLite, in process.
+	// ProbeBeforeClaim: the claim loop asks Store.MayClaim before claiming
+	// again after a claim that was not full, because an empty claim costs
+	// the database more than the probe (PostgreSQL 15: about 3.3 ms of
+	// backend CPU, claim.sql planned at each execution, against 0.4 ms;
+	// MariaDB 10.11: the claim's six-branch candidate read against two
+	// index dives; docs/BENCHMARKS.md). Not on SQLite, in process.
 	ProbeBeforeClaim bool
 }
 
@@ -238,6 +236,9 @@ type executor interface {
 	// Stalled reports whether a row has been claimable for longer than
 	// p.Age (see Store.Stalled).
 	Stalled(ctx context.Context, p *stalledParams) (bool, error)
+	// MayClaim reports whether a claim may take a row: false only when it
+	// would take none; true may still find none (see Store.MayClaim).
+	MayClaim(ctx context.Context) (bool, error)
 	// Purge deletes up to p.Limit done rows relayed more than p.OlderThan
 	// ago and returns how many.
 	Purge(ctx context.Context, p *purgeParams) (int, error)

@@ -55,7 +55,7 @@ const (
 func (mysqlDriver) dialect() Dialect { return DialectMySQL }
 
 func (mysqlDriver) capabilities() Capabilities {
-	return Capabilities{ConcurrentWrites: true}
+	return Capabilities{ConcurrentWrites: true, ProbeBeforeClaim: true}
 }
 
 func (mysqlDriver) schemes() []string { return []string{"mysql://"} }
@@ -139,7 +139,7 @@ type mysqlQueries struct {
 	insert                                            string
 	retryDead, retryAllDead                           string
 	retryFailed, retryAllFailed                       string
-	stalled, purge                                    string
+	stalled, mayClaim, purge                          string
 }
 
 func (d mysqlDriver) executor(db *DB, t tableName) (executor, error) {
@@ -154,7 +154,7 @@ func (d mysqlDriver) executor(db *DB, t tableName) (executor, error) {
 		insert:    f.take("insert"),
 		retryDead: f.take("retry_dead"), retryAllDead: f.take("retry_all_dead"),
 		retryFailed: f.take("retry_failed"), retryAllFailed: f.take("retry_all_failed"),
-		stalled: f.take("stalled"), purge: f.take("purge"),
+		stalled: f.take("stalled"), mayClaim: f.take("may_claim"), purge: f.take("purge"),
 	}}
 	return e, f.done()
 }
@@ -557,6 +557,12 @@ func (e *mysqlExecutor) Retry(ctx context.Context, p *retryParams) (int, error) 
 // Stalled passes the age in microseconds.
 func (e *mysqlExecutor) Stalled(ctx context.Context, p *stalledParams) (bool, error) {
 	return queryBool(ctx, e.db, e.q.stalled, micros(p.Age))
+}
+
+// MayClaim asks may_claim.sql: any pending row, or failed one past its
+// backoff, ordering keys aside.
+func (e *mysqlExecutor) MayClaim(ctx context.Context) (bool, error) {
+	return queryBool(ctx, e.db, e.q.mayClaim)
 }
 
 // Purge passes the age in microseconds.

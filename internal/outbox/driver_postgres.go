@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pressly/goose/v3"
@@ -281,6 +282,13 @@ func (e *postgresExecutor) Insert(ctx context.Context, p *insertParams) (int64, 
 // Stalled passes the age in microseconds.
 func (e *postgresExecutor) Stalled(ctx context.Context, p *stalledParams) (bool, error) {
 	return queryBool(ctx, e.db.SQL, e.q.stalled, micros(p.Age))
+}
+
+// MayClaim is Stalled available since before a microsecond from now, the
+// clock's precision: a row available now, as the claim takes it. Exact,
+// since stalled.sql walks the heads of the ordering keys as the claim does.
+func (e *postgresExecutor) MayClaim(ctx context.Context) (bool, error) {
+	return e.Stalled(ctx, &stalledParams{Age: -time.Microsecond})
 }
 
 // Purge passes the age in microseconds.

@@ -276,6 +276,12 @@ func (e *sqliteExecutor) Stalled(ctx context.Context, p *stalledParams) (bool, e
 	return queryBool(ctx, e.db, e.q.stalled, sqliteAgo(p.Age))
 }
 
+// MayClaim is Stalled available since before a millisecond from now, the
+// clock's precision: a row available now, as the claim takes it (exact).
+func (e *sqliteExecutor) MayClaim(ctx context.Context) (bool, error) {
+	return e.Stalled(ctx, &stalledParams{Age: -time.Millisecond})
+}
+
 func (e *sqliteExecutor) Purge(ctx context.Context, p *purgeParams) (int, error) {
 	n, err := execCount(ctx, e.db, e.q.purge, sqliteAgo(p.OlderThan), p.Limit)
 	return int(n), err

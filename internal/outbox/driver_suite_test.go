@@ -55,6 +55,7 @@ var suiteCases = []suiteCase{
 	{name: "RetryDeadAndFailed", run: suiteRetry},
 	{name: "StatusCountsAndErrors", run: suiteStatus},
 	{name: "StalledSeesOnlyClaimableRows", run: suiteStalled},
+	{name: "MayClaimNeverMissesARow", run: suiteMayClaim},
 	{name: "BrowseListsGroupsAndReadsRows", run: suiteBrowse},
 	{name: "PurgeDeletesOldDoneRows", run: suitePurge},
 	{name: "NotifyOnInsert", run: suiteNotify},
@@ -645,6 +646,35 @@ func suiteStalled(t *testing.T, b *suiteBundle) {
 	require.False(t, stalled(everyLease), "the only pending row waits behind its key's head")
 	require.Equal(t, int64(1), b.markFailed(t, "r", Failure{ID: head, Attempt: 1, Err: "x", Backoff: time.Hour}))
 	require.False(t, stalled(everyLease), "the head waits out its backoff")
+}
+
+// MayClaim, the probe before a claim: never false while a row is claimable
+// (it may be true when none is: MySQL's ignores the ordering keys), false
+// with nothing pending and every failed row waiting out its backoff.
+func suiteMayClaim(t *testing.T, b *suiteBundle) {
+	ctx := context.Background()
+	may := func() bool {
+		t.Helper()
+		ok, err := b.exec.MayClaim(ctx)
+		require.NoError(t, err)
+		return ok
+	}
+	require.False(t, may(), "empty table")
+	done := b.insert(t, "done", "")
+	require.True(t, may(), "a pending row")
+	require.Equal(t, []int64{done}, b.claimIDs(t, "r", 10))
+	require.False(t, may(), "the only row is in flight")
+	require.Equal(t, int64(1), b.markDone(t, "r", Done{ID: done, Attempt: 1, Stream: "S", Seq: 1}))
+	require.False(t, may(), "the only row is done")
+	failed := b.insert(t, "failed", "k")
+	require.Equal(t, []int64{failed}, b.claimIDs(t, "r", 10))
+	require.Equal(t, int64(1), b.markFailed(t, "r", Failure{ID: failed, Attempt: 1, Err: "x", Backoff: time.Hour}))
+	require.False(t, may(), "the failed row waits out its backoff")
+	again := b.insert(t, "again", "")
+	require.Equal(t, []int64{again}, b.claimIDs(t, "r", 10))
+	require.False(t, may(), "one failed row waits out its backoff, the other is in flight")
+	require.Equal(t, int64(1), b.markFailed(t, "r", Failure{ID: again, Attempt: 1, Err: "x"}))
+	require.True(t, may(), "a failed row is past its backoff")
 }
 
 func suitePurge(t *testing.T, b *suiteBundle) {
