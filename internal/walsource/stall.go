@@ -51,9 +51,12 @@ type stallSource struct {
 	movedAt time.Time // when one of them last moved (or was first seen)
 }
 
-// Inherit takes over when prev, an earlier subscriber of this process,
-// last moved rows (called before Subscribe).
+// Inherit takes over what prev, an earlier subscriber of this process,
+// counted, and when it last moved rows: the counters go on from its totals
+// (bridge_wal_* counters do not fall back to zero when the relay is rebuilt)
+// and a stall goes on from its last progress. Call it before Subscribe.
 func (s *Subscriber) Inherit(prev *Subscriber) {
+	s.Counters.add(&prev.Counters)
 	s.progress.Store(min(s.progress.Load(), prev.progress.Load()))
 }
 

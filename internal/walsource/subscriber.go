@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,15 @@ type Counters struct {
 	Restarts     atomic.Int64 // replication streams started again after an interruption
 	Checked      atomic.Int64 // rows read again found settled in the table (check.go), not published again
 	SetAside     atomic.Int64 // rows set aside (aside.go): failed for reasons of their own, or waiting for such a row of their ordering key
+}
+
+// add adds prev's totals to c's, every counter of the struct (read by
+// reflection, so that a counter added later cannot be left behind).
+func (c *Counters) add(prev *Counters) {
+	to, from := reflect.ValueOf(c).Elem(), reflect.ValueOf(prev).Elem()
+	for i := range to.NumField() {
+		to.Field(i).Addr().Interface().(*atomic.Int64).Add(from.Field(i).Addr().Interface().(*atomic.Int64).Load())
+	}
 }
 
 // Subscriber is a Watermill message.Subscriber over the inserts of the
