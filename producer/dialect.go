@@ -55,7 +55,3 @@ type runner interface {
 	// the database generated for it (MySQL's insert id; 0 for none).
 	exec(ctx context.Context, query string, args ...any) (affected, insertID int64, err error)
 }
-
-// insertColumns are the columns a producer sets; every other column takes
-// its default (status 'pending', created_at and available_at now()).
-const insertColumns = "(idempotency_key, subject, payload, headers, ordering_key)"

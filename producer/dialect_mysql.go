@@ -32,9 +32,7 @@ const mysqlKeyMax = 255
 const mysqlSubjectMax = 65535
 
 func (mysqlDialect) insertSQL(table string) string {
-	return `INSERT INTO ` + table + ` ` + insertColumns + `
-VALUES (?, ?, ?, ?, ?)
-ON DUPLICATE KEY UPDATE id = id`
+	return insertStatement("mysql", table)
 }
 
 func (mysqlDialect) insert(ctx context.Context, tx runner, query string, args ...any) (int64, bool, error) {

@@ -7,10 +7,7 @@ import "context"
 type postgresDialect struct{}
 
 func (postgresDialect) insertSQL(table string) string {
-	return `INSERT INTO ` + table + ` ` + insertColumns + `
-VALUES ($1, $2, $3, $4::jsonb, $5)
-ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING id`
+	return insertStatement("postgres", table)
 }
 
 func (postgresDialect) insert(ctx context.Context, tx runner, query string, args ...any) (int64, bool, error) {

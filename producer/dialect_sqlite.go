@@ -7,10 +7,7 @@ import "context"
 type sqliteDialect struct{}
 
 func (sqliteDialect) insertSQL(table string) string {
-	return `INSERT INTO ` + table + ` ` + insertColumns + `
-VALUES (?, ?, ?, ?, ?)
-ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING id`
+	return insertStatement("sqlite", table)
 }
 
 func (sqliteDialect) insert(ctx context.Context, tx runner, query string, args ...any) (int64, bool, error) {

@@ -98,6 +98,8 @@ type postgresExecutor struct {
 	readers
 	db *DB
 	q  postgresQueries
+	// wal are the postgres-wal source's statements (Store.WALStatements).
+	wal WALStatements
 }
 
 // postgresQueries are the statements of queries/postgres/, rendered for
@@ -123,7 +125,7 @@ func (d postgresDriver) executor(db *DB, t tableName) (executor, error) {
 		retryDead: f.take("retry_dead"), retryAllDead: f.take("retry_all_dead"),
 		retryFailed: f.take("retry_failed"), retryAllFailed: f.take("retry_all_failed"),
 		stalled: f.take("stalled"), purge: f.take("purge"),
-	}}
+	}, wal: takeWALStatements(f)}
 	return e, f.done()
 }
 

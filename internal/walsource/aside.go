@@ -248,8 +248,7 @@ func setAsideReady(sum *asideSummary) string {
 // confirmed already. Until they are relayed, the rows of their keys read
 // from the slot wait for them.
 func (s *Subscriber) loadAsides(ctx context.Context) (*asides, error) {
-	rows, err := s.db.SQL.QueryContext(ctx, `SELECT id, ordering_key, coalesce(last_error, ''), extract(epoch FROM available_at - now())::float8 FROM `+s.cfg.Table+`
-WHERE ordering_key IS NOT NULL AND status = 'failed' ORDER BY id`)
+	rows, err := s.db.SQL.QueryContext(ctx, s.q.Asides)
 	if err != nil {
 		return nil, fmt.Errorf("read the failed rows of ordering keys: %w", err)
 	}
@@ -280,7 +279,7 @@ func (s *Subscriber) stillFailed(ctx context.Context, ids []int64) (map[int64]bo
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := s.db.SQL.QueryContext(ctx, `SELECT id FROM `+s.cfg.Table+` WHERE id = ANY($1) AND status = 'failed'`, ids)
+	rows, err := s.db.SQL.QueryContext(ctx, s.q.StillFailed, ids)
 	if err != nil {
 		return nil, fmt.Errorf("sweep: check rows set aside: %w", err)
 	}

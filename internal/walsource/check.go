@@ -132,7 +132,7 @@ func (s *Subscriber) checkRows(ctx context.Context, items []checkItem) ([]checkR
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.db.SQL.QueryContext(ctx, `SELECT id, coalesce(status, ''), coalesce(stream, ''), coalesce(stream_seq, 0) FROM `+s.cfg.Table+` WHERE id = ANY($1)`, ids)
+	rows, err := s.db.SQL.QueryContext(ctx, s.q.Reread, ids)
 	if err != nil {
 		return nil, fmt.Errorf("check %d outbox rows read again: %w", len(ids), err)
 	}

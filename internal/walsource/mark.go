@@ -55,7 +55,8 @@ type markItem struct {
 // relay of source: table), so a done row, a deleted one or a dead letter
 // stays as it is, and a mark written twice (after a restart) changes
 // nothing. As the table source's marks do (see lease and fence in
-// internal/outbox/queries/postgres/_fragments.sql), each reads its array
+// internal/outbox/queries/postgres/_fragments.sql; these use wal_lookup
+// there), each reads its array
 // element's row by primary key in a LATERAL subquery (alias l) and changes
 // that row (alias o) only while its status is still the one l found. With
 // the condition on o and the array joined to o directly, PostgreSQL read
@@ -67,42 +68,16 @@ type markItem struct {
 // neither its error nor its backoff to bridge status and to the stall
 // watch of a standby).
 
-// unsettled is the condition on a row (alias a) that a mark may change.
-func unsettled(a string) string {
-	return "coalesce(" + a + ".status, '') IN ('pending', 'failed', 'in_flight')"
-}
-
-// markStatements are the marker's SQL for one table.
+// markStatements are the marker's SQL for one table (queries/postgres/wal_mark_*.sql and wal_delete_done.sql).
 type markStatements struct {
 	done, del, dead, failed, check string
 }
 
-func (s *Subscriber) markSQL() markStatements { return markSQLFor(s.cfg.Table) }
+func (s *Subscriber) markSQL() markStatements { return markSQLOf(s.q) }
 
-// markSQLFor renders the marker's SQL for table t.
-func markSQLFor(t string) markStatements {
-	lookup := `CROSS JOIN LATERAL (SELECT e.id, e.status FROM ` + t + ` e WHERE e.id = m.id AND ` + unsettled("e") + ` OFFSET 0) l
-WHERE (o.id, o.status) = (l.id, l.status)`
-	return markStatements{
-		done: `UPDATE ` + t + ` o SET status = 'done', relayed_at = now(), owner = NULL, last_error = NULL,
-	stream = m.stream, stream_seq = m.seq, attempts = m.attempts
-FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::int[]) AS m(id, stream, seq, attempts)
-` + lookup + ` RETURNING o.id`,
-		del: `DELETE FROM ` + t + ` o USING unnest($1::bigint[]) AS m(id)
-` + lookup + ` RETURNING o.id`,
-		dead: `UPDATE ` + t + ` o SET status = 'permanent_failed', last_error = m.err, attempts = m.attempts, owner = NULL
-FROM unnest($1::bigint[], $2::text[], $3::int[]) AS m(id, err, attempts)
-` + lookup + ` RETURNING o.id`,
-		failed: `UPDATE ` + t + ` o SET status = 'failed', last_error = m.err, attempts = m.attempts, owner = NULL,
-	available_at = now() + m.delay * interval '1 microsecond', first_claimed_at = coalesce(o.first_claimed_at, m.first)
-FROM unnest($1::bigint[], $2::text[], $3::int[], $4::bigint[], $5::timestamptz[]) AS m(id, err, attempts, delay, first)
-` + lookup + ` RETURNING o.id`,
-		// One statement, one snapshot: the snapshot, and which of the
-		// rows it sees and which of those are unsettled.
-		check: `SELECT pg_current_snapshot()::text,
-	coalesce((SELECT string_agg(o.id::text, ',') FROM ` + t + ` o WHERE o.id = ANY($1)), ''),
-	coalesce((SELECT string_agg(o.id::text, ',') FROM ` + t + ` o WHERE o.id = ANY($1) AND ` + unsettled("o") + `), '')`,
-	}
+// markSQLOf picks the marker's statements out of q.
+func markSQLOf(q outbox.WALStatements) markStatements {
+	return markStatements{done: q.MarkDone, del: q.DeleteDone, dead: q.MarkDead, failed: q.MarkFailed, check: q.MarkCheck}
 }
 
 // markLoop writes the marks the pipeline queues, in batches, until the

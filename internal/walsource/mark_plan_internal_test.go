@@ -52,7 +52,9 @@ func TestMarkPlansLookUpEachRowByPrimaryKey(t *testing.T) {
 				}
 				each := func(v string) string { return "'{" + strings.Repeat(v+",", marks-1) + v + "}'" }
 				idArr := "'{" + strings.Join(ids, ",") + "}'"
-				q := markSQLFor(table)
+				w, err := outbox.PostgresWALStatements(table)
+				require.NoError(t, err)
+				q := markSQLOf(w)
 				for _, mark := range []struct{ name, sql, args string }{
 					{"done", q.done, strings.Join([]string{idArr, each("S"), idArr, each("1")}, ", ")},
 					{"deleted", q.del, idArr},

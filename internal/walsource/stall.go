@@ -133,8 +133,7 @@ func moved(prev, now []int64) bool {
 // order) pending or failed whose available_at is more than age ago
 // (database clock).
 func (s *Subscriber) waitingRows(ctx context.Context, age time.Duration) ([]int64, error) {
-	rows, err := s.db.SQL.QueryContext(ctx, `SELECT id FROM `+s.cfg.Table+`
-WHERE status IN ('pending', 'failed') AND available_at < now() - $1 * interval '1 microsecond' ORDER BY id LIMIT $2`, age.Microseconds(), stallSample)
+	rows, err := s.db.SQL.QueryContext(ctx, s.q.Waiting, age.Microseconds(), stallSample)
 	if err != nil {
 		return nil, fmt.Errorf("look for waiting outbox rows: %w", err)
 	}
@@ -183,8 +182,7 @@ func (s *Subscriber) readTableLag() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var age sql.NullFloat64
-	err := s.db.SQL.QueryRowContext(ctx, `SELECT extract(epoch FROM now() - created_at)::float8 FROM `+s.cfg.Table+`
-WHERE status IN ('pending', 'failed') ORDER BY id LIMIT 1`).Scan(&age)
+	err := s.db.SQL.QueryRowContext(ctx, s.q.OldestWaiting).Scan(&age)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		s.tableLag.Store(nil)

@@ -79,6 +79,9 @@ type Subscriber struct {
 	logger *slog.Logger
 	repl   *pgconn.Config
 	table  qualifiedName
+	// q are its statements on the outbox table
+	// (internal/outbox/queries/postgres/wal_*.sql).
+	q outbox.WALStatements
 
 	// Counters are the subscriber's running totals.
 	Counters Counters
@@ -193,9 +196,13 @@ func NewSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, logg
 	if err != nil {
 		return nil, fmt.Errorf("replication slot %s: confirmed position %q: %w", cfg.Slot, info.ConfirmedLSN, err)
 	}
+	q, ok := store.WALStatements()
+	if !ok {
+		return nil, fmt.Errorf("source: postgres-wal needs a PostgreSQL outbox table, not %s", db.Dialect())
+	}
 	hardCtx, hardCancel := context.WithCancel(context.Background())
 	s := &Subscriber{
-		db: db, store: store, cfg: cfg, repl: repl, table: table,
+		db: db, store: store, cfg: cfg, repl: repl, table: table, q: q,
 		logger:       logger.With(slog.String("component", "postgres-wal"), slog.String("table", cfg.Table), slog.String("slot", cfg.Slot)),
 		events:       make(chan []event, eventQueue),
 		outcomes:     make(chan outcome, cfg.MaxInFlight),

@@ -185,17 +185,7 @@ func (s *Subscriber) pendingRows(ctx context.Context, after int64) (out []outbox
 	if limit <= 0 {
 		limit = math.MaxInt64
 	}
-	rows, err := s.db.SQL.QueryContext(ctx, `SELECT id, idempotency_key, subject, CASE WHEN octet_length(payload) <= $4::bigint THEN payload END,
-	headers::text, ordering_key, attempts, created_at, first_claimed_at, octet_length(payload), candidates
-FROM (
-	SELECT c.*, count(*) OVER () AS candidates, row_number() OVER w AS n,
-		sum(CASE WHEN octet_length(c.payload) <= $4::bigint THEN octet_length(c.payload) ELSE 0 END + octet_length(c.headers::text)) OVER w AS total
-	FROM (SELECT id, idempotency_key, subject, payload, headers, ordering_key, attempts, created_at, first_claimed_at FROM `+s.cfg.Table+`
-		WHERE status IN ('pending', 'failed') AND available_at <= now() AND id > $1 ORDER BY id LIMIT $2) c
-	WINDOW w AS (ORDER BY id ROWS UNBOUNDED PRECEDING)
-) f
-WHERE n = 1 OR total <= $3::bigint
-ORDER BY id`, after, s.cfg.SweepBatch, s.cfg.MaxInFlightBytes, limit)
+	rows, err := s.db.SQL.QueryContext(ctx, s.q.SweepRead, after, s.cfg.SweepBatch, s.cfg.MaxInFlightBytes, limit)
 	if err != nil {
 		return nil, false, fmt.Errorf("sweep: read pending rows: %w", err)
 	}
@@ -230,7 +220,7 @@ func (s *Subscriber) stillPending(ctx context.Context, ids []int64) (map[int64]b
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := s.db.SQL.QueryContext(ctx, `SELECT id FROM `+s.cfg.Table+` WHERE id = ANY($1) AND status IN ('pending', 'failed')`, ids)
+	rows, err := s.db.SQL.QueryContext(ctx, s.q.StillPending, ids)
 	if err != nil {
 		return nil, fmt.Errorf("sweep: check pending rows: %w", err)
 	}
@@ -282,7 +272,7 @@ func (s *Subscriber) forgetAsides(ctx context.Context, ids []int64) error {
 	}
 	// The rows that waited for them are due now: the next round (asked
 	// for at once) brings them back.
-	if _, err := s.db.SQL.ExecContext(ctx, `UPDATE `+s.cfg.Table+` SET available_at = now() WHERE id = ANY($1) AND status = 'failed'`, released); err != nil {
+	if _, err := s.db.SQL.ExecContext(ctx, s.q.Release, released); err != nil {
 		return fmt.Errorf("sweep: release the rows waiting for rows set aside: %w", err)
 	}
 	s.logger.Info("sweep: rows set aside are settled elsewhere (relayed, deleted); the rows of their ordering keys waiting for them go on",

@@ -50,3 +50,12 @@ is stale during a burst (1 row against thousands), for every array element
 {{- define "lease"}}CROSS JOIN LATERAL (SELECT e.id, e.attempts, e.status, e.owner FROM {{.Table}} e
 	WHERE e.id = m.id AND e.attempts = m.attempt AND coalesce(e.status, '') = 'in_flight' AND e.owner = $1 OFFSET 0) l{{end}}
 {{- define "fence"}}(o.id, o.attempts, o.status, o.owner) = (l.id, l.attempts, l.status, l.owner){{end}}
+{{- /*
+wal_lookup is the lease of the WAL source's marks (walsource/mark.go): it
+reads each array element's row by primary key (alias l) while the row is
+unsettled, and the mark changes that row (alias o) only while its status is
+still the one l found; as lease and fence above, for the same plans.
+*/ -}}
+{{- define "wal_unsettled"}}coalesce({{.}}.status, '') IN ('pending', 'failed', 'in_flight'){{end}}
+{{- define "wal_lookup"}}CROSS JOIN LATERAL (SELECT e.id, e.status FROM {{.Table}} e WHERE e.id = m.id AND {{template "wal_unsettled" "e"}} OFFSET 0) l
+WHERE (o.id, o.status) = (l.id, l.status){{end}}
