@@ -25,7 +25,7 @@ func newEnqueueCommand() *cobra.Command {
 		Use:   "enqueue --subject S [--key K] [--ordering-key O] [--header K=V]... [--data D | --data-file F]",
 		Short: "Insert one outbox row (for trying things and for operators)",
 		Long: `Insert one row into the outbox table, in its own transaction. Services insert
-their rows in their own business transaction instead (see README).
+their rows in their own business transaction instead (see docs/PRODUCERS.md).
 
 The idempotency key defaults to a new UUIDv7. A key already in the table is not
 inserted again: the command says "already enqueued" and exits 0.

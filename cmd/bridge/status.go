@@ -25,7 +25,7 @@ func newStatusCommand() *cobra.Command {
 		Use:   "status [--json]",
 		Short: "Show rows per status, the relay's lag, the oldest failed row and recent errors",
 		Long: `Show rows per status, the relay's lag (the age of the oldest pending, in-flight
-or failed row, as bridge_relay_lag_seconds; README and docs/OPERATIONS.md), the
+or failed row, as bridge_relay_lag_seconds; docs/OPERATIONS.md), the
 oldest failed row and recent errors. With source: postgres-wal also the
 replication slot: whether a relay streams from it, the WAL the server keeps for it
 (retained), the WAL written since its confirmed position (unconfirmed) and its

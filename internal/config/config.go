@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Defaults of the configuration, one per key of the README's configuration table.
+// Defaults of the configuration, one per key of docs/CONFIGURATION.md's table.
 const (
 	DataDirDefault              = "./bridge-data"
 	TableDefault                = "outbox"
@@ -394,7 +394,7 @@ type Log struct {
 }
 
 // Default returns the configuration used when nothing is set: every default of the
-// README's configuration table. Streams is empty (EffectiveStreams supplies the embedded
+// docs/CONFIGURATION.md's table. Streams is empty (EffectiveStreams supplies the embedded
 // default) and Relay.Owner is <hostname>-<pid>.
 func Default() Config {
 	return Config{

@@ -2,7 +2,7 @@
 //
 // A Config is built by Load from four layers, each overriding the one before:
 //
-//  1. Default(): the defaults, one per key of the README's configuration table;
+//  1. Default(): the defaults, one per key of docs/CONFIGURATION.md's table;
 //  2. the YAML file named by --config;
 //  3. BRIDGE_* environment variables: BRIDGE_ + the YAML path in upper snake case
 //     (relay.inflight_timeout → BRIDGE_RELAY_INFLIGHT_TIMEOUT, nats.tls.ca_file →

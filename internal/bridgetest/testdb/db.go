@@ -27,7 +27,7 @@ func PostgresURL(t testing.TB) string {
 			t.Fatalf("%s is not set; .ci/run must provide PostgreSQL", PostgresURLEnv)
 		}
 		SkipNotice()
-		t.Skipf("%s is not set: PostgreSQL tests need a server (see README, Run the tests)", PostgresURLEnv)
+		t.Skipf("%s is not set: PostgreSQL tests need a server (see docs/DEVELOPMENT.md, Run the tests)", PostgresURLEnv)
 	}
 	return url
 }

@@ -26,7 +26,7 @@ func MySQLURL(t testing.TB) string {
 			t.Fatalf("%s is not set; .ci/run must provide MariaDB", MySQLURLEnv)
 		}
 		SkipNotice()
-		t.Skipf("%s is not set: MySQL/MariaDB tests need a server (see README, Run the tests)", MySQLURLEnv)
+		t.Skipf("%s is not set: MySQL/MariaDB tests need a server (see docs/DEVELOPMENT.md, Run the tests)", MySQLURLEnv)
 	}
 	return url
 }

@@ -53,7 +53,7 @@ var SkipNotice = sync.OnceFunc(func() {
 			}
 		}
 	}
-	fmt.Fprintf(w, "go test: the %s tests are skipped; to run them: %s%s go test ./... (README, Run the tests)\n",
+	fmt.Fprintf(w, "go test: the %s tests are skipped; to run them: %s%s go test ./... (docs/DEVELOPMENT.md, Run the tests)\n",
 		strings.Join(missing, " and "), start, strings.Join(vars, " "))
 })
 

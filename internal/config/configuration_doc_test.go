@@ -7,12 +7,12 @@ import (
 	"testing"
 )
 
-// TestReadmeDocumentsEveryKey checks the README's configuration table
+// TestConfigurationDocumentsEveryKey checks docs/CONFIGURATION.md's table
 // against the keys of Config, so that a key added anywhere is documented:
 // every scalar key has a row that names it, with its environment variable
 // (or a shared prefix ending in …, as BRIDGE_NATS_TLS_… for the TLS files);
 // every list key has a row that names it and each field of its elements.
-func TestReadmeDocumentsEveryKey(t *testing.T) {
+func TestConfigurationDocumentsEveryKey(t *testing.T) {
 	rows := readmeConfigRows(t)
 	row := func(key string) []string {
 		for _, r := range rows {
@@ -26,18 +26,18 @@ func TestReadmeDocumentsEveryKey(t *testing.T) {
 	for _, key := range leaves {
 		r := row(key)
 		if r == nil {
-			t.Errorf("README.md's configuration table has no row for %s", key)
+			t.Errorf("docs/CONFIGURATION.md's table has no row for %s", key)
 			continue
 		}
 		env := EnvName(key)
 		if !strings.Contains(r[1], "`"+env+"`") && !sharedPrefix(r[1], env) {
-			t.Errorf("README.md's row for %s does not name its variable %s: %q", key, env, r[1])
+			t.Errorf("docs/CONFIGURATION.md's row for %s does not name its variable %s: %q", key, env, r[1])
 		}
 	}
 	for _, key := range lists {
 		r := row(key)
 		if r == nil {
-			t.Errorf("README.md's configuration table has no row for %s", key)
+			t.Errorf("docs/CONFIGURATION.md's table has no row for %s", key)
 			continue
 		}
 		f, _ := configType.FieldByNameFunc(func(name string) bool {
@@ -46,7 +46,7 @@ func TestReadmeDocumentsEveryKey(t *testing.T) {
 		})
 		for _, field := range fieldsOf(elem(f.Type)) {
 			if !strings.Contains(r[0], "`"+field.key+"`") {
-				t.Errorf("README.md's row for %s does not name the field %s of its elements: %q", key, field.key, r[0])
+				t.Errorf("docs/CONFIGURATION.md's row for %s does not name the field %s of its elements: %q", key, field.key, r[0])
 			}
 		}
 	}
@@ -70,18 +70,17 @@ func sharedPrefix(cell, env string) bool {
 }
 
 // readmeConfigRows returns the cells of the rows of the table under the
-// README's "## Configuration" heading, header and separator left out.
+// docs/CONFIGURATION.md's title, header and separator left out.
 func readmeConfigRows(t *testing.T) [][]string {
 	t.Helper()
-	data, err := os.ReadFile("../../README.md")
+	data, err := os.ReadFile("../../docs/CONFIGURATION.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(data), "\n## Configuration\n")
+	_, section, ok := strings.Cut(string(data), "# Configuration\n")
 	if !ok {
-		t.Fatal(`README.md has no "## Configuration" section`)
+		t.Fatal(`docs/CONFIGURATION.md has no "# Configuration" title`)
 	}
-	section, _, _ = strings.Cut(section, "\n## ")
 	var rows [][]string
 	for line := range strings.Lines(section) {
 		line = strings.TrimSpace(line)
@@ -93,12 +92,12 @@ func readmeConfigRows(t *testing.T) [][]string {
 			cells[i] = strings.TrimSpace(strings.ReplaceAll(cells[i], "\x00", "|"))
 		}
 		if len(cells) < 5 {
-			t.Fatalf("README.md configuration row with %d cells, want 5: %s", len(cells), line)
+			t.Fatalf("docs/CONFIGURATION.md row with %d cells, want 5: %s", len(cells), line)
 		}
 		rows = append(rows, cells)
 	}
 	if len(rows) == 0 {
-		t.Fatal("README.md's configuration section has no table")
+		t.Fatal("docs/CONFIGURATION.md has no table")
 	}
 	return rows
 }
