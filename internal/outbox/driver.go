@@ -41,8 +41,9 @@ type Capabilities struct {
 	// again after a claim that was not full, because an empty claim costs
 	// the database more than the probe (PostgreSQL 15: about 3.3 ms of
 	// backend CPU, claim.sql planned at each execution, against 0.4 ms;
-	// MariaDB 10.11: the claim's six-branch candidate read against two
-	// index dives; docs/BENCHMARKS.md). Not on SQLite, in process.
+	// MariaDB 10.11: the claim's six-branch candidate read against an
+	// index dive, or a read of the failed rows while many wait out their
+	// backoff; docs/BENCHMARKS.md). Not on SQLite, in process.
 	ProbeBeforeClaim bool
 }
 
