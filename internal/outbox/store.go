@@ -453,7 +453,7 @@ func (s *Store) Stalled(ctx context.Context, age time.Duration) (bool, error) {
 
 // MayClaim reports whether a claim may take a row now. False means a claim
 // would take none; true may still find none: on PostgreSQL and SQLite it
-// is exact (Stalled with the age 0), while MySQL/MariaDB answer for any pending
+// is exact (Stalled, at the clock's precision), while MySQL/MariaDB answer for any pending
 // row or failed one past its backoff, ordering keys aside (a head in
 // flight holds the rows of its key; see queries/mysql/may_claim.sql).
 func (s *Store) MayClaim(ctx context.Context) (bool, error) {
