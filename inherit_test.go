@@ -15,7 +15,6 @@ import (
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/outbox"
-	"github.com/outbox-bridge/bridge/internal/walsource"
 	"github.com/outbox-bridge/bridge/internal/wmsource"
 	"github.com/outbox-bridge/bridge/internal/wmsource/wmsourcetest"
 )
@@ -125,21 +124,7 @@ func inheritSource(t *testing.T, source, natsURL string) inheritTarget {
 			require.NoError(t, svc.Publish(ctx, true, subject, m))
 		}}
 	}
-	url, table := bridgetest.PostgresLogicalTable(t)
-	db, err := outbox.Open(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	_, err = outbox.Migrate(ctx, db, table)
-	require.NoError(t, err)
-	store, err := outbox.NewStore(db, table)
-	require.NoError(t, err)
-	cfg := relayConfig(t, url, table, natsURL)
-	cfg.Source = source
-	if source == config.SourcePostgresWAL {
-		cfg.WAL.Slot, cfg.WAL.Publication = bridgetest.WALNames(t, url)
-		_, _, err = walsource.Setup(ctx, db.SQL, walsource.Names{Table: table, Slot: cfg.WAL.Slot, Publication: cfg.WAL.Publication})
-		require.NoError(t, err)
-	}
+	cfg, store := postgresSourceConfig(t, source, natsURL)
 	return inheritTarget{cfg: cfg, row: func(t *testing.T, key, subject string) {
 		_, err := store.Enqueue(ctx, outbox.Entry{IdempotencyKey: key, Subject: subject, Payload: []byte(key)})
 		require.NoError(t, err)

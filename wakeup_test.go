@@ -38,6 +38,23 @@ func runDaemon(t *testing.T, cfg *config.Config) {
 	})
 }
 
+// postgresSourceConfig is the configuration of a relay of source (table
+// or postgres-wal) over a fresh outbox table on the PostgreSQL server with
+// wal_level = logical, with the slot and publication of postgres-wal made,
+// and a store over that table.
+func postgresSourceConfig(t *testing.T, source, natsURL string) (config.Config, *outbox.Store) {
+	t.Helper()
+	url, table, store := bridgetest.Outbox(t, "postgres-logical")
+	cfg := relayConfig(t, url, table, natsURL)
+	cfg.Source = source
+	if source == config.SourcePostgresWAL {
+		cfg.WAL.Slot, cfg.WAL.Publication = bridgetest.WALNames(t, url)
+		_, _, err := walsource.Setup(context.Background(), store.DB().SQL, walsource.Names{Table: table, Slot: cfg.WAL.Slot, Publication: cfg.WAL.Publication})
+		require.NoError(t, err)
+	}
+	return cfg, store
+}
+
 func relayConfig(t *testing.T, url, table, natsURL string) config.Config {
 	cfg := config.Default()
 	cfg.Database.URL, cfg.Database.Table = url, table
@@ -95,23 +112,9 @@ func TestPrepareTransaction(t *testing.T) {
 		t.Run(source, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			url, table := bridgetest.PostgresLogicalTable(t)
-			db, err := outbox.Open(ctx, url)
-			require.NoError(t, err)
-			t.Cleanup(func() { db.Close() })
-			_, err = outbox.Migrate(ctx, db, table)
-			require.NoError(t, err)
-			store, err := outbox.NewStore(db, table)
-			require.NoError(t, err)
-
 			n := bridgetest.StartNATS(t)
-			cfg := relayConfig(t, url, table, n.URL())
-			cfg.Source = source
-			if source == config.SourcePostgresWAL {
-				cfg.WAL.Slot, cfg.WAL.Publication = bridgetest.WALNames(t, url)
-				_, _, err = walsource.Setup(ctx, db.SQL, walsource.Names{Table: table, Slot: cfg.WAL.Slot, Publication: cfg.WAL.Publication})
-				require.NoError(t, err)
-			}
+			cfg, store := postgresSourceConfig(t, source, n.URL())
+			db, table := store.DB(), store.Table()
 			runDaemon(t, &cfg)
 
 			gid := func(what string) string { return fmt.Sprintf("%s_%s", table, what) }
@@ -128,7 +131,7 @@ func TestPrepareTransaction(t *testing.T) {
 			}
 			prepare("committed", "c")
 			prepare("rolled-back", "r")
-			_, err = db.SQL.ExecContext(ctx, "ROLLBACK PREPARED '"+gid("r")+"'")
+			_, err := db.SQL.ExecContext(ctx, "ROLLBACK PREPARED '"+gid("r")+"'")
 			require.NoError(t, err)
 			_, err = db.SQL.ExecContext(ctx, "COMMIT PREPARED '"+gid("c")+"'")
 			require.NoError(t, err)

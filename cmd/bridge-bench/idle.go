@@ -100,12 +100,12 @@ func (e *env) idle(ctx context.Context) (idleResult, error) {
 // idle run on 2026-12-02 counted 6.8 % of a core for its sessions, the
 // whole server 0.27 %).
 func (e *env) sessionCPU(ctx context.Context, baseline bool) (map[int]time.Duration, error) {
-	ids, err := e.sessionIDs(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[int]time.Duration, len(ids))
+	out := map[int]time.Duration{}
 	if e.db.Dialect() != outbox.DialectMySQL {
+		ids, err := e.sessionIDs(ctx)
+		if err != nil {
+			return nil, err
+		}
 		for _, id := range ids {
 			out[id] = cpuOf(id)
 		}
@@ -117,23 +117,25 @@ func (e *env) sessionCPU(ctx context.Context, baseline bool) (map[int]time.Durat
 	if err != nil {
 		return nil, err
 	}
+	var threads procfs.Procs
 	if baseline {
-		threads, err := procfs.AllThreads(server.PID)
-		if err != nil {
+		if threads, err = procfs.AllThreads(server.PID); err != nil {
 			return nil, fmt.Errorf("list the database server's threads: %w", err)
 		}
-		ids = ids[:0]
-		for _, th := range threads {
-			ids = append(ids, th.PID)
+	} else {
+		ids, err := e.sessionIDs(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			if th, err := server.Thread(id); err == nil { // else ended meanwhile
+				threads = append(threads, th)
+			}
 		}
 	}
-	for _, id := range ids {
-		th, err := server.Thread(id)
-		if err != nil {
-			continue // ended meanwhile
-		}
+	for _, th := range threads {
 		if st, err := th.Stat(); err == nil {
-			out[id] = seconds(st.CPUTime())
+			out[th.PID] = seconds(st.CPUTime())
 		}
 	}
 	return out, nil

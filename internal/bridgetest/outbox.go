@@ -10,7 +10,8 @@ import (
 )
 
 // Outbox returns a fresh, migrated outbox table of kind ("sqlite",
-// "postgres" or "mysql"): its database URL, the table name and a store
+// "postgres", "postgres-logical" (the server of PostgresLogicalURL, for
+// source: postgres-wal) or "mysql"): its database URL, the table name and a store
 // over it (closed when the test ends). Tests of one kind never share a
 // table.
 func Outbox(t testing.TB, kind string) (url, table string, store *outbox.Store) {
@@ -20,6 +21,8 @@ func Outbox(t testing.TB, kind string) (url, table string, store *outbox.Store) 
 		url, table = SQLiteURL(t), "outbox"
 	case "postgres":
 		url, table = PostgresTable(t)
+	case "postgres-logical":
+		url, table = PostgresLogicalTable(t)
 	case "mysql":
 		url, table = MySQLTable(t)
 	default:

@@ -68,24 +68,11 @@ type markItem struct {
 // neither its error nor its backoff to bridge status and to the stall
 // watch of a standby).
 
-// markStatements are the marker's SQL for one table (queries/postgres/wal_mark_*.sql and wal_delete_done.sql).
-type markStatements struct {
-	done, del, dead, failed, check string
-}
-
-func (s *Subscriber) markSQL() markStatements { return markSQLOf(s.q) }
-
-// markSQLOf picks the marker's statements out of q.
-func markSQLOf(q outbox.WALStatements) markStatements {
-	return markStatements{done: q.MarkDone, del: q.DeleteDone, dead: q.MarkDead, failed: q.MarkFailed, check: q.MarkCheck}
-}
-
 // markLoop writes the marks the pipeline queues, in batches, until the
 // queue is closed and empty; each batch's done and dead rows go back to
 // the pipeline as settled. Under load batches grow; when idle a mark is
 // written at once.
 func (s *Subscriber) markLoop() {
-	sql := s.markSQL()
 	for {
 		items, ok := s.marks.wait()
 		if !ok {
@@ -93,7 +80,7 @@ func (s *Subscriber) markLoop() {
 		}
 		for len(items) > 0 {
 			n := min(len(items), markBatchMax)
-			s.writeMarks(items[:n], sql)
+			s.writeMarks(items[:n])
 			items = items[n:]
 		}
 	}
@@ -109,14 +96,14 @@ func (s *Subscriber) markLoop() {
 // such a row invisible is tried again until it is visible; a row that is
 // gone for good (deleted: delete_on_relay before a restart, or by hand) or
 // settled already (marked before a restart) counts as settled.
-func (s *Subscriber) writeMarks(items []markItem, sql markStatements) {
+func (s *Subscriber) writeMarks(items []markItem) {
 	start := time.Now()
 	pending := items
 	for wait := 2 * time.Millisecond; ; wait = min(wait*2, 200*time.Millisecond) {
 		var invisible []markItem
 		ok := s.retry(len(pending), func(ctx context.Context) error {
 			var err error
-			invisible, err = s.tryMarks(ctx, pending, sql)
+			invisible, err = s.tryMarks(ctx, pending)
 			return err
 		})
 		if !ok {
@@ -150,7 +137,7 @@ func (s *Subscriber) writeMarks(items []markItem, sql markStatements) {
 
 // tryMarks runs the statements once and returns the marks (done, dead,
 // failed) that found their row not yet visible.
-func (s *Subscriber) tryMarks(ctx context.Context, items []markItem, sql markStatements) ([]markItem, error) {
+func (s *Subscriber) tryMarks(ctx context.Context, items []markItem) ([]markItem, error) {
 	var done, dead, failed []markItem
 	for _, m := range items {
 		switch m.kind {
@@ -187,7 +174,7 @@ func (s *Subscriber) tryMarks(ctx context.Context, items []markItem, sql markSta
 				firsts[i] = &m.first
 			}
 		}
-		if err := collect(sql.failed, ids, errs, attempts, delays, firsts); err != nil {
+		if err := collect(s.q.MarkFailed, ids, errs, attempts, delays, firsts); err != nil {
 			return nil, fmt.Errorf("mark %d outbox rows failed: %w", len(failed), err)
 		}
 	}
@@ -196,7 +183,7 @@ func (s *Subscriber) tryMarks(ctx context.Context, items []markItem, sql markSta
 		for i, m := range dead {
 			ids[i], errs[i], attempts[i] = m.id, outbox.SanitizeError(m.reason), int32(m.attempts)
 		}
-		if err := collect(sql.dead, ids, errs, attempts); err != nil {
+		if err := collect(s.q.MarkDead, ids, errs, attempts); err != nil {
 			return nil, fmt.Errorf("mark %d outbox rows permanent_failed: %w", len(dead), err)
 		}
 	}
@@ -207,13 +194,13 @@ func (s *Subscriber) tryMarks(ctx context.Context, items []markItem, sql markSta
 		}
 		var err error
 		if s.cfg.DeleteOnRelay {
-			err = collect(sql.del, ids)
+			err = collect(s.q.DeleteDone, ids)
 		} else {
 			streams, seqs, attempts := make([]string, len(done)), make([]int64, len(done)), make([]int32, len(done))
 			for i, m := range done {
 				streams[i], seqs[i], attempts[i] = m.stream, int64(m.seq), int32(m.attempts)
 			}
-			err = collect(sql.done, ids, streams, seqs, attempts)
+			err = collect(s.q.MarkDone, ids, streams, seqs, attempts)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("mark %d outbox rows done: %w", len(done), err)
@@ -227,7 +214,7 @@ func (s *Subscriber) tryMarks(ctx context.Context, items []markItem, sql markSta
 			missing = append(missing, m)
 		}
 	}
-	invisible, err := s.invisible(ctx, missing, sql.check)
+	invisible, err := s.invisible(ctx, missing)
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +244,7 @@ func (s *Subscriber) count(m markItem) {
 // after the statement), and rows not there whose transaction the current
 // snapshot does not see yet. Rows there and settled, and rows gone whose
 // transaction is visible, are settled.
-func (s *Subscriber) invisible(ctx context.Context, missing []markItem, check string) ([]markItem, error) {
+func (s *Subscriber) invisible(ctx context.Context, missing []markItem) ([]markItem, error) {
 	if len(missing) == 0 {
 		return nil, nil
 	}
@@ -266,7 +253,7 @@ func (s *Subscriber) invisible(ctx context.Context, missing []markItem, check st
 		ids[i] = m.id
 	}
 	var snapText, presentText, unsettledText string
-	if err := s.db.SQL.QueryRowContext(ctx, check, ids).Scan(&snapText, &presentText, &unsettledText); err != nil {
+	if err := s.db.SQL.QueryRowContext(ctx, s.q.MarkCheck, ids).Scan(&snapText, &presentText, &unsettledText); err != nil {
 		return nil, fmt.Errorf("check unmarked outbox rows: %w", err)
 	}
 	snap, err := parseSnapshot(snapText)

@@ -54,12 +54,11 @@ func TestMarkPlansLookUpEachRowByPrimaryKey(t *testing.T) {
 				idArr := "'{" + strings.Join(ids, ",") + "}'"
 				w, err := outbox.PostgresWALStatements(table)
 				require.NoError(t, err)
-				q := markSQLOf(w)
 				for _, mark := range []struct{ name, sql, args string }{
-					{"done", q.done, strings.Join([]string{idArr, each("S"), idArr, each("1")}, ", ")},
-					{"deleted", q.del, idArr},
-					{"dead", q.dead, strings.Join([]string{idArr, each("too big"), each("1")}, ", ")},
-					{"failed", q.failed, strings.Join([]string{idArr, each("nats: timeout"), each("1"), each("1000000"), each("2026-12-01T00:00:00Z")}, ", ")},
+					{"done", w.MarkDone, strings.Join([]string{idArr, each("S"), idArr, each("1")}, ", ")},
+					{"deleted", w.DeleteDone, idArr},
+					{"dead", w.MarkDead, strings.Join([]string{idArr, each("too big"), each("1")}, ", ")},
+					{"failed", w.MarkFailed, strings.Join([]string{idArr, each("nats: timeout"), each("1"), each("1000000"), each("2026-12-01T00:00:00Z")}, ", ")},
 				} {
 					for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 						plan := bridgetest.ExplainPrepared(t, db.SQL, mark.sql, mode, mark.args)
