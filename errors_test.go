@@ -16,8 +16,8 @@ import (
 	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
-	"github.com/outbox-bridge/bridge/internal/walsource"
-	"github.com/outbox-bridge/bridge/internal/wmsource"
+	"github.com/outbox-bridge/bridge/internal/source/postgreswal"
+	"github.com/outbox-bridge/bridge/internal/source/watermillforwarder"
 )
 
 // TestConfigErrorsWrapErrInvalid: every configuration error, a bad key of
@@ -44,16 +44,16 @@ func TestConfigErrorsWrapErrInvalid(t *testing.T) {
 			_, err := outbox.NewSubscriber(store, logger, outbox.SubscriberConfig{})
 			return err
 		},
-		"walsource.NewSubscriber": func() error {
-			_, err := walsource.NewSubscriber(ctx, nil, nil, logger, walsource.Config{})
+		"postgreswal.NewSubscriber": func() error {
+			_, err := postgreswal.NewSubscriber(ctx, nil, nil, logger, postgreswal.Config{})
 			return err
 		},
-		"wmsource.NewSubscriber": func() error {
-			_, err := wmsource.NewSubscriber(ctx, nil, wmsource.SubscriberConfig{}, watermill.NopLogger{})
+		"watermillforwarder.NewSubscriber": func() error {
+			_, err := watermillforwarder.NewSubscriber(ctx, nil, watermillforwarder.SubscriberConfig{}, watermill.NopLogger{})
 			return err
 		},
-		"wmsource.New": func() error {
-			_, err := wmsource.New(nil, nil, logger, wmsource.Config{})
+		"watermillforwarder.New": func() error {
+			_, err := watermillforwarder.New(nil, nil, logger, watermillforwarder.Config{})
 			return err
 		},
 		"sink.New": func() error {
@@ -77,7 +77,7 @@ func TestConfigErrorsWrapErrInvalid(t *testing.T) {
 // TestSentinelsAcrossSources: a missing table is outbox.ErrNoTable for the
 // table source and the watermill-forwarder source alike; a Subscribe after
 // Close is outbox.ErrClosed (for source: postgres-wal, see
-// walsource's TestSubscribeAfterClose).
+// postgreswal's TestSubscribeAfterClose).
 func TestSentinelsAcrossSources(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -88,7 +88,7 @@ func TestSentinelsAcrossSources(t *testing.T) {
 	store, err := outbox.NewStore(db, table)
 	require.NoError(t, err)
 	require.ErrorIs(t, store.CheckSchema(ctx), outbox.ErrNoTable, "source: table")
-	require.ErrorIs(t, wmsource.CheckTables(ctx, db, "no_such_topic"), outbox.ErrNoTable, "source: watermill-forwarder")
+	require.ErrorIs(t, watermillforwarder.CheckTables(ctx, db, "no_such_topic"), outbox.ErrNoTable, "source: watermill-forwarder")
 
 	sub, err := outbox.NewSubscriber(store, slog.New(slog.NewTextHandler(io.Discard, nil)), outbox.SubscriberConfig{Owner: "t"})
 	require.NoError(t, err)

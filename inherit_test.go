@@ -15,8 +15,8 @@ import (
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/outbox"
-	"github.com/outbox-bridge/bridge/internal/wmsource"
-	"github.com/outbox-bridge/bridge/internal/wmsource/wmsourcetest"
+	"github.com/outbox-bridge/bridge/internal/source/watermillforwarder"
+	"github.com/outbox-bridge/bridge/internal/source/watermillforwarder/watermillforwardertest"
 )
 
 // TestInheritAcrossARebuild, for every source: when the relay's NATS
@@ -110,14 +110,14 @@ func inheritSource(t *testing.T, source, natsURL string) inheritTarget {
 	ctx := context.Background()
 	if source == config.SourceWatermillForwarder {
 		url := bridgetest.PostgresURL(t)
-		svc := wmsourcetest.NewService(t, url)
+		svc := watermillforwardertest.NewService(t, url)
 		cfg := relayConfig(t, url, config.TableDefault, natsURL)
 		cfg.Source = source
 		cfg.Watermill.ForwarderTopic = svc.Topic
 		db, err := outbox.Open(ctx, url)
 		require.NoError(t, err)
 		t.Cleanup(func() { db.Close() })
-		_, _, err = wmsource.Migrate(ctx, db, svc.Topic)
+		_, _, err = watermillforwarder.Migrate(ctx, db, svc.Topic)
 		require.NoError(t, err)
 		return inheritTarget{cfg: cfg, row: func(t *testing.T, key, subject string) {
 			m := message.NewMessage(watermill.NewUUID(), []byte(key))

@@ -18,8 +18,8 @@ import (
 	"github.com/outbox-bridge/bridge/internal/forwarder"
 	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
-	"github.com/outbox-bridge/bridge/internal/walsource"
-	"github.com/outbox-bridge/bridge/internal/wmsource"
+	"github.com/outbox-bridge/bridge/internal/source/postgreswal"
+	"github.com/outbox-bridge/bridge/internal/source/watermillforwarder"
 )
 
 // Relay is the assembled daemon of `bridge run`.
@@ -181,8 +181,8 @@ func watermillChecks() sourceChecks { return sourceChecks{} }
 // the slot and this relay waits as a standby (ready, naming the holder) —
 // and the stall watch as liveness: a relay stalled for
 // relay.stall_unhealthy_after in the active role fails it; a standby, or
-// a relay whose stream cannot start, does not (see walsource.StallSource).
-func provideWALHealth(reg *prometheus.Registry, db *outbox.DB, pinger *broker.Pinger, denials *broker.Denials, keeper *broker.Keeper, guard *dedup.Guard, sub *walsource.Subscriber, stall *outbox.StallWatch) *health.Probes {
+// a relay whose stream cannot start, does not (see postgreswal.StallSource).
+func provideWALHealth(reg *prometheus.Registry, db *outbox.DB, pinger *broker.Pinger, denials *broker.Denials, keeper *broker.Keeper, guard *dedup.Guard, sub *postgreswal.Subscriber, stall *outbox.StallWatch) *health.Probes {
 	p := provideHealth(reg, db, pinger, denials, keeper, guard, sourceChecks{Alive: []health.Check{{Name: "stall", Check: stall.Alive}}})
 	p.Ready = append(p.Ready, health.Check{Name: "replication", Check: sub.Ready})
 	return p
@@ -239,7 +239,7 @@ func NewDaemon(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs 
 
 // walRelay is the relay of source: postgres-wal as a Daemon that inherits
 // from an earlier one (its stall watch and when rows last moved).
-type walRelay struct{ *walsource.Relay }
+type walRelay struct{ *postgreswal.Relay }
 
 func (r walRelay) Inherit(prev Daemon) {
 	if p, ok := prev.(walRelay); ok {
@@ -249,7 +249,7 @@ func (r walRelay) Inherit(prev Daemon) {
 
 // watermillRelay is the relay of source: watermill-forwarder as a Daemon
 // that inherits from an earlier one.
-type watermillRelay struct{ *wmsource.Relay }
+type watermillRelay struct{ *watermillforwarder.Relay }
 
 func (r watermillRelay) Inherit(prev Daemon) {
 	if p, ok := prev.(watermillRelay); ok {
@@ -259,15 +259,15 @@ func (r watermillRelay) Inherit(prev Daemon) {
 
 // provideWatermillRegistry registers the watermill-forwarder relay's
 // metrics and the Go runtime and process collectors.
-func provideWatermillRegistry(f *wmsource.Forwarder, guard *dedup.Guard, keeper *broker.Keeper) (*prometheus.Registry, error) {
+func provideWatermillRegistry(f *watermillforwarder.Forwarder, guard *dedup.Guard, keeper *broker.Keeper) (*prometheus.Registry, error) {
 	return newRegistry(append(append(f.Collectors(), keeper.Collector()), guard.Collectors()...)...)
 }
 
 // provideWALRegistry registers the postgres-wal relay's metrics: the
 // subscriber's, the slot's, the table's, the stream keeper's, the stall
 // watch's, the guard's, the reconciler's, and the Go runtime and process collectors.
-func provideWALRegistry(sub *walsource.Subscriber, store *outbox.Store, guard *dedup.Guard, rec *dedup.Reconciler, keeper *broker.Keeper, stall *outbox.StallWatch, cfg *config.Config) (*prometheus.Registry, error) {
-	cs := append(sub.Collectors(), walsource.NewSlotCollector(store.DB().SQL, cfg.WAL.Slot, 5*time.Second),
+func provideWALRegistry(sub *postgreswal.Subscriber, store *outbox.Store, guard *dedup.Guard, rec *dedup.Reconciler, keeper *broker.Keeper, stall *outbox.StallWatch, cfg *config.Config) (*prometheus.Registry, error) {
+	cs := append(sub.Collectors(), postgreswal.NewSlotCollector(store.DB().SQL, cfg.WAL.Slot, 5*time.Second),
 		outbox.NewTableCollector(store, 15*time.Second), keeper.Collector(), stall.Collector())
 	cs = append(cs, guard.Collectors()...)
 	return newRegistry(append(cs, rec.Collectors()...)...)
@@ -281,7 +281,7 @@ func provideTableStore(ctx context.Context, db *outbox.DB, cfg *config.Config, l
 	if cfg.Source == config.SourceWatermillForwarder {
 		return nil, &config.Error{Key: "source", Value: cfg.Source,
 			Allowed: "this command works on the bridge table only (source: table); with watermill-forwarder the relay reads " +
-				wmsource.MessagesTable(cfg.Watermill.ForwarderTopic) + " through watermill-sql's consumer-group offset, which keeps no state per message"}
+				watermillforwarder.MessagesTable(cfg.Watermill.ForwarderTopic) + " through watermill-sql's consumer-group offset, which keeps no state per message"}
 	}
 	return outbox.ProvideStore(ctx, db, cfg, logger)
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/daemon"
 	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
-	"github.com/outbox-bridge/bridge/internal/walsource"
+	"github.com/outbox-bridge/bridge/internal/source/postgreswal"
 )
 
 // Backoff of the attempts to start the relay while a dependency cannot be
@@ -49,7 +49,7 @@ const (
 // restart of the relay exit.
 func IsConfigError(err error) bool {
 	return errors.Is(err, config.ErrInvalid) || errors.Is(err, outbox.ErrUnknownScheme) || errors.Is(err, outbox.ErrInvalidEntry) ||
-		errors.Is(err, walsource.ErrWALLevel)
+		errors.Is(err, postgreswal.ErrWALLevel)
 }
 
 // Serve is `bridge run`: it binds http.listen, builds the relay of the

@@ -16,7 +16,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
-	"github.com/outbox-bridge/bridge/internal/walsource"
+	"github.com/outbox-bridge/bridge/internal/source/postgreswal"
 )
 
 // runDaemon builds the daemon of cfg as wire assembles it (any source) and
@@ -49,7 +49,7 @@ func postgresSourceConfig(t *testing.T, source, natsURL string) (config.Config, 
 	cfg.Source = source
 	if source == config.SourcePostgresWAL {
 		cfg.WAL.Slot, cfg.WAL.Publication = bridgetest.WALNames(t, url)
-		_, _, err := walsource.Setup(context.Background(), store.DB().SQL, walsource.Names{Table: table, Slot: cfg.WAL.Slot, Publication: cfg.WAL.Publication})
+		_, _, err := postgreswal.Setup(context.Background(), store.DB().SQL, postgreswal.Names{Table: table, Slot: cfg.WAL.Slot, Publication: cfg.WAL.Publication})
 		require.NoError(t, err)
 	}
 	return cfg, store

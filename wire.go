@@ -16,9 +16,9 @@ import (
 	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
+	"github.com/outbox-bridge/bridge/internal/source/postgreswal"
+	"github.com/outbox-bridge/bridge/internal/source/watermillforwarder"
 	"github.com/outbox-bridge/bridge/internal/telemetry"
-	"github.com/outbox-bridge/bridge/internal/walsource"
-	"github.com/outbox-bridge/bridge/internal/wmsource"
 )
 
 // NewRelay builds the daemon of `bridge run`, which reports its probes
@@ -49,18 +49,18 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 // the JetStream publisher, the guard and the health server. The cleanup
 // closes the NATS connection, stops the embedded server and closes the
 // database; call it after Run returned.
-func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) (*wmsource.Relay, func(), error) {
+func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) (*watermillforwarder.Relay, func(), error) {
 	wire.Build(
 		outbox.ProvideDB,
 		broker.ProviderSet,
 		sink.ProviderSet,
 		payloadLimit,
-		wmsource.ProviderSet,
+		watermillforwarder.ProviderSet,
 		dedup.ProviderSet,
 		provideWatermillRegistry,
 		watermillChecks,
 		provideHealth,
-		wire.Struct(new(wmsource.Relay), "*"),
+		wire.Struct(new(watermillforwarder.Relay), "*"),
 	)
 	return nil, nil, nil
 }
@@ -70,21 +70,21 @@ func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Log
 // source: table, the guard and the stream keeper; it reports its probes
 // through hs. The cleanup closes the NATS connection, stops the embedded
 // server and closes the database; call it after Run returned.
-func NewWALRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) (*walsource.Relay, func(), error) {
+func NewWALRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) (*postgreswal.Relay, func(), error) {
 	wire.Build(
 		outbox.ProvideDB,
 		outbox.ProvideStore,
 		broker.ProviderSet,
 		sink.ProviderSet,
 		forwarder.NewPublisherMarshaler,
-		walsource.ProviderSet,
+		postgreswal.ProviderSet,
 		dedup.ProviderSet,
 		reconciler,
 		relayedStreams,
 		telemetry.ProviderSet,
 		provideWALRegistry,
 		provideWALHealth,
-		wire.Struct(new(walsource.Relay), "*"),
+		wire.Struct(new(postgreswal.Relay), "*"),
 	)
 	return nil, nil, nil
 }

@@ -16,9 +16,9 @@ import (
 	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
+	"github.com/outbox-bridge/bridge/internal/source/postgreswal"
+	"github.com/outbox-bridge/bridge/internal/source/watermillforwarder"
 	"github.com/outbox-bridge/bridge/internal/telemetry"
-	"github.com/outbox-bridge/bridge/internal/walsource"
-	"github.com/outbox-bridge/bridge/internal/wmsource"
 	"log/slog"
 )
 
@@ -140,7 +140,7 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 // the JetStream publisher, the guard and the health server. The cleanup
 // closes the NATS connection, stops the embedded server and closes the
 // database; call it after Run returned.
-func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) (*wmsource.Relay, func(), error) {
+func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) (*watermillforwarder.Relay, func(), error) {
 	db, cleanup, err := outbox.ProvideDB(ctx, cfg, logger)
 	if err != nil {
 		return nil, nil, err
@@ -152,7 +152,7 @@ func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Log
 		return nil, nil, err
 	}
 	outboxPayloadLimit := payloadLimit(conn)
-	subscriber, err := wmsource.ProvideSubscriber(ctx, db, cfg, outboxPayloadLimit, logger)
+	subscriber, err := watermillforwarder.ProvideSubscriber(ctx, db, cfg, outboxPayloadLimit, logger)
 	if err != nil {
 		cleanup2()
 		cleanup()
@@ -164,7 +164,7 @@ func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Log
 		cleanup()
 		return nil, nil, err
 	}
-	marshaler := wmsource.ProvideMarshaler(cfg)
+	marshaler := watermillforwarder.ProvideMarshaler(cfg)
 	pinger := broker.ProvidePinger(conn, logger)
 	publisher, err := sink.ProvidePublisher(jetStream, conn, cfg, marshaler, denials, pinger)
 	if err != nil {
@@ -186,13 +186,13 @@ func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Log
 		return nil, nil, err
 	}
 	keeper := broker.ProvideKeeper(jetStream, streams, logger)
-	wmsourceForwarder, err := wmsource.ProvideForwarder(subscriber, publisher, conn, guard, keeper, cfg, logger)
+	watermillforwarderForwarder, err := watermillforwarder.ProvideForwarder(subscriber, publisher, conn, guard, keeper, cfg, logger)
 	if err != nil {
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
-	registry, err := provideWatermillRegistry(wmsourceForwarder, guard, keeper)
+	registry, err := provideWatermillRegistry(watermillforwarderForwarder, guard, keeper)
 	if err != nil {
 		cleanup2()
 		cleanup()
@@ -200,8 +200,8 @@ func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Log
 	}
 	bridgeSourceChecks := watermillChecks()
 	probes := provideHealth(registry, db, pinger, denials, keeper, guard, bridgeSourceChecks)
-	relay := &wmsource.Relay{
-		Forwarder: wmsourceForwarder,
+	relay := &watermillforwarder.Relay{
+		Forwarder: watermillforwarderForwarder,
 		Guard:     guard,
 		Keeper:    keeper,
 		Health:    hs,
@@ -223,7 +223,7 @@ func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Log
 // source: table, the guard and the stream keeper; it reports its probes
 // through hs. The cleanup closes the NATS connection, stops the embedded
 // server and closes the database; call it after Run returned.
-func NewWALRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) (*walsource.Relay, func(), error) {
+func NewWALRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) (*postgreswal.Relay, func(), error) {
 	db, cleanup, err := outbox.ProvideDB(ctx, cfg, logger)
 	if err != nil {
 		return nil, nil, err
@@ -256,7 +256,7 @@ func NewWALRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, h
 	keeper := broker.ProvideKeeper(jetStream, streams, logger)
 	dedupReconciler := dedup.ProvideReconciler(jetStream, routes, dedupRelayedStreams, keeper, cfg, logger)
 	outboxReconciler := reconciler(dedupReconciler)
-	subscriber, err := walsource.ProvideSubscriber(ctx, db, store, conn, outboxReconciler, cfg, logger)
+	subscriber, err := postgreswal.ProvideSubscriber(ctx, db, store, conn, outboxReconciler, cfg, logger)
 	if err != nil {
 		cleanup2()
 		cleanup()
@@ -282,7 +282,7 @@ func NewWALRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, h
 		cleanup()
 		return nil, nil, err
 	}
-	stallWatch := walsource.ProvideStallWatch(subscriber, cfg, logger)
+	stallWatch := postgreswal.ProvideStallWatch(subscriber, cfg, logger)
 	registry, err := provideWALRegistry(subscriber, store, guard, dedupReconciler, keeper, stallWatch, cfg)
 	if err != nil {
 		cleanup3()
@@ -290,7 +290,7 @@ func NewWALRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, h
 		cleanup()
 		return nil, nil, err
 	}
-	forwarderForwarder, err := walsource.ProvideForwarder(subscriber, store, publisher, conn, guard, keeper, tracer, registry, cfg, logger)
+	forwarderForwarder, err := postgreswal.ProvideForwarder(subscriber, store, publisher, conn, guard, keeper, tracer, registry, cfg, logger)
 	if err != nil {
 		cleanup3()
 		cleanup2()
@@ -298,7 +298,7 @@ func NewWALRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, h
 		return nil, nil, err
 	}
 	probes := provideWALHealth(registry, db, pinger, denials, keeper, guard, subscriber, stallWatch)
-	relay := &walsource.Relay{
+	relay := &postgreswal.Relay{
 		Forwarder:  forwarderForwarder,
 		Subscriber: subscriber,
 		Stall:      stallWatch,

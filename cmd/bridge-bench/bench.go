@@ -20,7 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-bridge/bridge/internal/outbox"
-	"github.com/outbox-bridge/bridge/internal/walsource"
+	"github.com/outbox-bridge/bridge/internal/source/postgreswal"
 )
 
 // env is what every phase uses: the database, NATS and a unique suffix for
@@ -303,7 +303,7 @@ func (e *env) openDB(ctx context.Context) (func(), error) {
 			e.db.Close()
 			return nil, fmt.Errorf("--source postgres-wal needs a postgres:// --database-url, not %s", e.db.Redacted)
 		}
-		if err := walsource.CheckWALLevel(ctx, e.db.SQL); err != nil {
+		if err := postgreswal.CheckWALLevel(ctx, e.db.SQL); err != nil {
 			e.db.Close()
 			return nil, err
 		}
@@ -340,7 +340,7 @@ func (e *env) table(ctx context.Context, phase string) (*outbox.Store, error) {
 	// Before the rows are written: the slot delivers what is committed
 	// after it exists.
 	n := walNames(store.Table())
-	if _, _, err := walsource.Setup(ctx, e.db.SQL, n); err != nil {
+	if _, _, err := postgreswal.Setup(ctx, e.db.SQL, n); err != nil {
 		return nil, err
 	}
 	e.slots = append(e.slots, n.Slot)
@@ -368,9 +368,9 @@ func (e *env) plainTable(ctx context.Context, phase string) (*outbox.Store, erro
 
 // walNames are the publication and slot of a bench table: both named
 // after it (schema and table joined by _).
-func walNames(table string) walsource.Names {
+func walNames(table string) postgreswal.Names {
 	name := strings.ReplaceAll(table, ".", "_")
-	return walsource.Names{Table: table, Publication: name, Slot: name}
+	return postgreswal.Names{Table: table, Publication: name, Slot: name}
 }
 
 func (e *env) databaseVersion(ctx context.Context) string {

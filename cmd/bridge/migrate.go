@@ -8,8 +8,8 @@ import (
 
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/outbox"
-	"github.com/outbox-bridge/bridge/internal/walsource"
-	"github.com/outbox-bridge/bridge/internal/wmsource"
+	"github.com/outbox-bridge/bridge/internal/source/postgreswal"
+	"github.com/outbox-bridge/bridge/internal/source/watermillforwarder"
 )
 
 func newMigrateCommand() *cobra.Command {
@@ -68,7 +68,7 @@ watermill_offsets_<watermill.forwarder_topic> instead (watermill-sql's own DDL).
 			if cfg.Source == config.SourcePostgresWAL {
 				// Refused before the table is touched: without logical
 				// decoding the source cannot run at all.
-				if err := walsource.CheckWALLevel(ctx, db.SQL); err != nil {
+				if err := postgreswal.CheckWALLevel(ctx, db.SQL); err != nil {
 					return classify(err)
 				}
 			}
@@ -99,7 +99,7 @@ watermill_offsets_<watermill.forwarder_topic> instead (watermill-sql's own DDL).
 func printMigrations(cmd *cobra.Command, cfg *config.Config, after int64) error {
 	if cfg.Source == config.SourceWatermillForwarder {
 		return usage("--print prints the bridge table's migrations (source: table); with source: watermill-forwarder, bridge migrate creates the offsets table %s with watermill-sql's own DDL, which it does not print",
-			wmsource.OffsetsTable(cfg.Watermill.ForwarderTopic))
+			watermillforwarder.OffsetsTable(cfg.Watermill.ForwarderTopic))
 	}
 	if after < 0 {
 		return usage("--after %d: a schema version is 0 or more", after)
@@ -117,19 +117,19 @@ func printMigrations(cmd *cobra.Command, cfg *config.Config, after int64) error 
 }
 
 // migrateWAL repairs the publication and the replication slot of source:
-// postgres-wal where it can (walsource.Repair), and creates them when
+// postgres-wal where it can (postgreswal.Repair), and creates them when
 // missing.
 func migrateWAL(ctx context.Context, cmd *cobra.Command, cfg *config.Config, db *outbox.DB) error {
-	n := walsource.NamesOf(cfg)
+	n := postgreswal.NamesOf(cfg)
 	out := cmd.OutOrStdout()
-	repaired, err := walsource.Repair(ctx, db.SQL, n)
+	repaired, err := postgreswal.Repair(ctx, db.SQL, n)
 	if err != nil {
 		return classify(err)
 	}
 	for _, r := range repaired {
 		fmt.Fprintln(out, r)
 	}
-	pub, slot, err := walsource.Setup(ctx, db.SQL, n)
+	pub, slot, err := postgreswal.Setup(ctx, db.SQL, n)
 	if err != nil {
 		return classify(err)
 	}
@@ -139,7 +139,7 @@ func migrateWAL(ctx context.Context, cmd *cobra.Command, cfg *config.Config, db 
 		fmt.Fprintf(out, "publication %s of the inserts of %s exists\n", n.Publication, n.Table)
 	}
 	if slot {
-		fmt.Fprintf(out, "created replication slot %s (%s); it keeps WAL until the relay confirms it: run bridge run, or drop it with bridge slot drop\n", n.Slot, walsource.Plugin)
+		fmt.Fprintf(out, "created replication slot %s (%s); it keeps WAL until the relay confirms it: run bridge run, or drop it with bridge slot drop\n", n.Slot, postgreswal.Plugin)
 	} else {
 		fmt.Fprintf(out, "replication slot %s exists\n", n.Slot)
 	}

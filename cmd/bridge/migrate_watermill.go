@@ -9,7 +9,7 @@ import (
 
 	bridge "github.com/outbox-bridge/bridge"
 	"github.com/outbox-bridge/bridge/internal/config"
-	"github.com/outbox-bridge/bridge/internal/wmsource"
+	"github.com/outbox-bridge/bridge/internal/source/watermillforwarder"
 )
 
 // migrateWatermill is `bridge migrate` with source: watermill-forwarder:
@@ -22,19 +22,19 @@ func migrateWatermill(ctx context.Context, cmd *cobra.Command, cfg *config.Confi
 	}
 	defer cleanup()
 	topic := cfg.Watermill.ForwarderTopic
-	created, messages, err := wmsource.Migrate(ctx, db, topic)
+	created, messages, err := watermillforwarder.Migrate(ctx, db, topic)
 	if err != nil {
 		return err
 	}
 	out := cmd.OutOrStdout()
 	if created {
-		fmt.Fprintf(out, "created offsets table %s in %s\n", wmsource.OffsetsTable(topic), db.Redacted)
+		fmt.Fprintf(out, "created offsets table %s in %s\n", watermillforwarder.OffsetsTable(topic), db.Redacted)
 	} else {
-		fmt.Fprintf(out, "offsets table %s in %s is up to date\n", wmsource.OffsetsTable(topic), db.Redacted)
+		fmt.Fprintf(out, "offsets table %s in %s is up to date\n", watermillforwarder.OffsetsTable(topic), db.Redacted)
 	}
 	if !messages {
 		fmt.Fprintf(out, "note: table %s does not exist yet; the service's watermill-sql publisher creates it (AutoInitializeSchema) or its own migrations do, and `bridge run` needs it\n",
-			wmsource.MessagesTable(topic))
+			watermillforwarder.MessagesTable(topic))
 	}
 	return nil
 }

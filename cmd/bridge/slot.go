@@ -8,7 +8,7 @@ import (
 
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/outbox"
-	"github.com/outbox-bridge/bridge/internal/walsource"
+	"github.com/outbox-bridge/bridge/internal/source/postgreswal"
 )
 
 func newSlotCommand() *cobra.Command {
@@ -44,11 +44,11 @@ the relay's sweep publishes them (not in commit order).`,
 				return classify(err)
 			}
 			defer db.Close()
-			info, err := walsource.SlotStatus(ctx, db.SQL, cfg.WAL.Slot)
+			info, err := postgreswal.SlotStatus(ctx, db.SQL, cfg.WAL.Slot)
 			if err != nil {
 				return err
 			}
-			if err := walsource.DropSlot(ctx, db.SQL, cfg.WAL.Slot); err != nil {
+			if err := postgreswal.DropSlot(ctx, db.SQL, cfg.WAL.Slot); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "dropped replication slot %s in %s; it kept %s of WAL\n", cfg.WAL.Slot, db.Redacted, bytesText(info.RetainedBytes))

@@ -16,7 +16,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/replay"
 	"github.com/outbox-bridge/bridge/internal/secret"
-	"github.com/outbox-bridge/bridge/internal/walsource"
+	"github.com/outbox-bridge/bridge/internal/source/postgreswal"
 )
 
 func newStatusCommand() *cobra.Command {
@@ -48,10 +48,10 @@ relayed row once (one aggregate query); --streams=false leaves it out.`,
 				if err != nil {
 					return err
 				}
-				var slot *walsource.SlotInfo
+				var slot *postgreswal.SlotInfo
 				var slotErr error
 				if cfg.Source == config.SourcePostgresWAL {
-					info, err := walsource.SlotStatus(ctx, store.DB().SQL, cfg.WAL.Slot)
+					info, err := postgreswal.SlotStatus(ctx, store.DB().SQL, cfg.WAL.Slot)
 					slot, slotErr = &info, err
 				}
 				var streams []replay.StreamCheck
@@ -266,7 +266,7 @@ type slotDoc struct {
 	LagSeconds       *float64 `json:"lag_seconds"` // the oldest pending or failed row's age; null: none
 }
 
-func newSlotDoc(info walsource.SlotInfo, err error, lag *float64) *slotDoc {
+func newSlotDoc(info postgreswal.SlotInfo, err error, lag *float64) *slotDoc {
 	d := &slotDoc{Name: info.Name, LagSeconds: lag}
 	if err != nil {
 		d.Error = err.Error()
@@ -284,7 +284,7 @@ func newSlotDoc(info walsource.SlotInfo, err error, lag *float64) *slotDoc {
 // in time is the age of the oldest pending or failed row: a row stays so
 // from its commit until the relay marks it relayed, which it does before
 // it confirms the row's position.
-func printSlot(out io.Writer, info walsource.SlotInfo, err error, st outbox.Stats) {
+func printSlot(out io.Writer, info postgreswal.SlotInfo, err error, st outbox.Stats) {
 	fmt.Fprintf(out, "\nreplication slot %s:", info.Name)
 	if err != nil {
 		fmt.Fprintf(out, " %v\n", err)

@@ -19,8 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
-	"github.com/outbox-bridge/bridge/internal/wmsource"
-	"github.com/outbox-bridge/bridge/internal/wmsource/wmsourcetest"
+	"github.com/outbox-bridge/bridge/internal/source/watermillforwarder"
+	"github.com/outbox-bridge/bridge/internal/source/watermillforwarder/watermillforwardertest"
 )
 
 // watermillEvents is what a Watermill service published through
@@ -34,7 +34,7 @@ type watermillEvents struct {
 
 // publish writes events [from, to) in transactions of 1 to 4 events,
 // rolling back every 7th transaction.
-func (w *watermillEvents) publish(ctx context.Context, svc *wmsourcetest.Service, from, to int) error {
+func (w *watermillEvents) publish(ctx context.Context, svc *watermillforwardertest.Service, from, to int) error {
 	for i, tx := from, from; i < to; tx++ {
 		size := min(1+tx%4, to-i)
 		msgs := make([]*message.Message, size)
@@ -88,7 +88,7 @@ func TestWatermillForwarderSIGKILLAndRestart(t *testing.T) {
 	t.Parallel()
 	const total = 1000
 	pgURL := bridgetest.PostgresURL(t)
-	svc := wmsourcetest.NewService(t, pgURL)
+	svc := watermillforwardertest.NewService(t, pgURL)
 	n := bridgetest.StartNATS(t)
 	_, js := n.JetStream(t)
 	dir := t.TempDir()
@@ -107,10 +107,10 @@ func TestWatermillForwarderSIGKILLAndRestart(t *testing.T) {
 	// Before `bridge migrate` the offsets table is missing: the relay
 	// waits for it (a migration job may run after the relay starts),
 	// naming the fix in each attempt's log line.
-	runWaiting(t, dir, env, args, wmsource.OffsetsTable(svc.Topic), "bridge migrate")
+	runWaiting(t, dir, env, args, watermillforwarder.OffsetsTable(svc.Topic), "bridge migrate")
 	r := runBridge(t, dir, env, "migrate")
 	require.Equal(t, 0, r.code, "%s", r)
-	require.Contains(t, r.stdout, "created offsets table "+wmsource.OffsetsTable(svc.Topic))
+	require.Contains(t, r.stdout, "created offsets table "+watermillforwarder.OffsetsTable(svc.Topic))
 	r = runBridge(t, dir, env, "migrate")
 	require.Equal(t, 0, r.code, "%s", r)
 	require.Contains(t, r.stdout, "is up to date")

@@ -8,7 +8,7 @@ import (
 // ErrInvalid is matched by errors.Is for every configuration error of the
 // bridge: an *Error from Load and Validate, and the "invalid config:
 // <field>: <why>" errors of the constructors (outbox.NewSubscriber,
-// walsource.NewSubscriber, wmsource.NewSubscriber, sink.New, …), which
+// postgreswal.NewSubscriber, watermillforwarder.NewSubscriber, sink.New, …), which
 // wrap it.
 var ErrInvalid = errors.New("invalid config")
 

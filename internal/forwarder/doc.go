@@ -1,6 +1,6 @@
 // Package forwarder runs the relay: a Watermill router whose one handler
 // takes the messages of a source (package source: the outbox subscriber of
-// internal/outbox, walsource's, wmsource's) and publishes them with the
+// internal/outbox, postgreswal's, watermillforwarder's) and publishes them with the
 // JetStream publisher (internal/sink). It is the one forwarder of every
 // source.
 //

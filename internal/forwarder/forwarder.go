@@ -100,7 +100,7 @@ func NewPublisherMarshaler() sink.Marshaler { return rowMarshaler{} }
 // subject, on which the handler reports the typed outcome before the
 // message is acked (published) or nacked (failed); the source settles its
 // row from that outcome. outbox.Subscriber (source: table),
-// walsource.Subscriber (source: postgres-wal) and wmsource.Source (source:
+// postgreswal.Subscriber (source: postgres-wal) and watermillforwarder.Source (source:
 // watermill-forwarder) are such sources. pub's Marshaler builds the NATS
 // message from the Watermill message.
 func New(sub message.Subscriber, table string, pub *sink.Publisher, logger *slog.Logger, cfg Config) (*Forwarder, error) {

@@ -31,10 +31,10 @@ var splicedAllowed = map[string]string{
 
 // splicedSkipped are the directories not searched, and why.
 var splicedSkipped = map[string]string{
-	"cmd/bridge-bench":               "the benchmark fills its own tables in bulk (generate_series), not the product",
-	"internal/bridgetest":            "test helpers",
-	"internal/wmsource/wmsourcetest": "test helpers: a Watermill service's own tables",
-	"examples":                       "a service's own business tables",
+	"cmd/bridge-bench":    "the benchmark fills its own tables in bulk (generate_series), not the product",
+	"internal/bridgetest": "test helpers",
+	"internal/source/watermillforwarder/watermillforwardertest": "test helpers: a Watermill service's own tables",
+	"examples": "a service's own business tables",
 }
 
 // TestNoOutboxStatementOutsideQueryFiles: every statement on the outbox

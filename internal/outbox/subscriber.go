@@ -37,7 +37,7 @@ const (
 )
 
 // ErrClosed is returned by Subscribe after Close, by this subscriber and
-// by the other sources' (walsource).
+// by the other sources' (postgreswal).
 var ErrClosed = errors.New("outbox subscriber closed")
 
 // SubscriberConfig configures a Subscriber.

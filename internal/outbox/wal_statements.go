@@ -3,7 +3,7 @@ package outbox
 import "fmt"
 
 // WALStatements are the statements of the postgres-wal source
-// (internal/walsource) on the outbox table: queries/postgres/wal_*.sql,
+// (internal/source/postgreswal) on the outbox table: queries/postgres/wal_*.sql,
 // rendered for one table. Each file says its parameters and columns; the
 // source runs them on its own sessions.
 type WALStatements struct {

@@ -3,8 +3,8 @@
 //
 // A source is a Watermill message.Subscriber: the bridge table's claims
 // (internal/outbox, source: table), the inserts read from the write-ahead
-// log (internal/walsource, source: postgres-wal), the envelopes of a
-// Watermill forwarder topic (internal/wmsource, source:
+// log (internal/source/postgreswal, source: postgres-wal), the envelopes of a
+// Watermill forwarder topic (internal/source/watermillforwarder, source:
 // watermill-forwarder). Each message it emits carries in its context a
 // Batch of Deliveries — one per row; a claimed batch of rows for the
 // table source, one row for the others (With, NewMessage). A Delivery

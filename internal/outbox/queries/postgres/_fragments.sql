@@ -51,7 +51,7 @@ is stale during a burst (1 row against thousands), for every array element
 	WHERE e.id = m.id AND e.attempts = m.attempt AND coalesce(e.status, '') = 'in_flight' AND e.owner = $1 OFFSET 0) l{{end}}
 {{- define "fence"}}(o.id, o.attempts, o.status, o.owner) = (l.id, l.attempts, l.status, l.owner){{end}}
 {{- /*
-wal_lookup is the lease of the WAL source's marks (walsource/mark.go): it
+wal_lookup is the lease of the WAL source's marks (postgreswal/mark.go): it
 reads each array element's row by primary key (alias l) while the row is
 unsettled, and the mark changes that row (alias o) only while its status is
 still the one l found; as lease and fence above, for the same plans.

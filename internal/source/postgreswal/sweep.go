@@ -1,0 +1,317 @@
+package postgreswal
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/outbox-bridge/bridge/internal/dedup"
+	"github.com/outbox-bridge/bridge/internal/outbox"
+)
+
+// sweepRequest is the sweeper's side of a sweep: a token whose watermark
+// the pipeline answers with the ids it holds, or rows to append.
+type sweepRequest struct {
+	token string
+	ids   chan held
+	rows  []outbox.Row
+	// stored: the rows found in their stream by the sweep's reconcile,
+	// settled as relayed instead of published.
+	stored map[int64]dedup.Stored
+	// appended is closed once the rows are in the window.
+	appended chan struct{}
+	// gone: rows set aside that the table no longer holds as failed
+	// (relayed, a dead letter, deleted): they hold their keys no longer;
+	// released: the rows that waited for them, due now.
+	gone     []int64
+	released chan []int64
+}
+
+// held is the pipeline's answer to a watermark: the ids of the rows it
+// holds, and of the rows set aside whose failed mark is written.
+type held struct {
+	ids   map[int64]bool
+	aside []int64
+}
+
+// The sweep publishes the pending rows that the slot will not deliver:
+// rows committed before the slot existed (written while source: table ran,
+// or before a lost slot was created again), dead letters put back by
+// `bridge retry` (an UPDATE, which the publication does not carry), and
+// rows left in flight by relays of source: table. Without it such rows
+// would stay pending for ever.
+//
+// A pending row is swept only when the stream is known to have passed it
+// without delivering it. Each round reads up to SweepBatch pending rows,
+// then writes a watermark into the log (pg_logical_emit_message in a
+// transaction of its own, after the read). The log delivers transactions
+// in commit order, so when the watermark arrives, every row the read saw
+// that the slot delivers has been delivered: it is in the pipeline, or
+// settled and no longer pending. The rows of the read that the pipeline
+// does not hold and that are still pending are therefore not coming from
+// the slot, and are appended to the window. Swept rows are published
+// after the rows read before them, in id order among themselves: not in
+// commit order.
+func (s *Subscriber) sweepLoop() {
+	// A round every SweepInterval while the stream runs, the first one
+	// interval after the start: rows pending at the start may still be on
+	// their way from the slot.
+	// Also as soon as the backoff of a row set aside ends (sweepNow).
+	for {
+		select {
+		case <-s.closing:
+			return
+		case <-time.After(s.cfg.SweepInterval):
+		case <-s.sweepNow:
+		}
+		if !s.state.Load().streaming {
+			// A watermark written now might never arrive: another
+			// process reads the slot (a standby), or none does yet;
+			// the first session sends no restart that would end the
+			// wait for it.
+			continue
+		}
+		if err := s.sweep(s.hardCtx); err != nil && !s.isClosing() {
+			s.logger.Warn("sweep of pending rows failed; trying again at the next interval", slog.Any("error", err))
+		}
+	}
+}
+
+// sweep runs rounds until one reads fewer rows than a batch.
+func (s *Subscriber) sweep(ctx context.Context) error {
+	requeued, err := s.store.RequeueInflightOlderThan(ctx, s.cfg.InflightTimeout)
+	if err != nil {
+		return err
+	}
+	if requeued > 0 {
+		s.logger.Info("sweep: rows left in flight by relays of source: table are pending again", slog.Int("rows", requeued))
+	}
+	after := int64(0)
+	for round := 0; ; round++ {
+		rows, more, err := s.pendingRows(ctx, after)
+		if err != nil || (len(rows) == 0 && (round > 0 || s.asideSum.Load() == nil)) {
+			return err
+		}
+		if len(rows) > 0 {
+			after = rows[len(rows)-1].ID
+		}
+		h, ok := s.watermark(ctx)
+		if !ok {
+			return nil // closing
+		}
+		if round == 0 {
+			if err := s.forgetAsides(ctx, h.aside); err != nil {
+				return err
+			}
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		var ids []int64
+		for _, r := range rows {
+			if !h.ids[r.ID] {
+				ids = append(ids, r.ID)
+			}
+		}
+		still, err := s.stillPending(ctx, ids)
+		if err != nil {
+			return err
+		}
+		var sweep []outbox.Row
+		for _, r := range rows {
+			if still[r.ID] {
+				sweep = append(sweep, r)
+			}
+		}
+		if len(sweep) > 0 {
+			s.logger.Info("sweep: publishing pending rows the replication slot will not deliver",
+				slog.Int("rows", len(sweep)), slog.Int64("first_row_id", sweep[0].ID))
+			req := sweepRequest{rows: sweep, stored: s.reconcileSwept(ctx, sweep), appended: make(chan struct{})}
+			select {
+			case s.sweeps <- req:
+			case <-s.closing:
+				return nil
+			}
+			select {
+			case <-req.appended:
+			case <-s.closing:
+				return nil
+			}
+			s.Counters.Swept.Add(int64(len(sweep)))
+		}
+		if !more {
+			return nil
+		}
+	}
+}
+
+// watermark writes a watermark into the log and returns what the pipeline
+// holds when it arrives; false when the subscriber closes or the stream
+// restarts first.
+func (s *Subscriber) watermark(ctx context.Context) (held, bool) {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	req := sweepRequest{token: hex.EncodeToString(b), ids: make(chan held, 1)}
+	select {
+	case s.sweeps <- req:
+	case <-s.closing:
+		return held{}, false
+	}
+	if _, err := s.db.SQL.ExecContext(ctx, "SELECT pg_logical_emit_message(true, $1, $2)", s.watermarkPrefix(), req.token); err != nil {
+		s.logger.Warn("sweep: write watermark", slog.Any("error", err))
+		return held{}, false
+	}
+	select {
+	case h, ok := <-req.ids:
+		return h, ok // closed: the stream restarted; the next round tries again
+	case <-s.closing:
+		return held{}, false
+	}
+}
+
+// pendingRows reads pending or failed rows with an id above after, whose
+// available_at has passed, in id order: up to SweepBatch rows, and within
+// MaxInFlightBytes (payloads and headers; at least one row), as the table
+// source's claim does. A payload longer than the payload limit is not
+// read: the row is PayloadLeftOut, and becomes a dead letter from its
+// length. more says whether rows may be left after these.
+func (s *Subscriber) pendingRows(ctx context.Context, after int64) (out []outbox.Row, more bool, err error) {
+	limit := s.payloadLimit()
+	if limit <= 0 {
+		limit = math.MaxInt64
+	}
+	rows, err := s.db.SQL.QueryContext(ctx, s.q.SweepRead, after, s.cfg.SweepBatch, s.cfg.MaxInFlightBytes, limit)
+	if err != nil {
+		return nil, false, fmt.Errorf("sweep: read pending rows: %w", err)
+	}
+	defer rows.Close()
+	var candidates int
+	for rows.Next() {
+		var r outbox.Row
+		var headers sql.NullString
+		var first sql.NullTime
+		if err := rows.Scan(&r.ID, &r.IdempotencyKey, &r.Subject, &r.Payload, &headers, &r.OrderingKey, &r.Attempt, &r.CreatedAt, &first,
+			&r.PayloadSize, &candidates); err != nil {
+			return nil, false, fmt.Errorf("sweep: read pending rows: %w", err)
+		}
+		switch {
+		case r.PayloadSize > limit:
+			r.Payload, r.PayloadLeftOut = nil, true
+		case r.Payload == nil:
+			r.Payload = []byte{}
+		}
+		r.Headers, r.CreatedAt, r.FirstClaimedAt = []byte(headers.String), r.CreatedAt.UTC(), first.Time
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, fmt.Errorf("sweep: read pending rows: %w", err)
+	}
+	return out, len(out) < candidates || candidates == s.cfg.SweepBatch, nil
+}
+
+// stillPending returns which of ids are still pending or failed.
+func (s *Subscriber) stillPending(ctx context.Context, ids []int64) (map[int64]bool, error) {
+	out := map[int64]bool{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := s.db.SQL.QueryContext(ctx, s.q.StillPending, ids)
+	if err != nil {
+		return nil, fmt.Errorf("sweep: check pending rows: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("sweep: check pending rows: %w", err)
+		}
+		out[id] = true
+	}
+	return out, rows.Err()
+}
+
+// forgetAsides tells the pipeline which of the rows set aside (ids) the
+// table no longer holds as failed: relayed by another relay, a dead
+// letter, deleted, or put back to pending by hand.
+func (s *Subscriber) forgetAsides(ctx context.Context, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	still, err := s.stillFailed(ctx, ids)
+	if err != nil {
+		return err
+	}
+	var gone []int64
+	for _, id := range ids {
+		if !still[id] {
+			gone = append(gone, id)
+		}
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	req := sweepRequest{gone: gone, released: make(chan []int64, 1)}
+	select {
+	case s.sweeps <- req:
+	case <-s.closing:
+		return nil
+	}
+	var released []int64
+	select {
+	case released = <-req.released:
+	case <-s.closing:
+		return nil
+	}
+	if len(released) == 0 {
+		return nil
+	}
+	// The rows that waited for them are due now: the next round (asked
+	// for at once) brings them back.
+	if _, err := s.db.SQL.ExecContext(ctx, s.q.Release, released); err != nil {
+		return fmt.Errorf("sweep: release the rows waiting for rows set aside: %w", err)
+	}
+	s.logger.Info("sweep: rows set aside are settled elsewhere (relayed, deleted); the rows of their ordering keys waiting for them go on",
+		slog.Int("released", len(released)))
+	select {
+	case s.sweepNow <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// reconcileSwept looks up in their stream the swept rows published before
+// (set aside, or left by a relay of source: table) longer ago than the
+// stream's duplicate window allows (dedup.Reconciler): JetStream would
+// store them again. It returns those found; on any error none, and the
+// rows are published as usual.
+func (s *Subscriber) reconcileSwept(ctx context.Context, rows []outbox.Row) map[int64]dedup.Stored {
+	if s.cfg.Reconciler == nil {
+		return nil
+	}
+	now := time.Now().Add(time.Duration(s.clockOffset.Load())) // database clock
+	var doubt []dedup.Candidate
+	for _, r := range rows {
+		if r.FirstClaimedAt.IsZero() {
+			continue
+		}
+		c := dedup.Candidate{ID: r.ID, IdempotencyKey: r.IdempotencyKey, Subject: r.Subject, FirstClaimedAt: r.FirstClaimedAt, ClaimedAt: now}
+		if inDoubt, err := s.cfg.Reconciler.InDoubt(ctx, c); err == nil && inDoubt {
+			doubt = append(doubt, c)
+		}
+	}
+	if len(doubt) == 0 {
+		return nil
+	}
+	found, err := s.cfg.Reconciler.Reconcile(ctx, doubt)
+	if err != nil {
+		s.logger.Warn("sweep: reconcile failed; publishing the rows in doubt", slog.Int("rows", len(doubt)), slog.Any("error", err))
+		return nil
+	}
+	s.logger.Info("sweep: reconciled rows in doubt against the stream", slog.Int("in_doubt", len(doubt)), slog.Int("found", len(found)))
+	return found
+}

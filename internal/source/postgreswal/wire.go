@@ -1,0 +1,83 @@
+package postgreswal
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/google/wire"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/outbox-bridge/bridge/internal/broker"
+	"github.com/outbox-bridge/bridge/internal/config"
+	"github.com/outbox-bridge/bridge/internal/dedup"
+	"github.com/outbox-bridge/bridge/internal/forwarder"
+	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/sink"
+	"github.com/outbox-bridge/bridge/internal/source"
+)
+
+// ProviderSet builds the postgres-wal source: the subscriber over the
+// slot and the forwarder (the same router and handler as source: table)
+// that publishes its messages.
+var ProviderSet = wire.NewSet(ProvideSubscriber, ProvideForwarder, ProvideStallWatch)
+
+// NamesOf returns the table, publication and slot of the configuration.
+func NamesOf(cfg *config.Config) Names {
+	return Names{Table: cfg.Database.Table, Publication: cfg.WAL.Publication, Slot: cfg.WAL.Slot}
+}
+
+// ProvideSubscriber builds the subscriber from wal.*, relay.* and
+// dedup.namespace. It drains for shutdown_timeout less 3 s, leaving the
+// router time to stop. While nc is disconnected, failed rows wait for it;
+// rows published again long after their first publish are reconciled
+// against the stream first.
+func ProvideSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, nc *nats.Conn, reconciler outbox.Reconciler, cfg *config.Config, logger *slog.Logger) (*Subscriber, error) {
+	r := cfg.Relay
+	return NewSubscriber(ctx, db, store, logger, Config{
+		Names:                 NamesOf(cfg),
+		ReplicationURL:        cfg.ReplicationURLOrDefault(),
+		MaxInFlight:           r.MaxInFlight,
+		MaxInFlightBytes:      int64(r.MaxInFlightBytes),
+		MaxPayload:            nc.MaxPayload,
+		AckDeadline:           r.AckDeadline,
+		MaxAttempts:           r.MaxAttempts,
+		BackoffInitial:        r.BackoffInitial,
+		BackoffMax:            r.BackoffMax,
+		DeleteOnRelay:         r.DeleteOnRelay,
+		Namespace:             cfg.Dedup.Namespace,
+		DrainTimeout:          max(cfg.ShutdownTimeout-3*time.Second, cfg.ShutdownTimeout/2),
+		SweepInterval:         cfg.WAL.SweepInterval,
+		RowsDeletedByProducer: cfg.WAL.RowsDeletedByProducer,
+		SweepBatch:            r.BatchSize,
+		InflightTimeout:       r.InflightTimeout,
+		Connected:             nc.IsConnected,
+		Reconciler:            reconciler,
+		SessionName:           outbox.SessionName(r.Owner),
+	})
+}
+
+// ProvideStallWatch watches the subscriber (see Subscriber.StallSource)
+// with relay.stall_after and relay.stall_unhealthy_after (0: never
+// unhealthy), as the table source's relay is watched.
+func ProvideStallWatch(sub *Subscriber, cfg *config.Config, logger *slog.Logger) *outbox.StallWatch {
+	unhealthy := cfg.Relay.StallUnhealthyAfter
+	if unhealthy == 0 {
+		unhealthy = -1
+	}
+	return outbox.NewSourceStallWatch(sub.StallSource(), logger.With(slog.String("component", "postgres-wal")),
+		outbox.StallConfig{After: cfg.Relay.StallAfter, UnhealthyAfter: unhealthy})
+}
+
+// ProvideForwarder builds the router over the subscriber, closing within
+// shutdown_timeout: the forwarder of source: table, so that a row is
+// published, classified and recorded the same way whichever source read
+// it. The subscriber's messages, one per row, reach it in batches of at
+// most relay.batch_size (source.Coalesce).
+func ProvideForwarder(sub *Subscriber, store *outbox.Store, pub *sink.Publisher, nc *nats.Conn, guard *dedup.Guard, keeper *broker.Keeper, tracer trace.Tracer, reg *prometheus.Registry, cfg *config.Config, logger *slog.Logger) (*forwarder.Forwarder, error) {
+	return forwarder.New(source.Coalesce(sub, cfg.Relay.BatchSize), store.Table(), pub, logger, forwarder.Config{CloseTimeout: cfg.ShutdownTimeout, Connected: nc.IsConnected,
+		StreamSeen: func(subject, stream string) { guard.Published(subject, stream); keeper.Published(subject, stream) },
+		Admit:      guard.Admit, StreamMissing: keeper.Missing, Diagnose: keeper.Diagnose, Tracer: tracer, Registerer: reg})
+}
