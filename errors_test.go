@@ -16,7 +16,9 @@ import (
 	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
+	"github.com/outbox-bridge/bridge/internal/source"
 	"github.com/outbox-bridge/bridge/internal/source/postgreswal"
+	"github.com/outbox-bridge/bridge/internal/source/table"
 	"github.com/outbox-bridge/bridge/internal/source/watermillforwarder"
 )
 
@@ -40,8 +42,8 @@ func TestConfigErrorsWrapErrInvalid(t *testing.T) {
 	// arguments: the nil ones are never reached.
 	for name, build := range map[string]func() error{
 		"config.Validate": cfg.Validate,
-		"outbox.NewSubscriber": func() error {
-			_, err := outbox.NewSubscriber(store, logger, outbox.SubscriberConfig{})
+		"table.NewSubscriber": func() error {
+			_, err := table.NewSubscriber(store, logger, table.SubscriberConfig{})
 			return err
 		},
 		"postgreswal.NewSubscriber": func() error {
@@ -76,23 +78,23 @@ func TestConfigErrorsWrapErrInvalid(t *testing.T) {
 
 // TestSentinelsAcrossSources: a missing table is outbox.ErrNoTable for the
 // table source and the watermill-forwarder source alike; a Subscribe after
-// Close is outbox.ErrClosed (for source: postgres-wal, see
+// Close is source.ErrClosed (for source: postgres-wal, see
 // postgreswal's TestSubscribeAfterClose).
 func TestSentinelsAcrossSources(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url, table := bridgetest.PostgresTable(t)
+	url, name := bridgetest.PostgresTable(t)
 	db, err := outbox.Open(ctx, url)
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	store, err := outbox.NewStore(db, table)
+	store, err := outbox.NewStore(db, name)
 	require.NoError(t, err)
 	require.ErrorIs(t, store.CheckSchema(ctx), outbox.ErrNoTable, "source: table")
 	require.ErrorIs(t, watermillforwarder.CheckTables(ctx, db, "no_such_topic"), outbox.ErrNoTable, "source: watermill-forwarder")
 
-	sub, err := outbox.NewSubscriber(store, slog.New(slog.NewTextHandler(io.Discard, nil)), outbox.SubscriberConfig{Owner: "t"})
+	sub, err := table.NewSubscriber(store, slog.New(slog.NewTextHandler(io.Discard, nil)), table.SubscriberConfig{Owner: "t"})
 	require.NoError(t, err)
 	require.NoError(t, sub.Close())
 	_, err = sub.Subscribe(ctx, "outbox")
-	require.ErrorIs(t, err, outbox.ErrClosed)
+	require.ErrorIs(t, err, source.ErrClosed)
 }

@@ -3,6 +3,10 @@ package bridge
 import (
 	"fmt"
 	"time"
+
+	"github.com/outbox-bridge/bridge/internal/source/postgreswal"
+	"github.com/outbox-bridge/bridge/internal/source/table"
+	"github.com/outbox-bridge/bridge/internal/source/watermillforwarder"
 )
 
 // SetBuilt makes serve call f with every relay it builds, until the
@@ -22,26 +26,21 @@ type Observed struct {
 
 // Observe reads d's Observed, whichever source it relays.
 func Observe(d Daemon) Observed {
-	switch r := d.(type) {
-	case *Relay:
-		return Observed{r.Subscriber.Counters.Relayed.Load(), r.Stall.Stalled(), r.Guard.Violations.Load()}
-	case walRelay:
-		return Observed{r.Subscriber.Counters.Relayed.Load(), r.Stall.Stalled(), r.Guard.Violations.Load()}
-	case watermillRelay:
-		return Observed{r.Forwarder.Counters.Relayed.Load(), 0, r.Guard.Violations.Load()}
+	r := d.(*Relay)
+	o := Observed{Violations: r.Guard.Violations.Load()}
+	switch s := r.Source.(type) {
+	case *table.Source:
+		o.Relayed, o.Stalled = s.Subscriber.Counters.Relayed.Load(), s.Stall.Stalled()
+	case *postgreswal.Source:
+		o.Relayed, o.Stalled = s.Subscriber.Counters.Relayed.Load(), s.Stall.Stalled()
+	case *watermillforwarder.Source:
+		o.Relayed = s.Forwarder.Counters.Relayed.Load()
+	default:
+		panic(fmt.Sprintf("no such source: %T", r.Source))
 	}
-	panic(fmt.Sprintf("no such relay: %T", d))
+	return o
 }
 
 // CloseNATS closes d's NATS connection for good, as a server that drops
 // the relay's credentials would: Serve builds the relay again.
-func CloseNATS(d Daemon) {
-	switch r := d.(type) {
-	case *Relay:
-		r.Conn.Close()
-	case walRelay:
-		r.Conn.Close()
-	case watermillRelay:
-		r.Conn.Close()
-	}
-}
+func CloseNATS(d Daemon) { d.(*Relay).Conn.Close() }

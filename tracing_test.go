@@ -18,6 +18,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/source/table"
 )
 
 // otlpReceiver is a minimal OTLP/HTTP trace endpoint that keeps the spans
@@ -77,13 +78,13 @@ func TestTraceContextAndSpans(t *testing.T) {
 
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	traceparent := "00-" + traceID + "-" + parentID + "-01"
-	_, err := relay.Store.Enqueue(ctx, outbox.Entry{IdempotencyKey: "traced", Subject: "events.t", Payload: []byte("x"),
+	_, err := relay.Source.(*table.Source).Store.Enqueue(ctx, outbox.Entry{IdempotencyKey: "traced", Subject: "events.t", Payload: []byte("x"),
 		Headers: []byte(`{"traceparent": "` + traceparent + `", "tracestate": "vendor=1"}`)})
 	require.NoError(t, err)
-	_, err = relay.Store.Enqueue(ctx, outbox.Entry{IdempotencyKey: "untraced", Subject: "events.t", Payload: []byte("y")})
+	_, err = relay.Source.(*table.Source).Store.Enqueue(ctx, outbox.Entry{IdempotencyKey: "untraced", Subject: "events.t", Payload: []byte("y")})
 	require.NoError(t, err)
 	bridgetest.WaitFor(t, 10*time.Second, func() bool {
-		st, err := relay.Store.Stats(ctx, 0)
+		st, err := relay.Source.(*table.Source).Store.Stats(ctx, 0)
 		require.NoError(t, err)
 		return st.Rows[outbox.StatusDone] == 2
 	})

@@ -12,79 +12,31 @@ import (
 	"github.com/outbox-bridge/bridge/internal/broker"
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/dedup"
-	"github.com/outbox-bridge/bridge/internal/forwarder"
 	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
-	"github.com/outbox-bridge/bridge/internal/sink"
-	"github.com/outbox-bridge/bridge/internal/source/postgreswal"
-	"github.com/outbox-bridge/bridge/internal/source/watermillforwarder"
+	"github.com/outbox-bridge/bridge/internal/source"
 	"github.com/outbox-bridge/bridge/internal/telemetry"
 )
 
-// NewRelay builds the daemon of `bridge run`, which reports its probes
-// through hs. The cleanup closes the NATS connection, stops the embedded
+// NewRelay builds the daemon of `bridge run` for the configured source,
+// which reports its probes through hs: the database, the source's first
+// half (openSource: its table checked before NATS is reached), the NATS
+// connection, streams, guard and keeper, then the source over them. The
+// cleanup closes the source, the NATS connection, stops the embedded
 // server and closes the database; call it after Run returned.
 func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) (*Relay, func(), error) {
 	wire.Build(
-		outbox.ProviderSet,
+		outbox.ProvideDB,
+		openSource,
 		broker.ProviderSet,
-		sink.ProviderSet,
-		forwarder.ProviderSet,
-		dedup.ProviderSet,
+		dedup.ProvideGuard,
+		dedup.NewRoutes,
 		telemetry.ProviderSet,
-		claimGate,
-		payloadLimit,
-		reconciler,
-		relayedStreams,
 		provideRegistry,
-		tableChecks,
+		wire.Struct(new(source.Deps), "*"),
+		buildSource,
 		provideHealth,
 		wire.Struct(new(Relay), "*"),
-	)
-	return nil, nil, nil
-}
-
-// NewWatermillRelay builds the daemon of `bridge run` with source:
-// watermill-forwarder: watermill-sql's subscriber of the forwarder topic,
-// the JetStream publisher, the guard and the health server. The cleanup
-// closes the NATS connection, stops the embedded server and closes the
-// database; call it after Run returned.
-func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) (*watermillforwarder.Relay, func(), error) {
-	wire.Build(
-		outbox.ProvideDB,
-		broker.ProviderSet,
-		sink.ProviderSet,
-		payloadLimit,
-		watermillforwarder.ProviderSet,
-		dedup.ProviderSet,
-		provideWatermillRegistry,
-		watermillChecks,
-		provideHealth,
-		wire.Struct(new(watermillforwarder.Relay), "*"),
-	)
-	return nil, nil, nil
-}
-
-// NewWALRelay builds the daemon of `bridge run` with source: postgres-wal:
-// the subscriber over the replication slot, the forwarder and publisher of
-// source: table, the guard and the stream keeper; it reports its probes
-// through hs. The cleanup closes the NATS connection, stops the embedded
-// server and closes the database; call it after Run returned.
-func NewWALRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) (*postgreswal.Relay, func(), error) {
-	wire.Build(
-		outbox.ProvideDB,
-		outbox.ProvideStore,
-		broker.ProviderSet,
-		sink.ProviderSet,
-		forwarder.NewPublisherMarshaler,
-		postgreswal.ProviderSet,
-		dedup.ProviderSet,
-		reconciler,
-		relayedStreams,
-		telemetry.ProviderSet,
-		provideWALRegistry,
-		provideWALHealth,
-		wire.Struct(new(postgreswal.Relay), "*"),
 	)
 	return nil, nil, nil
 }

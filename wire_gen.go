@@ -12,27 +12,27 @@ import (
 	"github.com/outbox-bridge/bridge/internal/broker"
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/dedup"
-	"github.com/outbox-bridge/bridge/internal/forwarder"
 	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
-	"github.com/outbox-bridge/bridge/internal/sink"
-	"github.com/outbox-bridge/bridge/internal/source/postgreswal"
-	"github.com/outbox-bridge/bridge/internal/source/watermillforwarder"
+	"github.com/outbox-bridge/bridge/internal/source"
 	"github.com/outbox-bridge/bridge/internal/telemetry"
 	"log/slog"
 )
 
 // Injectors from wire.go:
 
-// NewRelay builds the daemon of `bridge run`, which reports its probes
-// through hs. The cleanup closes the NATS connection, stops the embedded
+// NewRelay builds the daemon of `bridge run` for the configured source,
+// which reports its probes through hs: the database, the source's first
+// half (openSource: its table checked before NATS is reached), the NATS
+// connection, streams, guard and keeper, then the source over them. The
+// cleanup closes the source, the NATS connection, stops the embedded
 // server and closes the database; call it after Run returned.
 func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) (*Relay, func(), error) {
 	db, cleanup, err := outbox.ProvideDB(ctx, cfg, logger)
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := outbox.ProvideStore(ctx, db, cfg, logger)
+	build, err := openSource(ctx, db, cfg, logger)
 	if err != nil {
 		cleanup()
 		return nil, nil, err
@@ -43,276 +43,76 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 		cleanup()
 		return nil, nil, err
 	}
+	jetStream, err := broker.ProvideJetStream(conn, cfg)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	streams, err := broker.ProvideStreams(ctx, jetStream, cfg, logger)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
 	pinger := broker.ProvidePinger(conn, logger)
-	outboxClaimGate := claimGate(pinger, denials)
-	outboxPayloadLimit := payloadLimit(conn)
+	keeper := broker.ProvideKeeper(jetStream, streams, logger)
+	routes := dedup.NewRoutes()
+	guard, err := dedup.ProvideGuard(ctx, jetStream, streams, routes, cfg, logger)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
 	tracer, cleanup3, err := telemetry.ProvideTracer(ctx, logger)
 	if err != nil {
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
-	jetStream, err := broker.ProvideJetStream(conn, cfg)
+	registry, err := provideRegistry(guard, keeper)
 	if err != nil {
 		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
-	routes := dedup.NewRoutes()
-	dedupRelayedStreams := relayedStreams(store)
-	streams, err := broker.ProvideStreams(ctx, jetStream, cfg, logger)
-	if err != nil {
-		cleanup3()
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	keeper := broker.ProvideKeeper(jetStream, streams, logger)
-	dedupReconciler := dedup.ProvideReconciler(jetStream, routes, dedupRelayedStreams, keeper, cfg, logger)
-	outboxReconciler := reconciler(dedupReconciler)
-	subscriber, err := outbox.ProvideSubscriber(store, cfg, logger, outboxClaimGate, outboxPayloadLimit, tracer, outboxReconciler)
-	if err != nil {
-		cleanup3()
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	marshaler := forwarder.NewPublisherMarshaler()
-	publisher, err := sink.ProvidePublisher(jetStream, conn, cfg, marshaler, denials, pinger)
-	if err != nil {
-		cleanup3()
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	guard, err := dedup.ProvideGuard(ctx, jetStream, streams, routes, cfg, logger)
-	if err != nil {
-		cleanup3()
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	tableCollector := outbox.ProvideTableCollector(store)
-	stallWatch := outbox.ProvideStallWatch(store, subscriber, cfg, logger)
-	registry, err := provideRegistry(subscriber, tableCollector, guard, dedupReconciler, keeper, stallWatch)
-	if err != nil {
-		cleanup3()
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	forwarderForwarder, err := forwarder.ProvideForwarder(subscriber, store, publisher, conn, guard, keeper, tracer, registry, cfg, logger)
-	if err != nil {
-		cleanup3()
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	bridgeSourceChecks := tableChecks(stallWatch, subscriber)
-	probes := provideHealth(registry, db, pinger, denials, keeper, guard, bridgeSourceChecks)
-	relay := &Relay{
-		Forwarder:  forwarderForwarder,
-		Subscriber: subscriber,
-		Guard:      guard,
-		Keeper:     keeper,
-		Pinger:     pinger,
-		Stall:      stallWatch,
-		Table:      tableCollector,
-		Reconciler: dedupReconciler,
-		Health:     hs,
-		Probes:     probes,
-		Store:      store,
-		Conn:       conn,
-		Streams:    streams,
-		Config:     cfg,
-		Logger:     logger,
-	}
-	return relay, func() {
-		cleanup3()
-		cleanup2()
-		cleanup()
-	}, nil
-}
-
-// NewWatermillRelay builds the daemon of `bridge run` with source:
-// watermill-forwarder: watermill-sql's subscriber of the forwarder topic,
-// the JetStream publisher, the guard and the health server. The cleanup
-// closes the NATS connection, stops the embedded server and closes the
-// database; call it after Run returned.
-func NewWatermillRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) (*watermillforwarder.Relay, func(), error) {
-	db, cleanup, err := outbox.ProvideDB(ctx, cfg, logger)
-	if err != nil {
-		return nil, nil, err
-	}
-	denials := broker.NewDenials()
-	conn, cleanup2, err := broker.ProvideConn(ctx, cfg, logger, denials)
-	if err != nil {
-		cleanup()
-		return nil, nil, err
-	}
-	outboxPayloadLimit := payloadLimit(conn)
-	subscriber, err := watermillforwarder.ProvideSubscriber(ctx, db, cfg, outboxPayloadLimit, logger)
-	if err != nil {
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	jetStream, err := broker.ProvideJetStream(conn, cfg)
-	if err != nil {
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	marshaler := watermillforwarder.ProvideMarshaler(cfg)
-	pinger := broker.ProvidePinger(conn, logger)
-	publisher, err := sink.ProvidePublisher(jetStream, conn, cfg, marshaler, denials, pinger)
-	if err != nil {
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	streams, err := broker.ProvideStreams(ctx, jetStream, cfg, logger)
-	if err != nil {
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	routes := dedup.NewRoutes()
-	guard, err := dedup.ProvideGuard(ctx, jetStream, streams, routes, cfg, logger)
-	if err != nil {
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	keeper := broker.ProvideKeeper(jetStream, streams, logger)
-	watermillforwarderForwarder, err := watermillforwarder.ProvideForwarder(subscriber, publisher, conn, guard, keeper, cfg, logger)
-	if err != nil {
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	registry, err := provideWatermillRegistry(watermillforwarderForwarder, guard, keeper)
-	if err != nil {
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	bridgeSourceChecks := watermillChecks()
-	probes := provideHealth(registry, db, pinger, denials, keeper, guard, bridgeSourceChecks)
-	relay := &watermillforwarder.Relay{
-		Forwarder: watermillforwarderForwarder,
-		Guard:     guard,
-		Keeper:    keeper,
-		Health:    hs,
-		Probes:    probes,
-		DB:        db,
-		Conn:      conn,
-		Streams:   streams,
+	deps := source.Deps{
 		Config:    cfg,
 		Logger:    logger,
+		DB:        db,
+		Conn:      conn,
+		JetStream: jetStream,
+		Streams:   streams,
+		Denials:   denials,
+		Pinger:    pinger,
+		Keeper:    keeper,
+		Guard:     guard,
+		Routes:    routes,
+		Tracer:    tracer,
+		Registry:  registry,
 	}
-	return relay, func() {
-		cleanup2()
-		cleanup()
-	}, nil
-}
-
-// NewWALRelay builds the daemon of `bridge run` with source: postgres-wal:
-// the subscriber over the replication slot, the forwarder and publisher of
-// source: table, the guard and the stream keeper; it reports its probes
-// through hs. The cleanup closes the NATS connection, stops the embedded
-// server and closes the database; call it after Run returned.
-func NewWALRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) (*postgreswal.Relay, func(), error) {
-	db, cleanup, err := outbox.ProvideDB(ctx, cfg, logger)
-	if err != nil {
-		return nil, nil, err
-	}
-	store, err := outbox.ProvideStore(ctx, db, cfg, logger)
-	if err != nil {
-		cleanup()
-		return nil, nil, err
-	}
-	denials := broker.NewDenials()
-	conn, cleanup2, err := broker.ProvideConn(ctx, cfg, logger, denials)
-	if err != nil {
-		cleanup()
-		return nil, nil, err
-	}
-	jetStream, err := broker.ProvideJetStream(conn, cfg)
-	if err != nil {
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	routes := dedup.NewRoutes()
-	dedupRelayedStreams := relayedStreams(store)
-	streams, err := broker.ProvideStreams(ctx, jetStream, cfg, logger)
-	if err != nil {
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	keeper := broker.ProvideKeeper(jetStream, streams, logger)
-	dedupReconciler := dedup.ProvideReconciler(jetStream, routes, dedupRelayedStreams, keeper, cfg, logger)
-	outboxReconciler := reconciler(dedupReconciler)
-	subscriber, err := postgreswal.ProvideSubscriber(ctx, db, store, conn, outboxReconciler, cfg, logger)
-	if err != nil {
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	marshaler := forwarder.NewPublisherMarshaler()
-	pinger := broker.ProvidePinger(conn, logger)
-	publisher, err := sink.ProvidePublisher(jetStream, conn, cfg, marshaler, denials, pinger)
-	if err != nil {
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	guard, err := dedup.ProvideGuard(ctx, jetStream, streams, routes, cfg, logger)
-	if err != nil {
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	tracer, cleanup3, err := telemetry.ProvideTracer(ctx, logger)
-	if err != nil {
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	stallWatch := postgreswal.ProvideStallWatch(subscriber, cfg, logger)
-	registry, err := provideWALRegistry(subscriber, store, guard, dedupReconciler, keeper, stallWatch, cfg)
+	sourceSource, cleanup4, err := buildSource(ctx, build, deps)
 	if err != nil {
 		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
-	forwarderForwarder, err := postgreswal.ProvideForwarder(subscriber, store, publisher, conn, guard, keeper, tracer, registry, cfg, logger)
-	if err != nil {
-		cleanup3()
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	probes := provideWALHealth(registry, db, pinger, denials, keeper, guard, subscriber, stallWatch)
-	relay := &postgreswal.Relay{
-		Forwarder:  forwarderForwarder,
-		Subscriber: subscriber,
-		Stall:      stallWatch,
-		Guard:      guard,
-		Keeper:     keeper,
-		Health:     hs,
-		Probes:     probes,
-		Store:      store,
-		Conn:       conn,
-		Streams:    streams,
-		Config:     cfg,
-		Logger:     logger,
+	probes := provideHealth(registry, db, pinger, denials, keeper, guard, sourceSource)
+	relay := &Relay{
+		Source:  sourceSource,
+		Guard:   guard,
+		Keeper:  keeper,
+		Health:  hs,
+		Probes:  probes,
+		Conn:    conn,
+		Streams: streams,
+		Config:  cfg,
+		Logger:  logger,
 	}
 	return relay, func() {
+		cleanup4()
 		cleanup3()
 		cleanup2()
 		cleanup()

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/procfs"
 
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/source/table"
 )
 
 // The database phase drains a table with the relay's own statements — the
@@ -97,7 +98,7 @@ func (e *env) database(ctx context.Context) (databaseResult, error) {
 	// bytes well under it.
 	d := &drainer{
 		store: store, owner: databaseOwner, batch: e.s.BatchSize, maxInFlight: e.s.MaxInFlight,
-		maxBytes: outbox.MaxInFlightBytesDefault, maxPayload: e.nc.MaxPayload(), del: e.s.DeleteOnRelay,
+		maxBytes: table.MaxInFlightBytesDefault, maxPayload: e.nc.MaxPayload(), del: e.s.DeleteOnRelay,
 		stream: "DATABASE_" + e.suffix,
 	}
 	// The session's first statements load the catalog of the table and
@@ -187,9 +188,9 @@ const (
 )
 
 // drainer plays one relay against store, without NATS, as
-// outbox.Subscriber drives the same Store: the in-flight recovery
+// table.Subscriber drives the same Store: the in-flight recovery
 // (RequeueInflightOlderThan with the default lease) first and then every
-// rescue interval (outbox.RescueIntervalFor: 3 s), as the subscriber's
+// rescue interval (table.RescueIntervalFor: 3 s), as the subscriber's
 // rescuer runs it; a claim (ClaimBatch) of up to batch rows while fewer than
 // maxInFlight rows and maxBytes of payloads and headers are in flight.
 // Each claimed batch counts as published at once and is marked done (or
@@ -221,7 +222,7 @@ type lease struct {
 // warmUp runs each statement once on the empty table: nothing is claimed,
 // and the mark names no row.
 func (d *drainer) warmUp(ctx context.Context) error {
-	if _, err := d.store.RequeueInflightOlderThan(ctx, outbox.InflightTimeoutDefault); err != nil {
+	if _, err := d.store.RequeueInflightOlderThan(ctx, table.InflightTimeoutDefault); err != nil {
 		return err
 	}
 	rows, err := d.store.ClaimBatch(ctx, outbox.ClaimParams{Owner: d.owner, Limit: d.batch, MaxBytes: d.maxBytes, MaxPayload: d.maxPayload})
@@ -245,7 +246,7 @@ func (d *drainer) run(ctx context.Context) error {
 	for {
 		if now := time.Now(); !now.Before(nextRequeue) {
 			err := d.statement(ctx, stepRequeue, func(ctx context.Context) error {
-				n, err := d.store.RequeueInflightOlderThan(ctx, outbox.InflightTimeoutDefault)
+				n, err := d.store.RequeueInflightOlderThan(ctx, table.InflightTimeoutDefault)
 				d.counts.requeues++
 				d.counts.requeued += int64(n)
 				return err
@@ -253,7 +254,7 @@ func (d *drainer) run(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			nextRequeue = now.Add(outbox.RescueIntervalFor(outbox.InflightTimeoutDefault))
+			nextRequeue = now.Add(table.RescueIntervalFor(table.InflightTimeoutDefault))
 		}
 		room, byteRoom := d.maxInFlight-inFlight, d.maxBytes-inBytes
 		if room <= 0 || byteRoom <= 0 {

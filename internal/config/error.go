@@ -7,7 +7,7 @@ import (
 
 // ErrInvalid is matched by errors.Is for every configuration error of the
 // bridge: an *Error from Load and Validate, and the "invalid config:
-// <field>: <why>" errors of the constructors (outbox.NewSubscriber,
+// <field>: <why>" errors of the constructors (table.NewSubscriber,
 // postgreswal.NewSubscriber, watermillforwarder.NewSubscriber, sink.New, …), which
 // wrap it.
 var ErrInvalid = errors.New("invalid config")

@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
 	"github.com/outbox-bridge/bridge/internal/source"
+	"github.com/outbox-bridge/bridge/internal/source/table"
 )
 
 // TestMessagePastItsPublishDeadlineIsNotSent: a claimed row's message held
@@ -41,8 +42,8 @@ func TestMessagePastItsPublishDeadlineIsNotSent(t *testing.T) {
 	t.Cleanup(func() { _ = pub.Close() })
 
 	const ackDeadline = time.Second // room for a loaded machine between the claim and the first publish
-	sub, err := outbox.NewSubscriber(store, slog.New(slog.NewTextHandler(io.Discard, nil)),
-		outbox.SubscriberConfig{Owner: "deadline-test", AckDeadline: ackDeadline, InflightTimeout: 2 * ackDeadline, PollInterval: 10 * time.Millisecond,
+	sub, err := table.NewSubscriber(store, slog.New(slog.NewTextHandler(io.Discard, nil)),
+		table.SubscriberConfig{Owner: "deadline-test", AckDeadline: ackDeadline, InflightTimeout: 2 * ackDeadline, PollInterval: 10 * time.Millisecond,
 			BatchSize: 1}) // one row per message
 	require.NoError(t, err)
 	msgs, err := sub.Subscribe(ctx, store.Table())
@@ -101,7 +102,7 @@ func TestRowsNotHandedOverByTheirDeadlineAreGivenBack(t *testing.T) {
 		}
 		return nil
 	}
-	b.startRelayWith(t, "relay-1", func(c *forwarder.Config) { c.Admit = stall }, func(c *outbox.SubscriberConfig) {
+	b.startRelayWith(t, "relay-1", func(c *forwarder.Config) { c.Admit = stall }, func(c *table.SubscriberConfig) {
 		c.BatchSize, c.MaxInFlight = rows, rows // one claim of every row
 		c.AckDeadline, c.InflightTimeout, c.MaxAttempts = ackDeadline, 10*time.Second, 1
 	})

@@ -99,7 +99,7 @@ func NewPublisherMarshaler() sink.Marshaler { return rowMarshaler{} }
 // source): every message it emits carries a source.Delivery naming its
 // subject, on which the handler reports the typed outcome before the
 // message is acked (published) or nacked (failed); the source settles its
-// row from that outcome. outbox.Subscriber (source: table),
+// row from that outcome. table.Subscriber (source: table),
 // postgreswal.Subscriber (source: postgres-wal) and watermillforwarder.Source (source:
 // watermill-forwarder) are such sources. pub's Marshaler builds the NATS
 // message from the Watermill message.

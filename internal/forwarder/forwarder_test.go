@@ -25,6 +25,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/forwarder"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
+	"github.com/outbox-bridge/bridge/internal/source/table"
 )
 
 func TestMain(m *testing.M) {
@@ -60,23 +61,23 @@ func setup(t *testing.T, kind string) *bundle {
 }
 
 type relay struct {
-	sub  *outbox.Subscriber
+	sub  *table.Subscriber
 	stop func()
 }
 
 // startRelay runs a relay over b until the test ends or stop is called;
 // options adjust the subscriber's configuration.
-func (b *bundle) startRelay(t *testing.T, owner string, options ...func(*outbox.SubscriberConfig)) *relay {
+func (b *bundle) startRelay(t *testing.T, owner string, options ...func(*table.SubscriberConfig)) *relay {
 	t.Helper()
 	return b.startRelayWith(t, owner, nil, options...)
 }
 
 // startRelayWith is startRelay whose forwarder's configuration fwdOption,
 // when set, adjusts.
-func (b *bundle) startRelayWith(t *testing.T, owner string, fwdOption func(*forwarder.Config), options ...func(*outbox.SubscriberConfig)) *relay {
+func (b *bundle) startRelayWith(t *testing.T, owner string, fwdOption func(*forwarder.Config), options ...func(*table.SubscriberConfig)) *relay {
 	t.Helper()
 	logger := testLogger()
-	cfg := outbox.SubscriberConfig{
+	cfg := table.SubscriberConfig{
 		Owner: owner, BatchSize: 200, MaxInFlight: 500, PollInterval: 20 * time.Millisecond,
 		BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		DrainTimeout: 5 * time.Second,
@@ -84,7 +85,7 @@ func (b *bundle) startRelayWith(t *testing.T, owner string, fwdOption func(*forw
 	for _, o := range options {
 		o(&cfg)
 	}
-	sub, err := outbox.NewSubscriber(b.store, logger, cfg)
+	sub, err := table.NewSubscriber(b.store, logger, cfg)
 	require.NoError(t, err)
 	nc, err := nats.Connect(b.nats.URL(), nats.MaxReconnects(-1))
 	require.NoError(t, err)

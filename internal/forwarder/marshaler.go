@@ -11,7 +11,7 @@ import (
 )
 
 // rowMarshaler returns the NATS message of a row (docs/DESIGN.md, "The
-// message made from a row"), built by the source with outbox.NewDelivery,
+// message made from a row"), built by the source with source.NewDelivery,
 // for a Watermill message that carries the row's delivery: the forwarder
 // publishes deliveries itself, and asks the marshaler only for messages
 // without a NATS message of their own; sink.Publisher.PublishMsg asks it

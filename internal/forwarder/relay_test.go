@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
 	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/source/table"
 )
 
 func TestTwoRelaysKeepPerKeyOrder(t *testing.T) {
@@ -281,7 +282,7 @@ func TestDeleteOnRelay(t *testing.T) {
 				_, err := b.store.Enqueue(ctx, outbox.Entry{IdempotencyKey: fmt.Sprint("d-", i), Subject: "events.d", Payload: []byte("x")})
 				require.NoError(t, err)
 			}
-			r := b.startRelay(t, "relay-1", func(c *outbox.SubscriberConfig) { c.DeleteOnRelay = true })
+			r := b.startRelay(t, "relay-1", func(c *table.SubscriberConfig) { c.DeleteOnRelay = true })
 			require.Eventually(t, func() bool { return r.sub.Counters.Relayed.Load() == 50 }, 30*time.Second, 10*time.Millisecond)
 			st, err := b.store.Stats(ctx, 0)
 			require.NoError(t, err)
@@ -341,7 +342,7 @@ func TestRetriedDeadLetterIsReconciled(t *testing.T) {
 			id, seq := b.inDoubtRow(t, "order-9")
 			time.Sleep(1100 * time.Millisecond) // the stream forgets the id
 			rec := dedup.NewReconciler(b.js, testLogger(), dedup.ReconcilerConfig{PublishTimeout: 200 * time.Millisecond})
-			b.startRelay(t, "relay-1", func(c *outbox.SubscriberConfig) { c.Reconciler = rec })
+			b.startRelay(t, "relay-1", func(c *table.SubscriberConfig) { c.Reconciler = rec })
 			b.waitDone(t, 1)
 			require.Len(t, bridgetest.Messages(t, b.js, "EVENTS"), 1, "the retried row was published again")
 			var got int64
@@ -366,7 +367,7 @@ func TestRowInDoubtIsHeldWhenItsStreamCannotBeRead(t *testing.T) {
 	require.NoError(t, err)
 	nc.Close()
 	rec := dedup.NewReconciler(closed, testLogger(), dedup.ReconcilerConfig{PublishTimeout: 200 * time.Millisecond})
-	b.startRelay(t, "relay-1", func(c *outbox.SubscriberConfig) { c.Reconciler = rec; c.HoldBack = time.Hour })
+	b.startRelay(t, "relay-1", func(c *table.SubscriberConfig) { c.Reconciler = rec; c.HoldBack = time.Hour })
 	var status, lastErr string
 	var attempts int
 	require.Eventually(t, func() bool {
@@ -402,7 +403,7 @@ func TestReconcileIsBoundedByTheLease(t *testing.T) {
 	require.NoError(t, err)
 	proxy.Freeze()
 	rec := dedup.NewReconciler(frozen, testLogger(), dedup.ReconcilerConfig{PublishTimeout: 200 * time.Millisecond, Horizon: time.Second})
-	r := b.startRelay(t, "relay-1", func(c *outbox.SubscriberConfig) {
+	r := b.startRelay(t, "relay-1", func(c *table.SubscriberConfig) {
 		c.Reconciler, c.HoldBack = rec, time.Hour
 		c.InflightTimeout, c.AckDeadline = 3*time.Second, 2*time.Second
 	})

@@ -1,13 +1,9 @@
 package outbox_test
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -15,15 +11,9 @@ import (
 
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
 	"github.com/outbox-bridge/bridge/internal/outbox"
-	"github.com/outbox-bridge/bridge/internal/source"
 )
 
-func enqueuePayload(t *testing.T, s *outbox.Store, key string, size int) int64 {
-	t.Helper()
-	id, err := s.Enqueue(context.Background(), outbox.Entry{IdempotencyKey: key, Subject: "events.t", Payload: bytes.Repeat([]byte{'x'}, size)})
-	require.NoError(t, err)
-	return id
-}
+var enqueuePayload = bridgetest.EnqueuePayload
 
 func ids(rows []outbox.Row) []int64 {
 	out := make([]int64, len(rows))
@@ -87,90 +77,10 @@ func TestClaimLeavesOutPayloadsOverMaxPayload(t *testing.T) {
 	}
 }
 
-// TestSubscriberBoundsBytesInFlight: with rows of 1,000 bytes and
-// MaxInFlightBytes of 3,000, the subscriber never has more messages out
-// than fit, plus the one row a claim always takes; acked, they make room
-// for the rest.
-func TestSubscriberBoundsBytesInFlight(t *testing.T) {
-	onEveryDatabase(t, subscriberBoundsBytesInFlight)
-}
-
-func subscriberBoundsBytesInFlight(t *testing.T, kind string) {
-	s := setup(t, kind)
-	const rows = 12
-	for i := range rows {
-		enqueuePayload(t, s, fmt.Sprint("k", i), 1000)
-	}
-	var mu sync.Mutex
-	var held []*source.Delivery
-	most := 0
-	runSubscriber(t, s, outbox.SubscriberConfig{MaxInFlightBytes: 3000}, func(d *source.Delivery) {
-		mu.Lock()
-		defer mu.Unlock()
-		held = append(held, d)
-		most = max(most, len(held))
-	})
-	release := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		n := len(held)
-		for _, d := range held {
-			d.Report(source.Published("S", 1, false))
-		}
-		held = nil
-		return n
-	}
-	heldNow := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(held)
-	}
-	// Each round lets the subscriber claim all it may (waiting until two
-	// rows, or all that are left, are out: a loaded machine may claim them
-	// one poll apart), then acks.
-	deadline := time.Now().Add(60 * time.Second)
-	for done := 0; done < rows; done += release() {
-		require.True(t, time.Now().Before(deadline), "%d of %d rows relayed in 60s", done, rows)
-		for want := min(2, rows-done); heldNow() < want && time.Now().Before(deadline); {
-			time.Sleep(10 * time.Millisecond)
-		}
-		time.Sleep(100 * time.Millisecond) // room for a third, which the bound must refuse
-	}
-	require.LessOrEqual(t, most, 3, "messages out at once: two fit 3,000 bytes (with their headers), and a claim with room left takes one more")
-	require.GreaterOrEqual(t, most, 2)
-}
-
-// TestSubscriberDeadLettersFromLength: a row whose payload cannot fit the
-// server's max_payload becomes a dead letter without being emitted, and
-// without its payload being read.
-func TestSubscriberDeadLettersFromLength(t *testing.T) {
-	t.Parallel()
-	for _, kind := range kinds {
-		t.Run(kind, func(t *testing.T) {
-			t.Parallel()
-			s := setup(t, kind)
-			const maxPayload = 4096
-			over := enqueuePayload(t, s, "over", maxPayload-int(outbox.RelayHeaderMinBytes)+1)
-			fits := enqueuePayload(t, s, "fits", 100)
-			emitted := make(chan string, 10)
-			runSubscriber(t, s, outbox.SubscriberConfig{MaxPayload: func() int64 { return maxPayload }}, func(d *source.Delivery) {
-				emitted <- d.Msg.Header.Get(outbox.HeaderIdempotencyKey)
-				d.Report(source.Published("S", 1, false))
-			})
-			bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, over).status == "permanent_failed" && get(t, s, fits).status == "done" })
-			require.Equal(t, "fits", <-emitted)
-			require.Empty(t, emitted, "the row over max_payload was never emitted")
-			lastError := get(t, s, over).lastError.String
-			require.Contains(t, lastError, "max_payload of 4096 bytes")
-			require.Contains(t, lastError, "the payload was not read")
-		})
-	}
-}
-
 // TestMessageHeaderBytesIsWhatNATSCounts: a message whose payload and
 // headers, as messageHeaderBytes counts them, make max_payload is
 // published; one byte more is refused by the NATS client. Hence a payload
-// longer than max_payload less relayHeaderMinBytes can never be published,
+// longer than max_payload less RelayHeaderMinBytes can never be published,
 // and the relay does not read it.
 func TestMessageHeaderBytesIsWhatNATSCounts(t *testing.T) {
 	t.Parallel()

@@ -140,11 +140,11 @@ func TestMarksOfLargeBatchesAndRepeatedIDs(t *testing.T) {
 			require.Equal(t, int64(n/2-n/6), st.Rows[outbox.StatusFailed])
 			require.Equal(t, int64(n/6), st.Rows[outbox.StatusPending])
 			r := get(t, s, rows[3].ID) // refunded
-			require.Equal(t, "pending", r.status)
-			require.Zero(t, r.attempts)
-			require.Equal(t, "e3", r.lastError.String)
+			require.Equal(t, "pending", r.Status)
+			require.Zero(t, r.Attempts)
+			require.Equal(t, "e3", r.LastError.String)
 			r = get(t, s, rows[1].ID)
-			require.Equal(t, 1, r.attempts)
+			require.Equal(t, 1, r.Attempts)
 
 			// Row 1 is claimed again (attempt 2); a batch carries a stale mark
 			// of attempt 1 before the live one for the same id.
@@ -160,7 +160,7 @@ func TestMarksOfLargeBatchesAndRepeatedIDs(t *testing.T) {
 			}, false)
 			require.NoError(t, err)
 			require.Equal(t, int64(1), changed)
-			require.Equal(t, "done", get(t, s, rows[1].ID).status)
+			require.Equal(t, "done", get(t, s, rows[1].ID).Status)
 			var seq int64
 			require.NoError(t, s.DB().SQL.QueryRow("SELECT stream_seq FROM "+s.Table()+" WHERE id = "+itoa(int(rows[1].ID))).Scan(&seq))
 			require.Equal(t, int64(2), seq)
@@ -247,14 +247,14 @@ func TestMySQLRequeueSkipsALockedLease(t *testing.T) {
 	n, err := s.RequeueInflightOlderThan(within, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "the stale row nobody holds is requeued")
-	require.Equal(t, "failed", get(t, s, b).status)
-	require.Equal(t, "in_flight", get(t, s, a).status, "the held row is skipped, not waited for")
+	require.Equal(t, "failed", get(t, s, b).Status)
+	require.Equal(t, "in_flight", get(t, s, a).Status, "the held row is skipped, not waited for")
 
 	require.NoError(t, holder.Rollback())
 	n, err = s.RequeueInflightOlderThan(ctx, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	require.Equal(t, "failed", get(t, s, a).status)
+	require.Equal(t, "failed", get(t, s, a).Status)
 }
 
 // mysqlSeries is a number expression n and a FROM clause over which it

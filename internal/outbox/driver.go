@@ -172,19 +172,19 @@ func classify(err error) errorClass {
 	return errorOther
 }
 
-// failureLevel is the level at which a failed statement that the relay
+// FailureLevel is the level at which a failed statement that the relay
 // retries is logged: WARN for a conflict between concurrent transactions
 // (errorConflict), which is resolved by running again, ERROR otherwise.
-func failureLevel(err error) slog.Level {
+func FailureLevel(err error) slog.Level {
 	if classify(err) == errorConflict {
 		return slog.LevelWarn
 	}
 	return slog.LevelError
 }
 
-// isLockTimeout reports whether err is a lock wait that gave up
+// IsLockTimeout reports whether err is a lock wait that gave up
 // (errorLockTimeout).
-func isLockTimeout(err error) bool { return classify(err) == errorLockTimeout }
+func IsLockTimeout(err error) bool { return classify(err) == errorLockTimeout }
 
 // executor runs the operations of one outbox table on one database: one
 // method per operation, each taking its parameters in a struct. Store wraps

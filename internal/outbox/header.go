@@ -156,11 +156,11 @@ func messageHeaderBytes(h map[string][]string) int64 {
 	return n
 }
 
-// relayHeaderMinBytes is the least that the headers of a row's message
+// RelayHeaderMinBytes is the least that the headers of a row's message
 // count against max_payload: those the relay sets (RelayHeaders), each as
 // short as it can be. A payload longer than max_payload less this can
 // never be published.
-var relayHeaderMinBytes = messageHeaderBytes(map[string][]string{
+var RelayHeaderMinBytes = messageHeaderBytes(map[string][]string{
 	HeaderMsgID:          {"x"},                    // dedup.MsgID is never empty
 	HeaderID:             {"1"},                    // one digit
 	HeaderIdempotencyKey: {""},                     // trimmed to nothing
@@ -176,7 +176,7 @@ func PayloadMaxBytes(maxPayload int64) int64 {
 	if maxPayload <= 0 {
 		return 0
 	}
-	return max(maxPayload-relayHeaderMinBytes, 1)
+	return max(maxPayload-RelayHeaderMinBytes, 1)
 }
 
 // OverMaxPayload is why a row whose payload of size bytes is longer than
@@ -204,3 +204,8 @@ func MinMessageHeaderBytes(key string, h map[string][]string) int64 {
 	all[HeaderAttempt] = []string{"1"}
 	return messageHeaderBytes(all)
 }
+
+// RelayHeaders are the headers the relay sets on every message, in this
+// order: Nats-Msg-Id, Outbox-Id, Outbox-Idempotency-Key, Outbox-Created-At
+// (RFC 3339, UTC), Outbox-Attempt.
+var RelayHeaders = reservedHeaders

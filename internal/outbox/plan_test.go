@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
+	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
@@ -77,7 +78,7 @@ func claimSQL(t *testing.T, table, limit string) string {
 	require.NoError(t, err)
 	window := strconv.Itoa(4 * n) // keyWindow
 	return strings.NewReplacer("$1", "'plan-test'", "$2", limit, "$3", "''", "$4", window,
-		"$5", strconv.FormatInt(outbox.MaxInFlightBytesDefault, 10), "$6", strconv.Itoa(1<<20)).Replace(sqlText)
+		"$5", strconv.FormatInt(int64(config.MaxInFlightBytesDefault), 10), "$6", strconv.Itoa(1<<20)).Replace(sqlText)
 }
 
 // TestClaimReadsOnlyTheHeadsOfOrderingKeys: with 10,000 rows queued behind
@@ -196,7 +197,7 @@ func TestSQLiteClaimWalksKeysLazily(t *testing.T) {
 	s := setup(t, "sqlite")
 	q, ok := outbox.SQLiteClaimSQL(s.Table())
 	require.True(t, ok)
-	rows, err := s.DB().SQL.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+q, "plan-test", 500, "", 2000, outbox.MaxInFlightBytesDefault, 1<<20)
+	rows, err := s.DB().SQL.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+q, "plan-test", 500, "", 2000, int64(config.MaxInFlightBytesDefault), 1<<20)
 	require.NoError(t, err)
 	defer rows.Close()
 	var plan strings.Builder

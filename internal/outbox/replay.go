@@ -168,7 +168,7 @@ func (r replayReaders) ReplayRead(ctx context.Context, p *ReplayParams) ([]Repla
 		}
 		x.Headers, x.PayloadSize, x.StreamSeq = []byte(headers.String), int64(len(x.Payload)), uint64(max(seq, 0))
 		out = append(out, x)
-		if bytes += x.size(); bytes >= p.MaxBytes {
+		if bytes += x.Size(); bytes >= p.MaxBytes {
 			break
 		}
 	}

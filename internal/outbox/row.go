@@ -49,9 +49,9 @@ type Row struct {
 	FirstClaimedAt time.Time
 }
 
-// size is what a claimed row takes in the relay's memory, as
+// Size is what a claimed row takes in the relay's memory, as
 // relay.max_in_flight_bytes counts it: the payload read and the headers.
-func (r *Row) size() int64 { return int64(len(r.Payload)) + int64(len(r.Headers)) }
+func (r *Row) Size() int64 { return int64(len(r.Payload)) + int64(len(r.Headers)) }
 
 // Done records a PubAck for a claimed row.
 type Done struct {

@@ -127,8 +127,8 @@ func (p ClaimParams) cutByBytes(out []Row) bool {
 	}
 	var total, largest int64
 	for i := range out {
-		total += out[i].size()
-		largest = max(largest, out[i].size())
+		total += out[i].Size()
+		largest = max(largest, out[i].Size())
 	}
 	return total+largest > p.MaxBytes
 }

@@ -6,19 +6,15 @@ import (
 	"time"
 
 	"github.com/google/wire"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-bridge/bridge/internal/config"
 )
 
 // ProviderSet builds the outbox side of the relay from the configuration.
-var ProviderSet = wire.NewSet(ProvideDB, ProvideStore, ProvideSubscriber, ProvideStallWatch, ProvideTableCollector)
+var ProviderSet = wire.NewSet(ProvideDB, ProvideStore, ProvideTableCollector)
 
-// ClaimGate is asked before every claim; see SubscriberConfig.CanClaim.
-type ClaimGate func() bool
-
-// PayloadLimit returns the NATS server's max_payload; see
-// SubscriberConfig.MaxPayload.
+// PayloadLimit returns the NATS server's max_payload in bytes
+// (nats.Conn.MaxPayload), or 0 when unknown.
 type PayloadLimit func() int64
 
 // ProvideDB opens the configured database. The embedded default (no
@@ -78,53 +74,7 @@ func ProvideStore(ctx context.Context, db *DB, cfg *config.Config, logger *slog.
 	return store, nil
 }
 
-// ProvideSubscriber builds the subscriber from relay.* and dedup.namespace.
-// It runs retention (relay.retention) unless relay.delete_on_relay is set.
-// It drains for shutdown_timeout less 3 s, leaving the router time to stop.
-func ProvideSubscriber(store *Store, cfg *config.Config, logger *slog.Logger, gate ClaimGate, limit PayloadLimit, tracer trace.Tracer, reconciler Reconciler) (*Subscriber, error) {
-	r := cfg.Relay
-	return NewSubscriber(store, logger, SubscriberConfig{
-		Owner:            r.Owner,
-		BatchSize:        r.BatchSize,
-		MaxInFlight:      r.MaxInFlight,
-		MaxInFlightBytes: int64(r.MaxInFlightBytes),
-		MaxPayload:       limit,
-		PollInterval:     r.PollInterval,
-		InflightTimeout:  r.InflightTimeout,
-		AckDeadline:      r.AckDeadline,
-		MaxAttempts:      r.MaxAttempts,
-		BackoffInitial:   r.BackoffInitial,
-		BackoffMax:       r.BackoffMax,
-		DeleteOnRelay:    r.DeleteOnRelay,
-		Retention:        keptFor(r),
-		Namespace:        cfg.Dedup.Namespace,
-		DrainTimeout:     max(cfg.ShutdownTimeout-3*time.Second, cfg.ShutdownTimeout/2),
-		CanClaim:         gate,
-		Tracer:           tracer,
-		Reconciler:       reconciler,
-	})
-}
-
-// ProvideStallWatch watches the subscriber's claims with relay.stall_after
-// and relay.stall_unhealthy_after (0: never unhealthy).
-func ProvideStallWatch(store *Store, sub *Subscriber, cfg *config.Config, logger *slog.Logger) *StallWatch {
-	unhealthy := cfg.Relay.StallUnhealthyAfter
-	if unhealthy == 0 {
-		unhealthy = -1
-	}
-	return NewStallWatch(store, sub, logger, StallConfig{After: cfg.Relay.StallAfter, UnhealthyAfter: unhealthy})
-}
-
 // ProvideTableCollector reads the table's counts and lag at most every 15 s.
 func ProvideTableCollector(store *Store) *TableCollector {
 	return NewTableCollector(store, 15*time.Second)
-}
-
-// keptFor is relay.retention, or 0 (no retention) when relayed rows are
-// deleted at once (relay.delete_on_relay).
-func keptFor(r config.Relay) time.Duration {
-	if r.DeleteOnRelay {
-		return 0
-	}
-	return r.Retention
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/forwarder"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
+	"github.com/outbox-bridge/bridge/internal/source/table"
 	"github.com/outbox-bridge/bridge/producer"
 )
 
@@ -52,7 +53,7 @@ func setupRelay(t *testing.T, kind string) *relayBundle {
 func startRelay(t *testing.T, store *outbox.Store, n *bridgetest.NATS) {
 	t.Helper()
 	logger := testLogger()
-	sub, err := outbox.NewSubscriber(store, logger, outbox.SubscriberConfig{
+	sub, err := table.NewSubscriber(store, logger, table.SubscriberConfig{
 		Owner: "relay-1", BatchSize: 100, MaxInFlight: 100, PollInterval: 20 * time.Millisecond,
 		BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		DrainTimeout: 5 * time.Second,

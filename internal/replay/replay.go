@@ -18,6 +18,7 @@ import (
 
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 // Headers a replayed message carries beside the row's and the relay's own.
@@ -247,7 +248,7 @@ func (c *Config) send(ctx context.Context, rows []outbox.ReplayRow, streams map[
 			continue
 		}
 		x.Attempt = 1
-		m := outbox.NewDelivery(x.Row, headers, c.Namespace).Msg
+		m := source.NewDelivery(x.Row, headers, c.Namespace).Msg
 		m.Header.Set(HeaderReplayID, c.ReplayID)
 		if c.Destination.Own() {
 			if x.Stream == "" {

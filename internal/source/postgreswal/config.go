@@ -7,6 +7,7 @@ import (
 
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 // Defaults of Config: those of the relay.* and wal.* keys (package
@@ -18,7 +19,7 @@ const (
 	MaxAttemptsDefault      = config.MaxAttemptsDefault
 	BackoffInitialDefault   = config.BackoffInitialDefault
 	BackoffMaxDefault       = config.BackoffMaxDefault
-	DrainTimeoutDefault     = outbox.DrainTimeoutDefault
+	DrainTimeoutDefault     = source.DrainTimeoutDefault
 	SweepIntervalDefault    = config.WALSweepIntervalDefault
 	SweepBatchDefault       = config.BatchSizeDefault
 	InflightTimeoutDefault  = config.InflightTimeoutDefault
@@ -107,7 +108,7 @@ type Config struct {
 	// those found are settled as relayed without publishing. Defaults to
 	// nil: rows are published again and deduplicated within the window
 	// only.
-	Reconciler outbox.Reconciler
+	Reconciler source.Reconciler
 	// SessionName is the application_name of the replication connection,
 	// unless its URL (or PGAPPNAME) sets one: pg_stat_activity shows it,
 	// and a standby names the relay that holds the slot by it. Defaults
@@ -127,7 +128,7 @@ func (c *Config) setDefaults() {
 	c.SweepBatch = cmp.Or(c.SweepBatch, SweepBatchDefault)
 	c.InflightTimeout = cmp.Or(c.InflightTimeout, InflightTimeoutDefault)
 	c.StatusInterval = cmp.Or(c.StatusInterval, StatusIntervalDefault)
-	c.HoldBack = cmp.Or(c.HoldBack, outbox.HoldBackDefault)
+	c.HoldBack = cmp.Or(c.HoldBack, source.HoldBackDefault)
 	c.SessionName = cmp.Or(c.SessionName, outbox.SessionNameDefault)
 	if c.Connected == nil {
 		c.Connected = func() bool { return true }

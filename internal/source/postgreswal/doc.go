@@ -5,7 +5,7 @@
 //
 // Main types:
 //   - Subscriber: a Watermill message.Subscriber over the slot. It emits
-//     each inserted row (built by outbox.NewDelivery: the same Nats-Msg-Id,
+//     each inserted row (built by source.NewDelivery: the same Nats-Msg-Id,
 //     headers and validation as source: table; with a source.Delivery) in
 //     commit order to the forwarder of source: table, marks rows relayed in
 //     batches after the outcome it reports (source.OutcomeOf) is a PubAck,

@@ -525,7 +525,7 @@ func (p *pipeline) message(e *entry) (*message.Message, bool) {
 		p.dead(e, err.Error())
 		return nil, false
 	}
-	d := outbox.NewDelivery(row, headers, s.cfg.Namespace)
+	d := source.NewDelivery(row, headers, s.cfg.Namespace)
 	e.attempts++
 	e.turn = sink.NewTurn(p.lastTurn)
 	p.lastTurn = e.turn

@@ -636,7 +636,7 @@ func TestDeleteOnRelayAndRowsAlreadyGone(t *testing.T) {
 }
 
 // TestSubscribeAfterClose: Subscribe after Close fails with
-// outbox.ErrClosed, the sentinel every source returns.
+// source.ErrClosed, the sentinel every source returns.
 func TestSubscribeAfterClose(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -645,7 +645,7 @@ func TestSubscribeAfterClose(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, sub.Close())
 	_, err = sub.Subscribe(context.Background(), "outbox")
-	require.ErrorIs(t, err, outbox.ErrClosed)
+	require.ErrorIs(t, err, source.ErrClosed)
 }
 
 // TestBudgetBoundsWhatIsHeld: with relay.max_in_flight_bytes at 16 KiB and

@@ -10,16 +10,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 // stallSample is how many of the oldest waiting rows the stall watch
 // follows to tell whether anyone relays them.
 const stallSample = 100
 
-// StallSource returns what outbox.StallWatch asks of this relay (see
+// StallSource returns what source.StallWatch asks of this relay (see
 // stallSource): the stall watch of source: table, over the slot.
-func (s *Subscriber) StallSource() outbox.StallSource { return &stallSource{s: s} }
+func (s *Subscriber) StallSource() source.StallSource { return &stallSource{s: s} }
 
 // stallSource tells a stalled postgres-wal relay. Rows move when this
 // relay hands one to the publisher (as a claim does for source: table) or

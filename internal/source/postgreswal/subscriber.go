@@ -19,6 +19,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/secret"
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 // markFlushTimeout bounds the wait for the last marks at shutdown.
@@ -234,12 +235,12 @@ func NewSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, logg
 // Subscribe starts reading the slot and returns the channel of emitted
 // messages. It is closed after ctx ends or Close is called, once the
 // emitted messages' outcomes are in (or DrainTimeout passed), their marks
-// are written and the final position is confirmed. Errors: outbox.ErrClosed; an
+// are written and the final position is confirmed. Errors: source.ErrClosed; an
 // error when called twice.
 func (s *Subscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.Message, error) {
 	select {
 	case <-s.closing:
-		return nil, outbox.ErrClosed
+		return nil, source.ErrClosed
 	default:
 	}
 	if !s.subscribed.CompareAndSwap(false, true) {

@@ -34,7 +34,7 @@ func NamesOf(cfg *config.Config) Names {
 // router time to stop. While nc is disconnected, failed rows wait for it;
 // rows published again long after their first publish are reconciled
 // against the stream first.
-func ProvideSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, nc *nats.Conn, reconciler outbox.Reconciler, cfg *config.Config, logger *slog.Logger) (*Subscriber, error) {
+func ProvideSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, nc *nats.Conn, reconciler source.Reconciler, cfg *config.Config, logger *slog.Logger) (*Subscriber, error) {
 	r := cfg.Relay
 	return NewSubscriber(ctx, db, store, logger, Config{
 		Names:                 NamesOf(cfg),
@@ -60,15 +60,9 @@ func ProvideSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, 
 }
 
 // ProvideStallWatch watches the subscriber (see Subscriber.StallSource)
-// with relay.stall_after and relay.stall_unhealthy_after (0: never
-// unhealthy), as the table source's relay is watched.
-func ProvideStallWatch(sub *Subscriber, cfg *config.Config, logger *slog.Logger) *outbox.StallWatch {
-	unhealthy := cfg.Relay.StallUnhealthyAfter
-	if unhealthy == 0 {
-		unhealthy = -1
-	}
-	return outbox.NewSourceStallWatch(sub.StallSource(), logger.With(slog.String("component", "postgres-wal")),
-		outbox.StallConfig{After: cfg.Relay.StallAfter, UnhealthyAfter: unhealthy})
+// as the table source's relay is watched (source.WatchStalls).
+func ProvideStallWatch(sub *Subscriber, keeper *broker.Keeper, cfg *config.Config, logger *slog.Logger) *source.StallWatch {
+	return source.WatchStalls(sub.StallSource(), keeper, cfg, logger.With(slog.String("component", "postgres-wal")))
 }
 
 // ProvideForwarder builds the router over the subscriber, closing within
@@ -77,7 +71,5 @@ func ProvideStallWatch(sub *Subscriber, cfg *config.Config, logger *slog.Logger)
 // it. The subscriber's messages, one per row, reach it in batches of at
 // most relay.batch_size (source.Coalesce).
 func ProvideForwarder(sub *Subscriber, store *outbox.Store, pub *sink.Publisher, nc *nats.Conn, guard *dedup.Guard, keeper *broker.Keeper, tracer trace.Tracer, reg *prometheus.Registry, cfg *config.Config, logger *slog.Logger) (*forwarder.Forwarder, error) {
-	return forwarder.New(source.Coalesce(sub, cfg.Relay.BatchSize), store.Table(), pub, logger, forwarder.Config{CloseTimeout: cfg.ShutdownTimeout, Connected: nc.IsConnected,
-		StreamSeen: func(subject, stream string) { guard.Published(subject, stream); keeper.Published(subject, stream) },
-		Admit:      guard.Admit, StreamMissing: keeper.Missing, Diagnose: keeper.Diagnose, Tracer: tracer, Registerer: reg})
+	return forwarder.Provide(source.Coalesce(sub, cfg.Relay.BatchSize), store.Table(), pub, nc, guard, keeper, tracer, reg, cfg, logger)
 }

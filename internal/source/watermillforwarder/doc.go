@@ -9,9 +9,9 @@
 // with watermill-sql's own subscriber (NewSubscriber: the default schema
 // and offsets adapters of PostgreSQL or MySQL, consumer group
 // ConsumerGroup, offsets in watermill_offsets_<topic>), unwraps each
-// envelope (Source, a source of the relay's one forwarder,
+// envelope (Subscriber, a source of the relay's one forwarder,
 // internal/forwarder) and publishes the original message to JetStream
-// (Forwarder: the Source plugged into that forwarder): subject =
+// (Forwarder: the Subscriber plugged into that forwarder): subject =
 // destination topic, data = payload, headers = metadata, Nats-Msg-Id from
 // the message UUID (or a metadata entry) with dedup.MsgID, plus
 // Outbox-Idempotency-Key.

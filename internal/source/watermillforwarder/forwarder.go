@@ -54,13 +54,13 @@ type Config struct {
 }
 
 // Forwarder relays the envelopes of a Watermill forwarder topic to
-// JetStream: the Source over watermill-sql's subscriber, plugged into the
+// JetStream: the Subscriber over watermill-sql's subscriber, plugged into the
 // relay's one forwarder (internal/forwarder), which publishes each
 // original message to its destination topic as NATS subject, classifies
-// failures and reports their outcome to the Source. Its Counters and
-// Collectors are the Source's.
+// failures and reports their outcome to the Subscriber. Its Counters and
+// Collectors are the Subscriber's.
 type Forwarder struct {
-	*Source
+	*Subscriber
 	fwd *forwarder.Forwarder
 }
 
@@ -82,7 +82,7 @@ func New(sub message.Subscriber, pub *sink.Publisher, logger *slog.Logger, cfg C
 		return nil, fmt.Errorf("%w: CloseTimeout: %s: must be positive", config.ErrInvalid, cfg.CloseTimeout)
 	}
 	logger = logger.With(slog.String("component", "watermill-forwarder"), slog.String("topic", cfg.Topic))
-	src := newSource(sub, cfg.MsgIDMetadata, logger)
+	src := newSubscriber(sub, cfg.MsgIDMetadata, logger)
 	fwd, err := forwarder.New(src, cfg.Topic, pub, logger, forwarder.Config{
 		CloseTimeout:  cfg.CloseTimeout,
 		Connected:     cfg.Connected,
@@ -95,7 +95,7 @@ func New(sub message.Subscriber, pub *sink.Publisher, logger *slog.Logger, cfg C
 	if err != nil {
 		return nil, err
 	}
-	return &Forwarder{Source: src, fwd: fwd}, nil
+	return &Forwarder{Subscriber: src, fwd: fwd}, nil
 }
 
 // Run relays until ctx ends. It then closes the router: the subscriber

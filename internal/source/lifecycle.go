@@ -1,17 +1,17 @@
-package outbox
+package source
 
 import (
 	"context"
 	"sync"
 )
 
-// service is one of the table source's jobs, each in its own goroutine:
-// the claimer (claimer.go: the claim loop), the completer (settle.go:
-// writes settlements in batches), the rescuer (rescuer.go: in-flight
-// recovery) and retention (retention.go: deletes old done rows). The Subscriber
-// starts them in Subscribe and stops them as it closes, all the same way
-// (after river's rivershared/startstop).
-type service interface {
+// Service is one of a source's jobs, each in its own goroutine: for the
+// table source the claimer (the claim loop), the completer (writes
+// settlements in batches), the rescuer (in-flight recovery) and retention
+// (Retention: deletes old done rows). The source starts them as it
+// subscribes and stops them as it closes, all the same way (after river's
+// rivershared/startstop).
+type Service interface {
 	// Start runs the service in its own goroutine until Stop; the claimer
 	// and the maintenance services (rescuer, retention) end with ctx too.
 	// Starting a running service does nothing.
@@ -22,18 +22,18 @@ type service interface {
 	Stop()
 }
 
-// startStop is the start/stop half of a service, embedded by each: it
+// StartStop is the start/stop half of a Service, embedded by each: it
 // runs the service's loop in a goroutine with a context that Stop cancels,
-// and Stop waits for the loop to return.
-type startStop struct {
+// and Stop waits for the loop to return. Its zero value is ready.
+type StartStop struct {
 	mu      sync.Mutex
 	cancel  context.CancelFunc
 	stopped chan struct{} // closed when run returned; nil when not started
 }
 
-// start runs run(ctx') in a new goroutine, ctx' ending with ctx or at
+// StartLoop runs run(ctx') in a new goroutine, ctx' ending with ctx or at
 // Stop, unless the service runs already.
-func (ss *startStop) start(ctx context.Context, run func(ctx context.Context)) {
+func (ss *StartStop) StartLoop(ctx context.Context, run func(ctx context.Context)) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.stopped != nil {
@@ -50,7 +50,7 @@ func (ss *startStop) start(ctx context.Context, run func(ctx context.Context)) {
 
 // Stop cancels the context of the running loop and waits for it to
 // return.
-func (ss *startStop) Stop() {
+func (ss *StartStop) Stop() {
 	ss.mu.Lock()
 	cancel, stopped := ss.cancel, ss.stopped
 	ss.mu.Unlock()

@@ -1,4 +1,4 @@
-package outbox
+package table
 
 import (
 	"cmp"
@@ -7,6 +7,9 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 // settleBatchMax bounds the rows written by one settlement flush.
@@ -14,8 +17,8 @@ const settleBatchMax = 1000
 
 // settlement is the outcome of one claimed row.
 type settlement struct {
-	row Row // without its payload
-	// size is what the row took in memory when claimed (Row.size), given
+	row outbox.Row // without its payload
+	// size is what the row took in memory when claimed (outbox.Row.size), given
 	// back to relay.max_in_flight_bytes once the settlement is written.
 	size      int64
 	done      bool
@@ -31,8 +34,8 @@ type settlement struct {
 
 // settled starts the settlement of row: the row without its payload, which
 // the settle loop does not need and should not keep.
-func settled(row Row) settlement {
-	size := row.size()
+func settled(row outbox.Row) settlement {
+	size := row.Size()
 	row.Payload = nil
 	return settlement{row: row, size: size}
 }
@@ -72,11 +75,11 @@ func (s *Subscriber) settleLoop() {
 func (s *Subscriber) flush(batch []settlement) {
 	done := s.doneBuf[:0]
 	defer func() { s.doneBuf = done[:0] }()
-	var failures []Failure
+	var failures []outbox.Failure
 	var duplicates int64
 	for _, st := range batch {
 		if st.done {
-			done = append(done, Done{ID: st.row.ID, Attempt: st.row.Attempt, Stream: st.stream, Seq: st.seq})
+			done = append(done, outbox.Done{ID: st.row.ID, Attempt: st.row.Attempt, Stream: st.stream, Seq: st.seq})
 			if st.duplicate {
 				duplicates++
 			}
@@ -105,8 +108,8 @@ func (s *Subscriber) retry(rows int, write func() error) {
 				slog.Int("rows", rows), slog.Any("error", err))
 			return
 		}
-		level := failureLevel(err)
-		if isLockTimeout(err) && attempt < failingAfter {
+		level := outbox.FailureLevel(err)
+		if outbox.IsLockTimeout(err) && attempt < failingAfter {
 			// A mark waits on rows that another relay's claim holds
 			// locked for a moment; with a short lock_timeout (a database
 			// default) it gives up and the next try passes.
@@ -120,7 +123,7 @@ func (s *Subscriber) retry(rows int, write func() error) {
 	}
 }
 
-func (s *Subscriber) writeDone(done []Done, duplicates int64) error {
+func (s *Subscriber) writeDone(done []outbox.Done, duplicates int64) error {
 	if len(done) == 0 {
 		return nil
 	}
@@ -138,7 +141,7 @@ func (s *Subscriber) writeDone(done []Done, duplicates int64) error {
 	return nil
 }
 
-func (s *Subscriber) writeFailures(failures []Failure) error {
+func (s *Subscriber) writeFailures(failures []outbox.Failure) error {
 	if len(failures) == 0 {
 		return nil
 	}
@@ -177,8 +180,8 @@ func (s *Subscriber) fenced(want int, got int64) {
 }
 
 // failure turns a failed settlement into the row's next state.
-func (s *Subscriber) failure(st settlement) Failure {
-	f := Failure{ID: st.row.ID, Attempt: st.row.Attempt, Err: st.err, Permanent: st.permanent, Refund: st.refund || st.held, Held: st.held}
+func (s *Subscriber) failure(st settlement) outbox.Failure {
+	f := outbox.Failure{ID: st.row.ID, Attempt: st.row.Attempt, Err: st.err, Permanent: st.permanent, Refund: st.refund || st.held, Held: st.held}
 	switch {
 	case f.Held:
 		f.Backoff = cmp.Or(st.holdFor, s.cfg.HoldBack)
@@ -194,8 +197,8 @@ func (s *Subscriber) failure(st settlement) Failure {
 
 // logFailures logs a batch's failures: each dead letter on its own line,
 // the others as one line per kind with the first row's error.
-func (s *Subscriber) logFailures(failures []Failure) {
-	var retry, released, held []Failure
+func (s *Subscriber) logFailures(failures []outbox.Failure) {
+	var retry, released, held []outbox.Failure
 	for _, f := range failures {
 		switch {
 		case f.Permanent:
@@ -229,19 +232,19 @@ func (s *Subscriber) logFailures(failures []Failure) {
 // loop returns once it has written every settlement queued before. Stop it
 // after the last settlement was queued (after the drain).
 type completer struct {
-	startStop
+	source.StartStop
 	sub       *Subscriber
 	closeOnce sync.Once
 }
 
 // Start runs the settle loop until Stop.
 func (c *completer) Start(ctx context.Context) {
-	c.start(ctx, func(context.Context) { c.sub.settleLoop() })
+	c.StartLoop(ctx, func(context.Context) { c.sub.settleLoop() })
 }
 
 // Stop closes the settlement channel and waits for the settlements queued
 // to be written.
 func (c *completer) Stop() {
 	c.closeOnce.Do(func() { close(c.sub.settleCh) })
-	c.startStop.Stop()
+	c.StartStop.Stop()
 }

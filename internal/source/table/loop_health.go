@@ -1,4 +1,4 @@
-package outbox
+package table
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
 // failingAfter is how many claims (or settlement writes) in a row must fail
@@ -98,7 +100,7 @@ var ErrStatementTimeout = errors.New("the database did not answer within the sta
 // statementTimeout, and records its outcome in h. A statement that times
 // out while ctx goes on means that the server stopped answering, or that
 // its network did: the database's sessions opened until now are not reused
-// (see DB.Abandon), so that the next statement runs on a new session,
+// (see outbox.DB.Abandon), so that the next statement runs on a new session,
 // which reaches the server the address points to now.
 func (s *Subscriber) statement(ctx context.Context, h *loopHealth, fn func(ctx context.Context) error) error {
 	return runStatement(ctx, s.store.DB(), s.cfg.statementTimeout(), h, fn)
@@ -106,7 +108,7 @@ func (s *Subscriber) statement(ctx context.Context, h *loopHealth, fn func(ctx c
 
 // runStatement is Subscriber.statement for any of the table source's
 // services: fn runs on db within limit, its outcome recorded in h.
-func runStatement(ctx context.Context, db *DB, limit time.Duration, h *loopHealth, fn func(ctx context.Context) error) error {
+func runStatement(ctx context.Context, db *outbox.DB, limit time.Duration, h *loopHealth, fn func(ctx context.Context) error) error {
 	sctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	h.begin()

@@ -1,4 +1,4 @@
-package outbox
+package table
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 
+	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/source"
 )
 
@@ -16,7 +17,7 @@ import (
 // can never be published is settled at once as a dead letter instead. It
 // returns false when stop (the claimer's stop) interrupted it; the rows
 // were then released, not emitted.
-func (s *Subscriber) emit(rows []Row, claimed claimWindow, out chan<- *message.Message, stop <-chan struct{}) bool {
+func (s *Subscriber) emit(rows []outbox.Row, claimed claimWindow, out chan<- *message.Message, stop <-chan struct{}) bool {
 	if len(rows) == 0 {
 		return true
 	}
@@ -27,12 +28,12 @@ func (s *Subscriber) emit(rows []Row, claimed claimWindow, out chan<- *message.M
 	msgs := make([]nats.Msg, len(rows))
 	ds := make([]*source.Delivery, 0, len(rows))
 	for _, row := range rows {
-		headers, err := ParseHeaders(row.Headers)
+		headers, err := outbox.ParseHeaders(row.Headers)
 		if err == nil {
-			err = CheckSubject(row.Subject)
+			err = outbox.CheckSubject(row.Subject)
 		}
 		if err == nil && row.PayloadLeftOut {
-			err = fmt.Errorf("%w, the payload was not read", OverMaxPayload(row.PayloadSize, s.cfg.MaxPayload()))
+			err = fmt.Errorf("%w, the payload was not read", outbox.OverMaxPayload(row.PayloadSize, s.cfg.MaxPayload()))
 		}
 		if err != nil {
 			s.outstanding.Add(1)
@@ -42,7 +43,7 @@ func (s *Subscriber) emit(rows []Row, claimed claimWindow, out chan<- *message.M
 			continue
 		}
 		d, m := &deliveries[len(ds)], &msgs[len(ds)]
-		fillDelivery(d, m, row, headers, s.cfg.Namespace)
+		source.FillDelivery(d, m, row, headers, s.cfg.Namespace)
 		if ctx, traced := s.traceClaim(row, headers, claimed); traced {
 			d.Context = ctx
 		}
@@ -82,7 +83,7 @@ func (s *Subscriber) emit(rows []Row, claimed claimWindow, out chan<- *message.M
 // watched is an emitted batch awaiting its outcomes.
 type watched struct {
 	s       *Subscriber
-	rows    []Row // rows[i] is the row of delivery i
+	rows    []outbox.Row // rows[i] is the row of delivery i
 	batch   *source.Batch
 	msg     *message.Message
 	emitted time.Time

@@ -1,4 +1,4 @@
-package outbox
+package table
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/outbox-bridge/bridge/internal/dedup"
+	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 // claimer is the table source's claim loop, a service of the Subscriber:
@@ -24,7 +26,7 @@ import (
 // context given to Start (the Subscriber's hardCtx), which Stop does not
 // end.
 type claimer struct {
-	startStop
+	source.StartStop
 	sub *Subscriber
 	// out is the Subscriber's message channel, set by Subscribe before
 	// Start.
@@ -38,7 +40,7 @@ type claimer struct {
 
 	// claimed, when enabled by a test, receives the rows of each claim
 	// (0 for a probe that found none).
-	claimed testSignal[int]
+	claimed source.TestSignal[int]
 
 	// probe: the last claim was not full, so the next tick asks first
 	// whether any row is claimable (see tick). lastFullRun is when the
@@ -50,7 +52,7 @@ type claimer struct {
 
 // claimProbeSpan bounds, in poll intervals, how long the claim loop goes
 // on probing without a claim (10 s with the default 250 ms): the probe
-// (Store.Stalled with age 0, "is a row claimable now, not behind an
+// (outbox.Store.Stalled with age 0, "is a row claimable now, not behind an
 // unsettled row of its key") asks what the claim would find, and the
 // claim every claimProbeSpan poll intervals makes sure that a probe that
 // answered wrong delays rows by no more than that.
@@ -64,7 +66,7 @@ func newClaimer(sub *Subscriber) *claimer {
 
 // Start runs the claim loop until Stop. Its statements run with ctx.
 func (c *claimer) Start(ctx context.Context) {
-	c.start(ctx, func(stop context.Context) { c.claimLoop(ctx, stop.Done()) })
+	c.StartLoop(ctx, func(stop context.Context) { c.claimLoop(ctx, stop.Done()) })
 }
 
 // claimLoop runs ticks until stop is closed. A tick in progress then is
@@ -81,7 +83,7 @@ func (c *claimer) claimLoop(ctx context.Context, stop <-chan struct{}) {
 		case err != nil:
 			failures++
 			wait := min(s.cfg.PollInterval*time.Duration(1<<min(failures, 6)), 30*time.Second)
-			s.logger.Log(ctx, failureLevel(err), "relay tick failed", slog.Any("error", err), slog.Duration("retry_in", wait))
+			s.logger.Log(ctx, outbox.FailureLevel(err), "relay tick failed", slog.Any("error", err), slog.Duration("retry_in", wait))
 			c.sleepAfterFailure(wait, stop)
 		case full:
 			failures = 0
@@ -162,16 +164,16 @@ func (c *claimer) tick(ctx context.Context, stop <-chan struct{}) (full bool, to
 			return false, 0, err
 		}
 		if !claimable {
-			c.claimed.signal(0) // a tick that took nothing
+			c.claimed.Signal(0) // a tick that took nothing
 			return false, 0, nil
 		}
 	}
 	limit := min(s.cfg.BatchSize, room)
 	start := time.Now()
 	c.lastFullRun = start
-	var rows []Row
+	var rows []outbox.Row
 	err = s.statement(ctx, &c.health, func(ctx context.Context) (err error) {
-		rows, err = s.store.ClaimBatch(ctx, ClaimParams{Owner: s.cfg.Owner, Limit: limit, MaxBytes: byteRoom, MaxPayload: c.payloadLimit()})
+		rows, err = s.store.ClaimBatch(ctx, outbox.ClaimParams{Owner: s.cfg.Owner, Limit: limit, MaxBytes: byteRoom, MaxPayload: c.payloadLimit()})
 		return err
 	})
 	if err != nil {
@@ -180,7 +182,7 @@ func (c *claimer) tick(ctx context.Context, stop <-chan struct{}) (full bool, to
 	c.probe = len(rows) < limit
 	var size int64
 	for i := range rows {
-		size += rows[i].size()
+		size += rows[i].Size()
 	}
 	s.outstandingBytes.Add(size)
 	s.logger.Debug("claimed", slog.Int("rows", len(rows)), slog.Int("limit", limit), slog.Int64("bytes", size), slog.Duration("took", time.Since(start)))
@@ -188,7 +190,7 @@ func (c *claimer) tick(ctx context.Context, stop <-chan struct{}) (full bool, to
 	if len(rows) > 0 {
 		c.lastClaim.Store(time.Now().UnixNano())
 	}
-	c.claimed.signal(len(rows))
+	c.claimed.Signal(len(rows))
 	took = len(rows)
 	claimed := claimWindow{start, time.Now()}
 	rows = c.reconcile(ctx, rows, start)
@@ -205,7 +207,7 @@ func (c *claimer) payloadLimit() int64 {
 	if c.sub.cfg.MaxPayload == nil {
 		return 0
 	}
-	return PayloadMaxBytes(c.sub.cfg.MaxPayload())
+	return outbox.PayloadMaxBytes(c.sub.cfg.MaxPayload())
 }
 
 // sleepAfterFailure waits d after a failed tick: neither a notification
@@ -257,7 +259,7 @@ const doubtHoldBack = 2 * time.Second
 // may be stored already, beyond the duplicate window. A scan that reaches
 // dedup.reconcile_max_messages, dedup.reconcile_timeout or the bound
 // without finding a row publishes it (see dedup.Reconciler.Reconcile).
-func (c *claimer) reconcile(ctx context.Context, rows []Row, claimStart time.Time) []Row {
+func (c *claimer) reconcile(ctx context.Context, rows []outbox.Row, claimStart time.Time) []outbox.Row {
 	s := c.sub
 	if s.cfg.Reconciler == nil {
 		return rows

@@ -1,10 +1,13 @@
-package outbox
+package table
 
 import (
 	"context"
 	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 // Bounds of the rescuer's interval (RescueIntervalFor).
@@ -27,7 +30,7 @@ func RescueIntervalFor(inflightTimeout time.Duration) time.Duration {
 // Subscriber: once when it starts and then every interval, it requeues the
 // rows in_flight whose lease (InflightTimeout, database clock) has ended —
 // rows of a relay that crashed, froze or lost its database — so that the
-// next claim, of any relay, takes them again (Store.RequeueInflightOlderThan).
+// next claim, of any relay, takes them again (outbox.Store.RequeueInflightOlderThan).
 // It runs whether or not its relay claims (a full in-flight window, NATS
 // down): the rows it moves may be claimed by another relay.
 //
@@ -35,8 +38,8 @@ func RescueIntervalFor(inflightTimeout time.Duration) time.Duration {
 // not count against readiness, which follows the claims and settlement
 // writes.
 type rescuer struct {
-	startStop
-	store    *Store
+	source.StartStop
+	store    *outbox.Store
 	timeout  time.Duration // the lease: InflightTimeout
 	interval time.Duration
 	limit    time.Duration // the statement deadline: SubscriberConfig.statementTimeout
@@ -45,10 +48,10 @@ type rescuer struct {
 	health   loopHealth
 
 	// rescued, when enabled by a test, receives the rows each run moved.
-	rescued testSignal[int]
+	rescued source.TestSignal[int]
 }
 
-func newRescuer(store *Store, cfg *SubscriberConfig, requeued *atomic.Int64, logger *slog.Logger) *rescuer {
+func newRescuer(store *outbox.Store, cfg *SubscriberConfig, requeued *atomic.Int64, logger *slog.Logger) *rescuer {
 	return &rescuer{
 		store: store, timeout: cfg.InflightTimeout, interval: cfg.RescueInterval, limit: cfg.statementTimeout(),
 		logger: logger, requeued: requeued,
@@ -57,7 +60,7 @@ func newRescuer(store *Store, cfg *SubscriberConfig, requeued *atomic.Int64, log
 
 // Start runs in-flight recovery now and then every interval until Stop or
 // until ctx ends.
-func (r *rescuer) Start(ctx context.Context) { r.start(ctx, r.run) }
+func (r *rescuer) Start(ctx context.Context) { r.StartLoop(ctx, r.run) }
 
 func (r *rescuer) run(ctx context.Context) {
 	ticker := time.NewTicker(r.interval)
@@ -98,5 +101,5 @@ func (r *rescuer) rescue(ctx context.Context) {
 	if total > 0 {
 		r.logger.Warn("requeued in-flight rows past their lease", slog.Int("rows", total), slog.Duration("inflight_timeout", r.timeout))
 	}
-	r.rescued.signal(total)
+	r.rescued.Signal(total)
 }

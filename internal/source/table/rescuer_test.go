@@ -1,4 +1,4 @@
-package outbox_test
+package table_test
 
 import (
 	"context"
@@ -13,18 +13,19 @@ import (
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/source"
+	"github.com/outbox-bridge/bridge/internal/source/table"
 )
 
 // relayAll runs a Subscriber over s that publishes every row (acks its
 // message), after enable has enabled its test signals. It is closed when
 // the test ends, if not before.
-func relayAll(t *testing.T, s *outbox.Store, cfg outbox.SubscriberConfig, enable func(*outbox.Subscriber)) *outbox.Subscriber {
+func relayAll(t *testing.T, s *outbox.Store, cfg table.SubscriberConfig, enable func(*table.Subscriber)) *table.Subscriber {
 	t.Helper()
 	cfg.Owner = "relay-test"
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 10 * time.Millisecond
 	}
-	sub, err := outbox.NewSubscriber(s, slog.New(slog.NewTextHandler(io.Discard, nil)), cfg)
+	sub, err := table.NewSubscriber(s, slog.New(slog.NewTextHandler(io.Discard, nil)), cfg)
 	require.NoError(t, err)
 	enable(sub)
 	msgs, err := sub.Subscribe(context.Background(), s.Table())
@@ -89,10 +90,10 @@ func TestRescuerRequeuesOnItsOwnInterval(t *testing.T) {
 
 			// Its lease ends while a subscriber claims: the claims leave
 			// it alone.
-			cfg := outbox.SubscriberConfig{InflightTimeout: time.Hour, RescueInterval: time.Hour}
-			var rescued, claimed outbox.Signal[int]
-			sub := relayAll(t, s, cfg, func(sub *outbox.Subscriber) {
-				rescued, claimed = outbox.RescueSignal(sub), outbox.ClaimSignal(sub)
+			cfg := table.SubscriberConfig{InflightTimeout: time.Hour, RescueInterval: time.Hour}
+			var rescued, claimed *source.TestSignal[int]
+			sub := relayAll(t, s, cfg, func(sub *table.Subscriber) {
+				rescued, claimed = table.RescueSignal(sub), table.ClaimSignal(sub)
 			})
 			require.Zero(t, rescued.Wait(t), "the lease had not ended when the subscriber started")
 			backdate(t, s, "claimed_at", first)
@@ -101,16 +102,16 @@ func TestRescuerRequeuesOnItsOwnInterval(t *testing.T) {
 				require.Zero(t, claimed.Wait(t))
 			}
 			r := get(t, s, first)
-			require.Equal(t, "in_flight", r.status, "a claim requeued the expired lease")
-			require.Equal(t, "crashed", r.owner.String)
+			require.Equal(t, "in_flight", r.Status, "a claim requeued the expired lease")
+			require.Equal(t, "crashed", r.Owner.String)
 			rescued.RequireNone(t, "in-flight recovery ran before its interval")
 			require.NoError(t, sub.Close())
 			require.Zero(t, sub.Counters.Requeued.Load())
 
 			// A subscriber that starts requeues it at once.
-			sub = relayAll(t, s, cfg, func(sub *outbox.Subscriber) { rescued = outbox.RescueSignal(sub) })
+			sub = relayAll(t, s, cfg, func(sub *table.Subscriber) { rescued = table.RescueSignal(sub) })
 			require.Equal(t, 1, rescued.Wait(t), "the expired lease requeued at start")
-			bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, first).status == "done" }, "the requeued row relayed")
+			bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, first).Status == "done" }, "the requeued row relayed")
 			require.Equal(t, int64(1), sub.Counters.Requeued.Load())
 			require.NoError(t, sub.Close())
 
@@ -119,14 +120,14 @@ func TestRescuerRequeuesOnItsOwnInterval(t *testing.T) {
 			second := enqueue(t, s, "second", "")
 			require.Equal(t, []int64{second}, claimIDs(t, s, "crashed"))
 			cfg.RescueInterval = 50 * time.Millisecond
-			sub = relayAll(t, s, cfg, func(sub *outbox.Subscriber) { rescued = outbox.RescueSignal(sub) })
+			sub = relayAll(t, s, cfg, func(sub *table.Subscriber) { rescued = table.RescueSignal(sub) })
 			require.Zero(t, rescued.Wait(t))
 			backdate(t, s, "claimed_at", second)
 			start := time.Now()
 			for moved := 0; moved == 0; moved = rescued.Wait(t) {
 			}
 			require.Less(t, time.Since(start), 5*time.Second, "requeued within a few intervals")
-			bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, second).status == "done" }, "the requeued row relayed")
+			bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, second).Status == "done" }, "the requeued row relayed")
 			require.Equal(t, int64(1), sub.Counters.Requeued.Load())
 			st, err := s.Stats(ctx, 0)
 			require.NoError(t, err)
@@ -148,13 +149,13 @@ func TestSubscriberRunsRetention(t *testing.T) {
 			_, err := s.MarkDone(context.Background(), "r", []outbox.Done{{ID: old, Attempt: 1, Stream: "S", Seq: 1}, {ID: fresh, Attempt: 1, Stream: "S", Seq: 2}}, false)
 			require.NoError(t, err)
 			backdate(t, s, "relayed_at", old)
-			relayAll(t, s, outbox.SubscriberConfig{Retention: time.Hour}, func(*outbox.Subscriber) {})
+			relayAll(t, s, table.SubscriberConfig{Retention: time.Hour}, func(*table.Subscriber) {})
 			bridgetest.WaitFor(t, 10*time.Second, func() bool {
 				st, err := s.Stats(context.Background(), 0)
 				require.NoError(t, err)
 				return st.Rows[outbox.StatusDone] == 1
 			}, "the old done row deleted")
-			require.Equal(t, "done", get(t, s, fresh).status)
+			require.Equal(t, "done", get(t, s, fresh).Status)
 		})
 	}
 }

@@ -1,4 +1,4 @@
-package outbox
+package table
 
 import (
 	"cmp"
@@ -17,6 +17,8 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/outbox-bridge/bridge/internal/config"
+	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/source"
 	"github.com/outbox-bridge/bridge/internal/telemetry"
 )
 
@@ -199,7 +201,7 @@ func (c *Counters) add(prev *Counters) {
 // (settle.go), the rescuer requeues expired leases (rescuer.go) and
 // retention deletes old done rows (retention.go).
 type Subscriber struct {
-	store  *Store
+	store  *outbox.Store
 	cfg    SubscriberConfig
 	logger *slog.Logger
 
@@ -207,12 +209,12 @@ type Subscriber struct {
 	Counters Counters
 
 	// outstanding counts the rows claimed and not yet settled (their marks
-	// written), outstandingBytes what they take in memory (Row.size).
+	// written), outstandingBytes what they take in memory (outbox.Row.size).
 	outstanding      atomic.Int64
 	outstandingBytes atomic.Int64
 	wake             chan struct{}
 	settleCh         chan settlement
-	doneBuf          []Done // the settle loop's, reused by every flush
+	doneBuf          []outbox.Done // the settle loop's, reused by every flush
 
 	// marks is the recent record of the settlement writes, for readiness
 	// (the claims' is the claimer's).
@@ -224,11 +226,11 @@ type Subscriber struct {
 	claimer     *claimer
 	completer   *completer
 	rescuer     *rescuer
-	maintenance []service
+	maintenance []source.Service
 
 	// draining, a test signal (testsignal.go) enabled by tests only,
 	// receives the start of the drain.
-	draining testSignal[struct{}]
+	draining source.TestSignal[struct{}]
 	// drainExpiry, when a test sets it, ends the drain when it fires, in
 	// place of DrainTimeout.
 	drainExpiry <-chan time.Time
@@ -249,7 +251,7 @@ var _ message.Subscriber = (*Subscriber)(nil)
 
 // NewSubscriber returns a Subscriber over store. The config is copied;
 // zero fields take their defaults. Errors: "invalid config: <field>: <why>".
-func NewSubscriber(store *Store, logger *slog.Logger, cfg SubscriberConfig) (*Subscriber, error) {
+func NewSubscriber(store *outbox.Store, logger *slog.Logger, cfg SubscriberConfig) (*Subscriber, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -270,9 +272,9 @@ func NewSubscriber(store *Store, logger *slog.Logger, cfg SubscriberConfig) (*Su
 	s.claimer = newClaimer(s)
 	s.completer = &completer{sub: s}
 	s.rescuer = newRescuer(store, &s.cfg, &s.Counters.Requeued, s.logger)
-	s.maintenance = []service{s.rescuer}
+	s.maintenance = []source.Service{s.rescuer}
 	if cfg.Retention > 0 {
-		s.maintenance = append(s.maintenance, newRetention(store, cfg.Retention, s.logger))
+		s.maintenance = append(s.maintenance, source.NewRetention(store, cfg.Retention, s.logger))
 	}
 	return s, nil
 }
@@ -359,7 +361,7 @@ func (s *Subscriber) beginClose() {
 }
 
 // release gives rows that were claimed but not emitted back at once.
-func (s *Subscriber) release(rows []Row) {
+func (s *Subscriber) release(rows []outbox.Row) {
 	for _, row := range rows {
 		s.outstanding.Add(1)
 		st := settled(row)
@@ -372,7 +374,7 @@ func (s *Subscriber) release(rows []Row) {
 // then makes the stragglers release themselves and waits a little more for
 // those writes.
 func (s *Subscriber) drain() {
-	s.draining.signal(struct{}{})
+	s.draining.Signal(struct{}{})
 	expired := s.drainExpiry
 	if expired == nil {
 		timer := time.NewTimer(s.cfg.DrainTimeout)
@@ -423,7 +425,7 @@ type claimWindow struct{ start, end time.Time }
 // traceClaim returns the context of a row's delivery, and whether the row
 // is traced: hardCtx carrying the row's trace when its headers have a
 // traceparent, in which it records the claim as a span.
-func (s *Subscriber) traceClaim(row Row, headers map[string][]string, claimed claimWindow) (context.Context, bool) {
+func (s *Subscriber) traceClaim(row outbox.Row, headers map[string][]string, claimed claimWindow) (context.Context, bool) {
 	ctx := telemetry.Parent(s.hardCtx, headers)
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return s.hardCtx, false

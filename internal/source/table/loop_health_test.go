@@ -1,4 +1,4 @@
-package outbox_test
+package table_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
-	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/source/table"
 )
 
 // TestFailedClaimsWaitOutTheirBackoff: while every claim fails (here the
@@ -30,7 +30,7 @@ func failedClaimsWaitOutTheirBackoff(t *testing.T, kind string) {
 	_, err := store.DB().SQL.Exec("DROP TABLE " + store.Table())
 	require.NoError(t, err)
 	var logs bridgetest.SyncBuffer
-	sub, err := outbox.NewSubscriber(store, slog.New(slog.NewJSONHandler(&logs, nil)), outbox.SubscriberConfig{
+	sub, err := table.NewSubscriber(store, slog.New(slog.NewJSONHandler(&logs, nil)), table.SubscriberConfig{
 		Owner: "backoff", PollInterval: 10 * time.Millisecond})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,4 +1,4 @@
-package outbox
+package source
 
 import (
 	"cmp"
@@ -51,7 +51,7 @@ type StallSource interface {
 
 // StallWatch tells a stalled relay: rows have waited for longer than
 // After and the relay has moved none for as long (see StallSource). For
-// the bridge table (NewStallWatch) "waited" is "claimable": pending or
+// the bridge table (the table source) "waited" is "claimable": pending or
 // failed, its available_at passed, no earlier row of its ordering key
 // pending, in flight or failed — so an empty table, rows waiting out a
 // backoff however long, and rows queued behind such a row never make a
@@ -93,42 +93,12 @@ func (w *StallWatch) held() string {
 	return "rows held for the broker: " + cause
 }
 
-// NewStallWatch watches the claims of sub on store. The config is copied;
-// zero fields take their defaults.
-func NewStallWatch(store *Store, sub *Subscriber, logger *slog.Logger, cfg StallConfig) *StallWatch {
-	return NewSourceStallWatch(tableStall{store: store, sub: sub}, logger.With(slog.String("component", "outbox")), cfg)
-}
-
-// NewSourceStallWatch watches src, logging through logger. The config is
+// NewStallWatch watches src, logging through logger. The config is
 // copied; zero fields take their defaults.
-func NewSourceStallWatch(src StallSource, logger *slog.Logger, cfg StallConfig) *StallWatch {
+func NewStallWatch(src StallSource, logger *slog.Logger, cfg StallConfig) *StallWatch {
 	cfg.After = cmp.Or(cfg.After, StallAfterDefault)
 	cfg.UnhealthyAfter = cmp.Or(cfg.UnhealthyAfter, StallUnhealthyAfterDefault)
 	return &StallWatch{src: src, cfg: cfg, logger: logger}
-}
-
-// tableStall is the StallSource of the bridge table's relay.
-type tableStall struct {
-	store *Store
-	sub   *Subscriber
-}
-
-func (t tableStall) LastProgress() time.Time { return t.sub.LastClaim() }
-
-func (t tableStall) Stalled(ctx context.Context, after time.Duration) (bool, string, error) {
-	stalled, err := t.store.Stalled(ctx, after)
-	return stalled, "rows have been claimable for longer than relay.stall_after and this relay claimed none", err
-}
-
-// Excuse: a stall while the claims fail is the database's doing — it
-// cannot be reached, it refuses the relay's writes (read-only, after a
-// failover), a privilege is missing — and a restart would not change it:
-// readiness fails (Subscriber.Ready, the database check) and names it.
-func (t tableStall) Excuse() string {
-	if t.sub.ClaimsFailing() {
-		return "the claims fail"
-	}
-	return ""
 }
 
 // Run checks until ctx ends, every quarter of After (at most every 15 s).

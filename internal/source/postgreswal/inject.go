@@ -1,0 +1,30 @@
+//go:build wireinject
+
+package postgreswal
+
+import (
+	"context"
+
+	"github.com/google/wire"
+
+	"github.com/outbox-bridge/bridge/internal/dedup"
+	"github.com/outbox-bridge/bridge/internal/forwarder"
+	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/sink"
+	"github.com/outbox-bridge/bridge/internal/source"
+)
+
+// build assembles the postgres-wal source over store from what the relay
+// built.
+func build(ctx context.Context, d source.Deps, store *outbox.Store) (*Source, func(), error) {
+	wire.Build(
+		wire.FieldsOf(new(source.Deps), "Config", "Logger", "DB", "Conn", "JetStream", "Denials", "Pinger", "Keeper", "Guard", "Routes", "Tracer", "Registry"),
+		ProviderSet,
+		sink.ProviderSet,
+		forwarder.ProviderSet,
+		source.ProvideReconciler,
+		wire.Bind(new(source.Reconciler), new(*dedup.Reconciler)),
+		wire.Struct(new(Source), "*"),
+	)
+	return nil, nil, nil
+}

@@ -1,0 +1,73 @@
+package source
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestSignal marks a moment in one of a source's loops that a test can
+// wait for, instead of polling for its effect or sleeping past a deadline
+// (after river's rivershared/testsignal). Its zero value does nothing:
+// outside tests, Signal is one nil check. A test enables it (Enable,
+// before the loop starts) and waits on it (Wait).
+type TestSignal[T any] struct{ ch chan T }
+
+// testSignalBuffer is how many signals an enabled TestSignal keeps for
+// the test to read; more are dropped, never waited for, so that a test
+// that reads none cannot block the loop it watches.
+const testSignalBuffer = 1000
+
+// TestSignalTimeout is how long Wait waits.
+const TestSignalTimeout = 10 * time.Second
+
+// Enable makes s keep what is signalled, for Wait. Call it before the loop
+// it watches starts.
+func (s *TestSignal[T]) Enable() { s.ch = make(chan T, testSignalBuffer) }
+
+// Signal hands v to the test, when s is enabled.
+func (s *TestSignal[T]) Signal(v T) {
+	if s.ch == nil {
+		return
+	}
+	select {
+	case s.ch <- v:
+	default:
+	}
+}
+
+// Wait returns the next value signalled, failing the test when none comes
+// within TestSignalTimeout.
+func (s *TestSignal[T]) Wait(t testing.TB) T {
+	t.Helper()
+	timer := time.NewTimer(TestSignalTimeout)
+	defer timer.Stop()
+	select {
+	case v := <-s.ch:
+		return v
+	case <-timer.C:
+		t.Fatalf("no signal within %s", TestSignalTimeout)
+		panic("unreachable")
+	}
+}
+
+// Clear drops the values signalled so far.
+func (s *TestSignal[T]) Clear() {
+	for {
+		select {
+		case <-s.ch:
+		default:
+			return
+		}
+	}
+}
+
+// RequireNone fails the test when a value was signalled.
+func (s *TestSignal[T]) RequireNone(t testing.TB, msgAndArgs ...any) {
+	t.Helper()
+	select {
+	case v := <-s.ch:
+		t.Fatalf("signalled %v %s", v, fmt.Sprint(msgAndArgs...))
+	default:
+	}
+}
