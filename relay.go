@@ -184,7 +184,7 @@ func NewDaemon(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs 
 	return relay, cleanup, nil
 }
 
-// provideTableStore is outbox.ProvideStore for the commands that work on
+// provideTableStore is outbox.OpenStore for the commands that work on
 // the bridge table (enqueue, status, requeue, retry, purge), read by
 // source: table or postgres-wal: with source: watermill-forwarder there is
 // no such table to work on, which is a configuration error (exit 2).
@@ -194,5 +194,26 @@ func provideTableStore(ctx context.Context, db *outbox.DB, cfg *config.Config, l
 			Allowed: "this command works on the bridge table only (source: table); with watermill-forwarder the relay reads " +
 				watermillforwarder.MessagesTable(cfg.Watermill.ForwarderTopic) + " through watermill-sql's consumer-group offset, which keeps no state per message"}
 	}
-	return outbox.ProvideStore(ctx, db, cfg, logger)
+	return outbox.OpenStore(ctx, db, cfg.Database.Table, logger)
+}
+
+// provideDB opens the configured database. The embedded default (no
+// database.url) is migrated here; any other database must be migrated with
+// `bridge migrate`.
+func provideDB(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*outbox.DB, func(), error) {
+	db, err := outbox.OpenSession(ctx, cfg.DatabaseURL(), cfg.DatabaseSession())
+	if err != nil {
+		return nil, nil, err
+	}
+	if cfg.EmbeddedDatabase() {
+		applied, err := outbox.Migrate(ctx, db, cfg.Database.Table)
+		if err != nil {
+			db.Close()
+			return nil, nil, err
+		}
+		if len(applied) > 0 {
+			logger.Info("embedded outbox database migrated", slog.String("database", db.Redacted), slog.Int("migrations", len(applied)))
+		}
+	}
+	return db, func() { db.Close() }, nil
 }

@@ -26,7 +26,7 @@ import (
 // server and closes the database; call it after Run returned.
 func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) (*Relay, func(), error) {
 	wire.Build(
-		outbox.ProvideDB,
+		provideDB,
 		openSource,
 		broker.ProviderSet,
 		dedup.ProvideGuard,
@@ -43,14 +43,14 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 
 // NewDB opens the configured outbox database (for `bridge migrate`).
 func NewDB(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*outbox.DB, func(), error) {
-	wire.Build(outbox.ProvideDB)
+	wire.Build(provideDB)
 	return nil, nil, nil
 }
 
 // NewStore opens the configured outbox table (for enqueue and status); a
 // *config.Error with source: watermill-forwarder.
 func NewStore(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*outbox.Store, func(), error) {
-	wire.Build(outbox.ProvideDB, provideTableStore)
+	wire.Build(provideDB, provideTableStore)
 	return nil, nil, nil
 }
 

@@ -28,7 +28,7 @@ import (
 // cleanup closes the source, the NATS connection, stops the embedded
 // server and closes the database; call it after Run returned.
 func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) (*Relay, func(), error) {
-	db, cleanup, err := outbox.ProvideDB(ctx, cfg, logger)
+	db, cleanup, err := provideDB(ctx, cfg, logger)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -121,7 +121,7 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 
 // NewDB opens the configured outbox database (for `bridge migrate`).
 func NewDB(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*outbox.DB, func(), error) {
-	db, cleanup, err := outbox.ProvideDB(ctx, cfg, logger)
+	db, cleanup, err := provideDB(ctx, cfg, logger)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -133,7 +133,7 @@ func NewDB(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*outbo
 // NewStore opens the configured outbox table (for enqueue and status); a
 // *config.Error with source: watermill-forwarder.
 func NewStore(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*outbox.Store, func(), error) {
-	db, cleanup, err := outbox.ProvideDB(ctx, cfg, logger)
+	db, cleanup, err := provideDB(ctx, cfg, logger)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
 // cpuOf returns the user+system CPU time a process has used so far, read
@@ -83,10 +85,10 @@ func usPerRow(d time.Duration, rows int) float64 {
 // server cannot be read from here, and SQLite runs inside the relay.
 func localServerCommands(dbURL string) []string {
 	var names []string
-	switch {
-	case strings.HasPrefix(dbURL, "postgres://"), strings.HasPrefix(dbURL, "postgresql://"):
+	switch _, dialect, _ := outbox.SchemeOf(dbURL); dialect {
+	case outbox.DialectPostgres:
 		names = []string{"postgres"}
-	case strings.HasPrefix(dbURL, "mysql://"):
+	case outbox.DialectMySQL:
 		names = []string{"mariadbd", "mysqld"}
 	default:
 		return nil

@@ -60,7 +60,7 @@ watermill_offsets_<watermill.forwarder_topic> instead (watermill-sql's own DDL).
 			}
 			// Opened directly: bridge.NewDB migrates the embedded database
 			// by itself, and this command should report what it applied.
-			db, err := outbox.OpenSession(ctx, cfg.DatabaseURL(), outbox.ConfiguredSession(cfg))
+			db, err := outbox.OpenSession(ctx, cfg.DatabaseURL(), cfg.DatabaseSession())
 			if err != nil {
 				return classify(err)
 			}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -61,8 +60,7 @@ the relay's sweep publishes them (not in commit order).`,
 }
 
 func isPostgres(cfg *config.Config) bool {
-	u := cfg.DatabaseURL()
-	return strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://")
+	return cfg.DatabaseDialect() == outbox.DialectPostgres
 }
 
 // bytesText prints a byte count in binary units: 0 B, 16 KiB, 1.5 GiB.

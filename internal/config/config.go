@@ -5,17 +5,18 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
+
+	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
 // Defaults of the configuration, one per key of docs/CONFIGURATION.md's table.
 const (
 	DataDirDefault              = "./bridge-data"
 	TableDefault                = "outbox"
-	ConnMaxLifetimeDefault      = 3 * time.Minute
-	ConnMaxIdleTimeDefault      = time.Minute
-	ConnectTimeoutDefault       = 10 * time.Second
+	ConnMaxLifetimeDefault      = outbox.ConnMaxLifetimeDefault
+	ConnMaxIdleTimeDefault      = outbox.ConnMaxIdleTimeDefault
+	ConnectTimeoutDefault       = outbox.ConnectTimeoutDefault
 	NATSURLDefault              = NATSURLEmbedded
 	NATSListenDefault           = "127.0.0.1:4222"
 	BatchSizeDefault            = 500
@@ -450,7 +451,14 @@ func (c *Config) DatabaseURL() string {
 	if c.Database.URL != "" {
 		return c.Database.URL
 	}
-	return "sqlite:" + filepath.Join(c.DataDir, "outbox.db")
+	return outbox.SQLiteURL(filepath.Join(c.DataDir, "outbox.db"))
+}
+
+// DatabaseDialect is the dialect of DatabaseURL's scheme (outbox.SchemeOf),
+// or "" for a URL of no driver.
+func (c *Config) DatabaseDialect() outbox.Dialect {
+	_, d, _ := outbox.SchemeOf(c.DatabaseURL())
+	return d
 }
 
 // EmbeddedDatabase reports whether the outbox is the embedded default SQLite database
@@ -468,11 +476,8 @@ func (c *Config) EmbeddedDatabase() bool {
 // SQLitePath is the path of the SQLite outbox (DatabaseURL without "sqlite:" and a
 // leading "//"), or "" when the outbox is not SQLite.
 func (c *Config) SQLitePath() string {
-	path, ok := strings.CutPrefix(c.DatabaseURL(), "sqlite:")
-	if !ok {
-		return ""
-	}
-	return strings.TrimPrefix(path, "//")
+	path, _ := outbox.SQLitePath(c.DatabaseURL())
+	return path
 }
 
 // EmbeddedNATS reports whether NATS.URL is "embedded": the bridge runs its own NATS server.
@@ -506,4 +511,17 @@ func (c *Config) EffectiveStreams() []Stream {
 		Replicas:   StreamReplicasDefault,
 		Storage:    StreamStorageDefault,
 	}}
+}
+
+// DatabaseSession is the outbox.Session of the configuration: named after the
+// relay owner (relay.owner, by default <hostname>-<pid>) and bounded by
+// database.conn_max_lifetime and database.conn_max_idle_time, opened within
+// database.connect_timeout.
+func (cfg *Config) DatabaseSession() outbox.Session {
+	return outbox.Session{
+		Name:           outbox.SessionName(cfg.Relay.Owner),
+		MaxLifetime:    cfg.Database.ConnMaxLifetime,
+		MaxIdleTime:    cfg.Database.ConnMaxIdleTime,
+		ConnectTimeout: cfg.Database.ConnectTimeout,
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/secret"
 	"github.com/outbox-bridge/bridge/internal/sqlname"
 )
@@ -37,8 +37,7 @@ var (
 	// watermill-sql pkg/sql/topic.go).
 	topicRE = regexp.MustCompile(`^[A-Za-z0-9\-$:._]+$`)
 
-	databaseSchemes = []string{"postgres://", "postgresql://", "mysql://", "sqlite:"}
-	natsSchemes     = []string{"nats", "tls", "ws", "wss"}
+	natsSchemes = []string{"nats", "tls", "ws", "wss"}
 )
 
 // Validate checks every key and returns the first bad one as an *Error naming the key, the
@@ -76,18 +75,18 @@ func (c *Config) validateDatabase() error {
 		bad := func(allowed string) error {
 			return &Error{Key: "database.url", Value: secret.RedactURL(u), Allowed: allowed}
 		}
-		i := slices.IndexFunc(databaseSchemes, func(p string) bool { return strings.HasPrefix(u, p) })
+		scheme, dialect, ok := outbox.SchemeOf(u)
 		switch {
-		case i < 0:
-			return bad("must start with postgres://, postgresql://, mysql:// or sqlite: (sqlite:PATH), or be empty for sqlite:<data_dir>/outbox.db")
-		case u == "sqlite:":
-			return bad("must name a file after sqlite:, such as sqlite:./outbox.db")
-		case len(u) == len(databaseSchemes[i]):
-			return bad("must name a host and database after " + databaseSchemes[i] + ", such as " + databaseSchemes[i] + "user:password@host:port/database")
-		case databaseSchemes[i] == "mysql://" && mysqlDSN(u):
+		case !ok:
+			return bad("must start with " + orList(outbox.Schemes) + " (sqlite:PATH), or be empty for sqlite:<data_dir>/outbox.db")
+		case dialect == outbox.DialectSQLite && len(u) == len(scheme):
+			return bad("must name a file after " + scheme + ", such as " + outbox.SQLiteURL("./outbox.db"))
+		case len(u) == len(scheme):
+			return bad("must name a host and database after " + scheme + ", such as " + scheme + "user:password@host:port/database")
+		case dialect == outbox.DialectMySQL && outbox.HoldsMySQLDSN(u):
 			// mysql://user:password@tcp(host:port)/db: the go-sql-driver DSN
 			// after the scheme, parsed by the driver when the database opens.
-		case databaseSchemes[i] != "sqlite:":
+		case dialect != outbox.DialectSQLite:
 			// Checked on its text first: a parser's message about a URL
 			// whose password holds '#', '?' or '/' quotes part of it.
 			parsed, err := secret.CheckURL(u, secret.RedactURL)
@@ -95,7 +94,7 @@ func (c *Config) validateDatabase() error {
 				var uerr *secret.URLError
 				errors.As(err, &uerr)
 				hint := ""
-				if databaseSchemes[i] == "mysql://" {
+				if dialect == outbox.DialectMySQL {
 					hint = "; or a go-sql-driver DSN after mysql:// such as mysql://user:password@tcp(host:port)/database"
 				}
 				return bad("must be a valid URL: " + uerr.Reason + hint)
@@ -121,22 +120,18 @@ func (c *Config) validateDatabase() error {
 			Allowed: "must be " + sqlname.Rule + ": " + err.Error(),
 		}
 	}
-	if strings.HasPrefix(c.DatabaseURL(), "sqlite:") && strings.Contains(c.Database.Table, ".") {
+	if c.DatabaseDialect() == outbox.DialectSQLite && strings.Contains(c.Database.Table, ".") {
 		return &Error{Key: "database.table", Value: c.Database.Table, Allowed: "must be a table name without a schema with a SQLite database (sqlite:), which has no schemas"}
 	}
 	return nil
 }
 
-// mysqlDSN reports whether the MySQL URL u holds a go-sql-driver DSN with a
-// protocol after mysql://: [user[:password]@]tcp(address)/… or unix(path).
-func mysqlDSN(u string) bool {
-	dsn := strings.TrimPrefix(u, "mysql://")
-	for _, proto := range []string{"tcp(", "unix("} {
-		if strings.HasPrefix(dsn, proto) || strings.Contains(dsn, "@"+proto) {
-			return true
-		}
+// orList joins items as "a, b, c or d".
+func orList(items []string) string {
+	if len(items) < 2 {
+		return strings.Join(items, "")
 	}
-	return false
+	return strings.Join(items[:len(items)-1], ", ") + " or " + items[len(items)-1]
 }
 
 func (c *Config) validateNATS() error {
@@ -485,7 +480,7 @@ func (c *Config) validateSource() error {
 		}
 	}
 	// watermill-sql has schema adapters for PostgreSQL and MySQL only.
-	if c.Source == SourceWatermillForwarder && strings.HasPrefix(c.DatabaseURL(), "sqlite:") {
+	if c.Source == SourceWatermillForwarder && c.DatabaseDialect() == outbox.DialectSQLite {
 		return &Error{
 			Key:     "database.url",
 			Value:   c.DatabaseURL(),
@@ -515,7 +510,7 @@ func (c *Config) validateWAL() error {
 		return &Error{Key: "wal.rows_deleted_by_producer", Value: "true", Allowed: "only with source postgres-wal (rows deleted by their producer exist only in the write-ahead log)"}
 	}
 	if u := w.ReplicationURL; u != "" {
-		if !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
+		if _, d, _ := outbox.SchemeOf(u); d != outbox.DialectPostgres {
 			return &Error{Key: "wal.replication_url", Value: secret.RedactURL(u), Allowed: "must be a postgres:// or postgresql:// URL, or empty for database.url"}
 		}
 		// Checked on its text first, as database.url (see validateDatabase).
@@ -528,8 +523,8 @@ func (c *Config) validateWAL() error {
 	if c.Source != SourcePostgresWAL {
 		return nil
 	}
-	if u := c.DatabaseURL(); !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
-		return &Error{Key: "database.url", Value: secret.RedactURL(u),
+	if c.DatabaseDialect() != outbox.DialectPostgres {
+		return &Error{Key: "database.url", Value: secret.RedactURL(c.DatabaseURL()),
 			Allowed: "must be a postgres:// or postgresql:// URL with source: postgres-wal (it reads PostgreSQL's write-ahead log)"}
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-bridge/bridge/internal/config"
+	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
 // Defaults of ReconcilerConfig: those of dedup.reconcile_max_messages and
@@ -427,7 +428,7 @@ func (r *Reconciler) scan(parent context.Context, streamName string, cs []Candid
 	want := make(map[string]int64, len(cs))
 	start := cs[0].FirstClaimedAt
 	for _, c := range cs {
-		want[MsgID(r.cfg.Namespace, c.IdempotencyKey)] = c.ID
+		want[outbox.MsgID(r.cfg.Namespace, c.IdempotencyKey)] = c.ID
 		if c.FirstClaimedAt.Before(start) {
 			start = c.FirstClaimedAt
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
 	"github.com/outbox-bridge/bridge/internal/dedup"
+	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
 func TestReconcileFindsStoredRows(t *testing.T) {
@@ -28,7 +29,7 @@ func TestReconcileFindsStoredRows(t *testing.T) {
 	const total = 3000
 	for i := range total {
 		m := nats.NewMsg("events.r." + strconv.Itoa(i%3))
-		m.Header.Set(jetstream.MsgIDHeader, dedup.MsgID("", "k-"+strconv.Itoa(i)))
+		m.Header.Set(jetstream.MsgIDHeader, outbox.MsgID("", "k-"+strconv.Itoa(i)))
 		_, err := js.PublishMsgAsync(m)
 		require.NoError(t, err)
 	}
@@ -68,7 +69,7 @@ func TestReconcileFindsStoredRows(t *testing.T) {
 func publishWithID(t *testing.T, js jetstream.JetStream, subject, key string) *jetstream.PubAck {
 	t.Helper()
 	m := nats.NewMsg(subject)
-	m.Header.Set(jetstream.MsgIDHeader, dedup.MsgID("", key))
+	m.Header.Set(jetstream.MsgIDHeader, outbox.MsgID("", key))
 	ack, err := js.PublishMsg(context.Background(), m)
 	require.NoError(t, err)
 	return ack

@@ -21,7 +21,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
-	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/forwarder"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
@@ -158,7 +157,7 @@ func (b *bundle) produce(t *testing.T, producers, perProducer, perTx int, row fu
 				b.commit(t, rows)
 				mu.Lock()
 				for _, r := range rows {
-					want[dedup.MsgID("", r.key)] = r
+					want[outbox.MsgID("", r.key)] = r
 				}
 				mu.Unlock()
 			}

@@ -105,7 +105,7 @@ func TestAlreadyPublishedKeyIsDeduplicated(t *testing.T) {
 			// An earlier publish of the same key (a crash between PubAck and mark).
 			m := nats.NewMsg("events.dup")
 			m.Data = []byte("first")
-			m.Header.Set(jetstream.MsgIDHeader, dedup.MsgID("", "order-7"))
+			m.Header.Set(jetstream.MsgIDHeader, outbox.MsgID("", "order-7"))
 			ack, err := b.js.PublishMsg(ctx, m)
 			require.NoError(t, err)
 
@@ -175,7 +175,7 @@ func TestKeyWithControlCharactersIsRelayed(t *testing.T) {
 		got[m.Headers().Get(outbox.HeaderMsgID)] = m.Headers().Get(outbox.HeaderIdempotencyKey)
 	}
 	for key, header := range keys {
-		id := dedup.MsgID("", key)
+		id := outbox.MsgID("", key)
 		require.True(t, strings.HasPrefix(id, "sha256:"), id)
 		require.Contains(t, got, id, "key %q", key)
 		require.Equal(t, header, got[id], "key %q", key)
@@ -303,7 +303,7 @@ func (b *bundle) inDoubtRow(t *testing.T, key string) (id int64, seq uint64) {
 	ctx := context.Background()
 	m := nats.NewMsg("events.doubt")
 	m.Data = []byte("first")
-	m.Header.Set(jetstream.MsgIDHeader, dedup.MsgID("", key))
+	m.Header.Set(jetstream.MsgIDHeader, outbox.MsgID("", key))
 	ack, err := b.js.PublishMsg(ctx, m)
 	require.NoError(t, err)
 	id, err = b.store.Enqueue(ctx, outbox.Entry{IdempotencyKey: key, Subject: "events.doubt", Payload: []byte("again")})

@@ -21,7 +21,6 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver (no cgo)
 
-	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/secret"
 )
 
@@ -71,17 +70,25 @@ type Session struct {
 	Name string
 	// MaxLifetime is the age after which a session is closed instead of
 	// being reused, so that none stays on a server that was demoted or
-	// moved away from. Defaults to 3m (config.ConnMaxLifetimeDefault).
+	// moved away from. Defaults to 3m (ConnMaxLifetimeDefault).
 	MaxLifetime time.Duration
 	// MaxIdleTime is how long an unused session is kept. Defaults to 1m
-	// (config.ConnMaxIdleTimeDefault).
+	// (ConnMaxIdleTimeDefault).
 	MaxIdleTime time.Duration
 	// ConnectTimeout bounds the opening of a session (connection, TLS,
 	// authentication; pgx's connect_timeout and the MySQL driver's dial
 	// timeout unless the URL sets them) and OpenSession's first check of the
-	// database. Defaults to 10s (config.ConnectTimeoutDefault).
+	// database. Defaults to 10s (ConnectTimeoutDefault).
 	ConnectTimeout time.Duration
 }
+
+// Defaults of Session (database.conn_max_lifetime,
+// database.conn_max_idle_time, database.connect_timeout).
+const (
+	ConnMaxLifetimeDefault = 3 * time.Minute
+	ConnMaxIdleTimeDefault = time.Minute
+	ConnectTimeoutDefault  = 10 * time.Second
+)
 
 // SessionsMax bounds the PostgreSQL and MySQL sessions of one pool, so
 // that a relay's need of server sessions is known (behind a pooler in
@@ -111,9 +118,9 @@ func (s Session) withDefaults() Session {
 	if len(s.Name) > 63 { // NAMEDATALEN-1: PostgreSQL cuts longer names
 		s.Name = strings.ToValidUTF8(s.Name[:63], "")
 	}
-	s.MaxLifetime = cmp.Or(s.MaxLifetime, config.ConnMaxLifetimeDefault)
-	s.MaxIdleTime = cmp.Or(s.MaxIdleTime, config.ConnMaxIdleTimeDefault)
-	s.ConnectTimeout = cmp.Or(s.ConnectTimeout, config.ConnectTimeoutDefault)
+	s.MaxLifetime = cmp.Or(s.MaxLifetime, ConnMaxLifetimeDefault)
+	s.MaxIdleTime = cmp.Or(s.MaxIdleTime, ConnMaxIdleTimeDefault)
+	s.ConnectTimeout = cmp.Or(s.ConnectTimeout, ConnectTimeoutDefault)
 	return s
 }
 

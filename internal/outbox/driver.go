@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/pressly/goose/v3"
@@ -611,3 +612,48 @@ func probe(ctx context.Context, q querier, query string) error {
 }
 
 func micros(d time.Duration) int64 { return d.Microseconds() }
+
+// Schemes are the URL prefixes of every driver, in the order of Dialects:
+// postgres://, postgresql://, mysql://, sqlite:. Configuration checks a
+// database URL against these, so that the schemes are listed here only.
+var Schemes = func() []string {
+	var out []string
+	for _, d := range drivers {
+		out = append(out, d.schemes()...)
+	}
+	return out
+}()
+
+// SchemeOf returns the scheme of Schemes that rawURL starts with and its
+// dialect, or false when it starts with none.
+func SchemeOf(rawURL string) (scheme string, d Dialect, ok bool) {
+	for _, dr := range drivers {
+		for _, scheme := range dr.schemes() {
+			if strings.HasPrefix(rawURL, scheme) {
+				return scheme, dr.dialect(), true
+			}
+		}
+	}
+	return "", "", false
+}
+
+// SQLiteURL is the database URL of the SQLite file at path.
+func SQLiteURL(path string) string { return sqliteDriver{}.schemes()[0] + path }
+
+// SQLitePath returns the path of a SQLite database URL (without its scheme
+// and a leading "//"), or false when rawURL is not SQLite's.
+func SQLitePath(rawURL string) (string, bool) {
+	path, ok := strings.CutPrefix(rawURL, sqliteDriver{}.schemes()[0])
+	if !ok {
+		return "", false
+	}
+	return strings.TrimPrefix(path, "//"), true
+}
+
+// HoldsMySQLDSN reports whether the MySQL URL rawURL holds a go-sql-driver
+// DSN with a protocol after its scheme: [user[:password]@]tcp(address)/… or
+// unix(path), which the driver parses when the database opens.
+func HoldsMySQLDSN(rawURL string) bool {
+	dsn, ok := strings.CutPrefix(rawURL, mysqlDriver{}.schemes()[0])
+	return ok && isMySQLDSN(dsn)
+}

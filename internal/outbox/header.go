@@ -7,8 +7,6 @@ import (
 	"net/textproto"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/outbox-bridge/bridge/internal/dedup"
 )
 
 // Header names the relay sets on every message. A row's headers may not set
@@ -161,7 +159,7 @@ func messageHeaderBytes(h map[string][]string) int64 {
 // short as it can be. A payload longer than max_payload less this can
 // never be published.
 var RelayHeaderMinBytes = messageHeaderBytes(map[string][]string{
-	HeaderMsgID:          {"x"},                    // dedup.MsgID is never empty
+	HeaderMsgID:          {"x"},                    // MsgID is never empty
 	HeaderID:             {"1"},                    // one digit
 	HeaderIdempotencyKey: {""},                     // trimmed to nothing
 	HeaderCreatedAt:      {"2006-01-02T15:04:05Z"}, // RFC 3339 in UTC, no fraction
@@ -197,7 +195,7 @@ func MinMessageHeaderBytes(key string, h map[string][]string) int64 {
 	for name, values := range h {
 		all[name] = values
 	}
-	all[HeaderMsgID] = []string{dedup.MsgID("", key)}
+	all[HeaderMsgID] = []string{MsgID("", key)}
 	all[HeaderID] = []string{"1"}
 	all[HeaderIdempotencyKey] = []string{key}
 	all[HeaderCreatedAt] = []string{"2006-01-02T15:04:05Z"}

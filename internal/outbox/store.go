@@ -323,7 +323,7 @@ func CheckKey(what, k string) error {
 // spaces and leading and trailing spaces and tabs trimmed (writeHeaderValue
 // in nats.go), so the header would not hold such a key. The relay does not
 // refuse a row whose key has them (written by other means): the row is
-// relayed, its Nats-Msg-Id derived from the exact key (dedup.MsgID hashes
+// relayed, its Nats-Msg-Id derived from the exact key (MsgID hashes
 // it), and only its header is altered.
 func CheckIdempotencyKey(what, k string) error {
 	if err := CheckKey(what, k); err != nil {

@@ -2,7 +2,7 @@
 // `bridge replay`. It reads done rows in id order in bounded batches
 // (outbox.Store.ReplayRead: its own sessions, no row locks, the status
 // unchanged), builds each message as the relay does (source.NewDelivery:
-// the row's headers, Nats-Msg-Id from dedup.MsgID, Outbox-*) plus
+// the row's headers, Nats-Msg-Id from outbox.MsgID, Outbox-*) plus
 // Outbox-Replay-Id, and publishes through the relay's sink (sink.Batch),
 // in id order on one connection.
 //

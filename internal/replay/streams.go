@@ -7,7 +7,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
@@ -67,7 +66,7 @@ func (c StreamCheck) Suspect() bool {
 // CheckStreams compares, for every stream recorded on relayed rows, the
 // rows' stream_seq with the stream's range of sequences, and reads the
 // message of the oldest row inside the range to see that it is the row's
-// (Nats-Msg-Id from dedup.MsgID with namespace). A stream that cannot be
+// (Nats-Msg-Id from outbox.MsgID with namespace). A stream that cannot be
 // read is reported in its StreamCheck.Error; the error returned is the
 // database's.
 func CheckStreams(ctx context.Context, store *outbox.Store, js jetstream.JetStream, namespace string) ([]StreamCheck, error) {
@@ -116,7 +115,7 @@ func CheckStreams(ctx context.Context, store *outbox.Store, js jetstream.JetStre
 			case err != nil:
 				c.Error = fmt.Sprintf("read message %d: %v", seq, err)
 			default:
-				if found := m.Header.Get(jetstream.MsgIDHeader); found != dedup.MsgID(namespace, row.IdempotencyKey) {
+				if found := m.Header.Get(jetstream.MsgIDHeader); found != outbox.MsgID(namespace, row.IdempotencyKey) {
 					c.OtherMessage = &OtherMessage{RowID: row.ID, StreamSeq: seq, Found: found}
 				}
 			}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
@@ -16,7 +15,7 @@ import (
 // headers = the row's own headers (already validated by the caller with
 // outbox.ParseHeaders; the caller checks the subject with
 // outbox.CheckSubject), then
-// Nats-Msg-Id = dedup.MsgID(namespace, row.IdempotencyKey) and the Outbox-*
+// Nats-Msg-Id = outbox.MsgID(namespace, row.IdempotencyKey) and the Outbox-*
 // headers (Outbox-Attempt is row.Attempt), which a row cannot set. Every
 // source of the bridge table builds its deliveries here, so that the same
 // row gives the same message whichever source reads it.
@@ -34,7 +33,7 @@ func FillDelivery(d *Delivery, m *nats.Msg, row outbox.Row, headers map[string][
 	// not canonicalised: consumers see the row's header names byte for
 	// byte (the relay's own are in canonical form already).
 	values := [...]string{
-		dedup.MsgID(namespace, row.IdempotencyKey),
+		outbox.MsgID(namespace, row.IdempotencyKey),
 		strconv.FormatInt(row.ID, 10),
 		row.IdempotencyKey,
 		row.CreatedAt.UTC().Format(time.RFC3339Nano),

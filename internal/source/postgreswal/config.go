@@ -78,7 +78,7 @@ type Config struct {
 	// from the table is not taken for one relayed or deleted by hand.
 	// Defaults to false.
 	RowsDeletedByProducer bool
-	// Namespace prefixes every Nats-Msg-Id (see dedup.MsgID). Defaults to "".
+	// Namespace prefixes every Nats-Msg-Id (see outbox.MsgID). Defaults to "".
 	Namespace string
 	// DrainTimeout bounds how long Close waits for emitted messages'
 	// outcomes. Defaults to 20s.

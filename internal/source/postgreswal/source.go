@@ -29,9 +29,9 @@ type Source struct {
 }
 
 // Open checks that the configured table exists and is migrated
-// (outbox.ProvideStore), before the relay connects to NATS.
+// (outbox.OpenStore), before the relay connects to NATS.
 func Open(ctx context.Context, db *outbox.DB, cfg *config.Config, logger *slog.Logger) (source.Build, error) {
-	store, err := outbox.ProvideStore(ctx, db, cfg, logger)
+	store, err := outbox.OpenStore(ctx, db, cfg.Database.Table, logger)
 	if err != nil {
 		return nil, err
 	}

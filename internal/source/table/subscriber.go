@@ -34,13 +34,9 @@ const (
 	MaxAttemptsDefault      = config.MaxAttemptsDefault
 	BackoffInitialDefault   = config.BackoffInitialDefault
 	BackoffMaxDefault       = config.BackoffMaxDefault
-	DrainTimeoutDefault     = 20 * time.Second
-	HoldBackDefault         = 15 * time.Second
+	DrainTimeoutDefault     = source.DrainTimeoutDefault
+	HoldBackDefault         = source.HoldBackDefault
 )
-
-// ErrClosed is returned by Subscribe after Close, by this subscriber and
-// by the other sources' (postgreswal).
-var ErrClosed = errors.New("outbox subscriber closed")
 
 // SubscriberConfig configures a Subscriber.
 type SubscriberConfig struct {
@@ -98,7 +94,7 @@ type SubscriberConfig struct {
 	// rows older than it (database clock) are deleted, every tenth of it
 	// (between 1s and 1m). Defaults to 0: done rows are kept.
 	Retention time.Duration
-	// Namespace prefixes every Nats-Msg-Id (see dedup.MsgID). Defaults to "".
+	// Namespace prefixes every Nats-Msg-Id (see outbox.MsgID). Defaults to "".
 	Namespace string
 	// DrainTimeout bounds how long Close waits for emitted messages to be
 	// acked or nacked; the rest are released (failed, claimable at once,
@@ -294,11 +290,11 @@ func (s *Subscriber) Inherit(prev *Subscriber) {
 
 // Subscribe starts claiming and returns the channel of emitted messages. It
 // is closed after ctx ends or Close is called and every emitted message was
-// settled or released. Errors: ErrClosed; an error when called twice.
+// settled or released. Errors: source.ErrClosed; an error when called twice.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	select {
 	case <-s.closing:
-		return nil, ErrClosed
+		return nil, source.ErrClosed
 	default:
 	}
 	if !s.subscribed.CompareAndSwap(false, true) {

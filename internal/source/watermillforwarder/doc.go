@@ -13,7 +13,7 @@
 // internal/forwarder) and publishes the original message to JetStream
 // (Forwarder: the Subscriber plugged into that forwarder): subject =
 // destination topic, data = payload, headers = metadata, Nats-Msg-Id from
-// the message UUID (or a metadata entry) with dedup.MsgID, plus
+// the message UUID (or a metadata entry) with outbox.MsgID, plus
 // Outbox-Idempotency-Key.
 //
 // Guarantees: at-least-once plus dedup, in table order. A message is

@@ -4,14 +4,13 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 
-	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
 )
 
 // Marshaler builds the NATS message of an unwrapped Watermill message:
 // data = payload unchanged; one header per metadata entry, name and value
-// as written; Nats-Msg-Id = dedup.MsgID(Namespace, msg.UUID) and
+// as written; Nats-Msg-Id = outbox.MsgID(Namespace, msg.UUID) and
 // Outbox-Idempotency-Key = msg.UUID, where msg.UUID is the idempotency key
 // chosen by unwrap. Give it to sink.New.
 type Marshaler struct {
@@ -32,7 +31,7 @@ func (m Marshaler) Marshal(subject string, msg *message.Message) (*nats.Msg, err
 		// metadata names byte for byte.
 		out.Header[name] = []string{value}
 	}
-	out.Header[outbox.HeaderMsgID] = []string{dedup.MsgID(m.Namespace, msg.UUID)}
+	out.Header[outbox.HeaderMsgID] = []string{outbox.MsgID(m.Namespace, msg.UUID)}
 	out.Header[outbox.HeaderIdempotencyKey] = []string{msg.UUID}
 	return out, nil
 }

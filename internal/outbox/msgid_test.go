@@ -1,4 +1,4 @@
-package dedup
+package outbox
 
 import (
 	"crypto/sha256"

@@ -1,4 +1,4 @@
-package dedup
+package outbox
 
 import (
 	"crypto/sha256"
@@ -16,7 +16,11 @@ const HashPrefix = "sha256:"
 const MaxPlainKeyLen = 128
 
 // MsgID returns the Nats-Msg-Id for an outbox row with the given idempotency
-// key.
+// key. The relay publishes a row again whenever the outcome of an earlier
+// publish is unknown (a crash between PubAck and mark, a timeout, a
+// disconnect), so the id is the same on every attempt, from every replica
+// and every version of the bridge; JetStream drops a message whose id it
+// stored within the stream's duplicate window.
 //
 // The id is the key itself when the key is 1 to MaxPlainKeyLen bytes of
 // visible ASCII (0x21 '!' to 0x7E '~'; no spaces, no control bytes) and does
