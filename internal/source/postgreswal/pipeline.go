@@ -103,10 +103,7 @@ type outcome struct {
 // through channels and queues.
 type pipeline struct {
 	s   *Subscriber
-	win []*entry
-	// head is the first live entry of win; next is where the search for
-	// the next entry to emit starts.
-	head, next int
+	win window
 
 	halted        bool      // a failure of the destination (NATS, the stream's outage) holds the queue
 	retryAt       time.Time // when a halted queue may go on
@@ -311,12 +308,7 @@ func (p *pipeline) handle(ev event) {
 }
 
 // push appends a row entry to the window.
-func (p *pipeline) push(e *entry) {
-	if e.state == emitted { // cannot happen: a restart waits for every outcome
-		e.state = queued
-	}
-	p.win = append(p.win, e)
-}
+func (p *pipeline) push(e *entry) { p.win.push(e) }
 
 // drop gives back the bytes e holds, and its payload: once it is published
 // or dead, only its id and outcome matter.
@@ -338,56 +330,32 @@ func (p *pipeline) release(e *entry) {
 // mark appends a position: confirmed once every row before it is settled.
 // Consecutive positions collapse into the last.
 func (p *pipeline) mark(lsn pglogrepl.LSN, at time.Time) {
-	if p.head == len(p.win) {
-		if uint64(lsn) > p.s.confirmed.Load() {
-			p.s.confirmed.Store(uint64(lsn))
-		}
-		return
+	p.win.mark(lsn, at)
+	p.confirm()
+}
+
+// confirm hands the window's confirmed position to the reader, which
+// sends it to the server.
+func (p *pipeline) confirm() {
+	if lsn := uint64(p.win.confirmed); lsn > p.s.confirmed.Load() {
+		p.s.confirmed.Store(lsn)
 	}
-	if last := p.win[len(p.win)-1]; last.marker {
-		last.lsn = max(last.lsn, lsn)
-		return
-	}
-	p.win = append(p.win, &entry{marker: true, lsn: lsn, txTime: at})
 }
 
 // popSettled drops the settled entries at the head of the window and
 // confirms the positions among them.
 func (p *pipeline) popSettled() {
-	s := p.s
-	for p.head < len(p.win) {
-		e := p.win[p.head]
-		if !e.marker && e.state != settled {
-			break
+	p.win.pop(func(e *entry) {
+		p.release(e)
+		if !e.swept {
+			p.popped.add(e.row.ID, e.txLSN)
 		}
-		if e.marker {
-			if uint64(e.lsn) > s.confirmed.Load() {
-				s.confirmed.Store(uint64(e.lsn))
-			}
-			p.popped = p.popped[:0]
-		} else {
-			p.release(e)
-			if !e.swept {
-				p.popped.add(e.row.ID, e.txLSN)
-			}
-		}
-		p.win[p.head] = nil
-		p.head++
-	}
-	if p.next < p.head {
-		p.next = p.head
-	}
-	if p.head > 1024 && p.head*2 > len(p.win) {
-		n := copy(p.win, p.win[p.head:])
-		clear(p.win[n:])
-		p.win = p.win[:n]
-		p.next -= p.head
-		p.head = 0
-	}
-	if p.head < len(p.win) {
-		s.oldestTx.Store(p.win[p.head].txTime.UnixNano())
+	}, func(pglogrepl.LSN) { p.popped = p.popped[:0] })
+	p.confirm()
+	if at, ok := p.win.oldest(); ok {
+		p.s.oldestTx.Store(at.UnixNano())
 	} else {
-		s.oldestTx.Store(0)
+		p.s.oldestTx.Store(0)
 	}
 }
 
@@ -457,19 +425,22 @@ func (p *pipeline) emit(out chan<- *message.Message) {
 			go s.watch(batch)
 		}
 	}()
-	for !p.halted && !p.restarting && !p.closing && p.next < len(p.win) && s.emitted.Load() < int64(s.cfg.MaxInFlight) {
-		e := p.win[p.next]
+	for !p.halted && !p.restarting && !p.closing && s.emitted.Load() < int64(s.cfg.MaxInFlight) {
+		e, ok := p.win.cursor()
+		if !ok {
+			break
+		}
 		if !e.marker && e.state == checking {
 			break // commit order: the rows after it wait for its check
 		}
 		if e.marker || e.state != queued {
-			p.next++
+			p.win.advance()
 			continue
 		}
 		if key := e.row.OrderingKey.String; e.row.OrderingKey.Valid {
 			if first := p.aside.before(key, e.row.ID); first != 0 {
 				p.waitAside(e, first) // per-key order: it waits for the row set aside
-				p.next++
+				p.win.advance()
 				continue
 			}
 			if probe, ok := p.aside.probing[key]; ok && probe != e.row.ID {
@@ -478,7 +449,7 @@ func (p *pipeline) emit(out chan<- *message.Message) {
 		}
 		msg, ok := p.message(e)
 		if !ok {
-			p.next++
+			p.win.advance()
 			continue // a dead letter
 		}
 		p.back(e)
@@ -500,7 +471,7 @@ func (p *pipeline) emit(out chan<- *message.Message) {
 		}
 		s.emitted.Add(1)
 		batch = append(batch, watched{e: e, msg: msg, turn: e.turn, emitted: time.Now()})
-		p.next++
+		p.win.advance()
 	}
 }
 
@@ -722,7 +693,7 @@ func (p *pipeline) resume() {
 	}
 	p.halted, p.waitConnected = false, false
 	s.waitingNATS.Store(false)
-	p.next = p.head
+	p.win.rewind()
 	// A new chain of turns: the old one is broken where the failure was
 	// (a message not handed over refuses every later one), and what is
 	// left of it cannot send any more.
@@ -750,7 +721,7 @@ func (p *pipeline) reconcile() {
 	now := time.Now()
 	var doubt []dedup.Candidate
 	byID := map[int64]*entry{}
-	for _, e := range p.win[p.head:] {
+	for _, e := range p.win.live() {
 		if e.marker || e.state != queued || e.firstEmit.IsZero() {
 			continue
 		}
@@ -812,7 +783,7 @@ func (p *pipeline) reset() {
 	// back), unless their transaction is confirmed: the server will not
 	// send it.
 	confirmed := p.s.confirmed.Load()
-	adopt := make(map[int64]*entry, len(p.win)-p.head+len(p.adopt))
+	adopt := make(map[int64]*entry, p.win.size()+len(p.adopt))
 	for id, e := range p.adopt {
 		if uint64(e.txLSN) >= confirmed {
 			adopt[id] = e
@@ -822,7 +793,7 @@ func (p *pipeline) reset() {
 	p.resent = append(p.resent, p.popped...)
 	p.popped = p.popped[:0]
 	var keep []*entry
-	for _, e := range p.win[p.head:] {
+	for _, e := range p.win.live() {
 		switch {
 		case e.marker:
 		case e.swept:
@@ -840,7 +811,7 @@ func (p *pipeline) reset() {
 	}
 	p.resent.normalize()
 	p.adopt = adopt
-	p.win, p.head, p.next = nil, 0, 0
+	p.win.clear()
 	if p.watermark != nil {
 		// The watermark may not come: a slot created again starts after it.
 		close(p.watermark.ids)
@@ -878,8 +849,8 @@ func (p *pipeline) notComing() {
 // rows waiting to be read again), less the rows waiting to be swept
 // (notComing).
 func (p *pipeline) ids() map[int64]bool {
-	ids := make(map[int64]bool, len(p.win)-p.head+len(p.adopt))
-	for _, e := range p.win[p.head:] {
+	ids := make(map[int64]bool, p.win.size()+len(p.adopt))
+	for _, e := range p.win.live() {
 		if !e.marker {
 			ids[e.row.ID] = true
 		}
