@@ -22,6 +22,9 @@ func retentionInterval(keep time.Duration) time.Duration {
 // does not depend on retention to be correct.
 type Retention struct {
 	StartStop
+	// Purged signals, to a test that enabled it, the rows each run
+	// deleted (0 for a run that deleted none or failed).
+	Purged TestSignal[int]
 	store  *outbox.Store
 	keep   time.Duration
 	logger *slog.Logger
@@ -46,6 +49,7 @@ func (r *Retention) run(ctx context.Context) {
 		case n > 0:
 			r.logger.Info("retention: deleted done rows", slog.Int("rows", n), slog.Duration("retention", r.keep))
 		}
+		r.Purged.Signal(n)
 		select {
 		case <-ctx.Done():
 			return

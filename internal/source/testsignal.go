@@ -51,6 +51,23 @@ func (s *TestSignal[T]) Wait(t testing.TB) T {
 	}
 }
 
+// WaitUntil returns once cond holds: it asks cond now and again after each
+// value signalled (the moment that can change what cond reads), and fails
+// the test, with what, when TestSignalTimeout passes first. A value
+// signalled between a check and the wait is kept, so none is missed.
+func (s *TestSignal[T]) WaitUntil(t testing.TB, cond func() bool, what ...any) {
+	t.Helper()
+	timer := time.NewTimer(TestSignalTimeout)
+	defer timer.Stop()
+	for !cond() {
+		select {
+		case <-s.ch:
+		case <-timer.C:
+			t.Fatalf("not within %s: %s", TestSignalTimeout, fmt.Sprint(what...))
+		}
+	}
+}
+
 // Clear drops the values signalled so far.
 func (s *TestSignal[T]) Clear() {
 	for {

@@ -143,6 +143,7 @@ func (c *claimer) tick(ctx context.Context, stop <-chan struct{}) (full bool, to
 	room := s.cfg.MaxInFlight - int(s.outstanding.Load())
 	byteRoom := s.cfg.MaxInFlightBytes - s.outstandingBytes.Load()
 	if room <= 0 || byteRoom <= 0 {
+		c.claimed.Signal(0) // a tick that took nothing: the window is full
 		return false, 0, nil // a settlement wakes the loop
 	}
 	if s.cfg.CanClaim != nil && !s.cfg.CanClaim() {

@@ -42,6 +42,9 @@ func failedClaimsWaitOutTheirBackoff(t *testing.T, kind string) {
 	})
 	// 20, 40, 80, … 640 ms between claims: at most 9 claims in 2 s
 	// however fast the machine, while Wake is called every millisecond.
+	// This test sleeps on purpose: what it checks is a wait measured in
+	// time (the backoff against the rate of Wake), which no signal stands
+	// for.
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); {
 		sub.Wake()
 		time.Sleep(time.Millisecond)

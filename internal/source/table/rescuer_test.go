@@ -10,7 +10,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-bridge/bridge/internal/bridgetest"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/source"
 	"github.com/outbox-bridge/bridge/internal/source/table"
@@ -27,6 +26,7 @@ func relayAll(t *testing.T, s *outbox.Store, cfg table.SubscriberConfig, enable 
 	}
 	sub, err := table.NewSubscriber(s, slog.New(slog.NewTextHandler(io.Discard, nil)), cfg)
 	require.NoError(t, err)
+	table.MarkSignal(sub)
 	enable(sub)
 	msgs, err := sub.Subscribe(context.Background(), s.Table())
 	require.NoError(t, err)
@@ -111,7 +111,7 @@ func TestRescuerRequeuesOnItsOwnInterval(t *testing.T) {
 			// A subscriber that starts requeues it at once.
 			sub = relayAll(t, s, cfg, func(sub *table.Subscriber) { rescued = table.RescueSignal(sub) })
 			require.Equal(t, 1, rescued.Wait(t), "the expired lease requeued at start")
-			bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, first).Status == "done" }, "the requeued row relayed")
+			untilMarked(t, sub, func() bool { return get(t, s, first).Status == "done" }, "the requeued row relayed")
 			require.Equal(t, int64(1), sub.Counters.Requeued.Load())
 			require.NoError(t, sub.Close())
 
@@ -127,7 +127,7 @@ func TestRescuerRequeuesOnItsOwnInterval(t *testing.T) {
 			for moved := 0; moved == 0; moved = rescued.Wait(t) {
 			}
 			require.Less(t, time.Since(start), 5*time.Second, "requeued within a few intervals")
-			bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, second).Status == "done" }, "the requeued row relayed")
+			untilMarked(t, sub, func() bool { return get(t, s, second).Status == "done" }, "the requeued row relayed")
 			require.Equal(t, int64(1), sub.Counters.Requeued.Load())
 			st, err := s.Stats(ctx, 0)
 			require.NoError(t, err)
@@ -149,8 +149,9 @@ func TestSubscriberRunsRetention(t *testing.T) {
 			_, err := s.MarkDone(context.Background(), "r", []outbox.Done{{ID: old, Attempt: 1, Stream: "S", Seq: 1}, {ID: fresh, Attempt: 1, Stream: "S", Seq: 2}}, false)
 			require.NoError(t, err)
 			backdate(t, s, "relayed_at", old)
-			relayAll(t, s, table.SubscriberConfig{Retention: time.Hour}, func(*table.Subscriber) {})
-			bridgetest.WaitFor(t, 10*time.Second, func() bool {
+			var purged *source.TestSignal[int]
+			relayAll(t, s, table.SubscriberConfig{Retention: time.Hour}, func(sub *table.Subscriber) { purged = table.RetentionSignal(sub) })
+			purged.WaitUntil(t, func() bool {
 				st, err := s.Stats(context.Background(), 0)
 				require.NoError(t, err)
 				return st.Rows[outbox.StatusDone] == 1

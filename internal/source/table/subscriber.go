@@ -227,6 +227,8 @@ type Subscriber struct {
 	// draining, a test signal (testsignal.go) enabled by tests only,
 	// receives the start of the drain.
 	draining source.TestSignal[struct{}]
+	// marked: the completer wrote a batch of settlements (their count).
+	marked source.TestSignal[int]
 	// drainExpiry, when a test sets it, ends the drain when it fires, in
 	// place of DrainTimeout.
 	drainExpiry <-chan time.Time

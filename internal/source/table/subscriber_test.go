@@ -40,9 +40,17 @@ func setup(t *testing.T, kind string) *outbox.Store {
 	return store
 }
 
+// untilMarked returns once cond holds, asking it after each write of marks
+// by sub (which runSubscriber or MarkSignal enabled): what it reads
+// changes only then.
+func untilMarked(t *testing.T, sub *table.Subscriber, cond func() bool, what ...any) {
+	t.Helper()
+	table.Marks(sub).WaitUntil(t, cond, what...)
+}
+
 // handler drives a Subscriber the way the forwarder does, deciding per
 // delivery (row) of each message.
-func runSubscriber(t *testing.T, s *outbox.Store, cfg table.SubscriberConfig, handle func(*source.Delivery)) *table.Subscriber {
+func runSubscriber(t *testing.T, s *outbox.Store, cfg table.SubscriberConfig, handle func(*source.Delivery), enable ...func(*table.Subscriber)) *table.Subscriber {
 	t.Helper()
 	cfg.Owner = "relay-test"
 	if cfg.PollInterval == 0 {
@@ -50,6 +58,10 @@ func runSubscriber(t *testing.T, s *outbox.Store, cfg table.SubscriberConfig, ha
 	}
 	sub, err := table.NewSubscriber(s, slog.New(slog.NewTextHandler(io.Discard, nil)), cfg)
 	require.NoError(t, err)
+	table.MarkSignal(sub)
+	for _, f := range enable {
+		f(sub)
+	}
 	msgs, err := sub.Subscribe(context.Background(), s.Table())
 	require.NoError(t, err)
 	done := make(chan struct{})
@@ -76,11 +88,11 @@ func TestSubscriberBacksOffThenDeadLetters(t *testing.T) {
 			t.Parallel()
 			s := setup(t, kind)
 			id := enqueue(t, s, "k", "")
-			runSubscriber(t, s, table.SubscriberConfig{MaxAttempts: 3, BackoffInitial: 20 * time.Millisecond, BackoffMax: 40 * time.Millisecond},
+			sub := runSubscriber(t, s, table.SubscriberConfig{MaxAttempts: 3, BackoffInitial: 20 * time.Millisecond, BackoffMax: 40 * time.Millisecond},
 				func(d *source.Delivery) {
 					d.Report(source.Failed(errors.New("no responders: stream offline"), source.Retryable))
 				})
-			bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, id).Status == "permanent_failed" })
+			untilMarked(t, sub, func() bool { return get(t, s, id).Status == "permanent_failed" })
 			r := get(t, s, id)
 			require.Equal(t, 3, r.Attempts)
 			require.Contains(t, r.LastError.String, "gave up after 3 attempts")
@@ -96,9 +108,9 @@ func TestSubscriberSettlesOnAckDeadline(t *testing.T) {
 func subscriberSettlesOnAckDeadline(t *testing.T, kind string) {
 	s := setup(t, kind)
 	id := enqueue(t, s, "k", "")
-	runSubscriber(t, s, table.SubscriberConfig{AckDeadline: 50 * time.Millisecond, BackoffInitial: time.Hour, BackoffMax: time.Hour},
+	sub := runSubscriber(t, s, table.SubscriberConfig{AckDeadline: 50 * time.Millisecond, BackoffInitial: time.Hour, BackoffMax: time.Hour},
 		func(d *source.Delivery) { _ = d.Handover() }) // hands it to NATS (as the forwarder does), never acks
-	bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, id).Status == "failed" })
+	untilMarked(t, sub, func() bool { return get(t, s, id).Status == "failed" })
 	require.Contains(t, get(t, s, id).LastError.String, "ack deadline")
 	require.Equal(t, 1, get(t, s, id).Attempts, "sent, its outcome unknown: the attempt counts")
 }
@@ -115,11 +127,12 @@ func subscriberGivesBackARowNotHandedOverByItsDeadline(t *testing.T, kind string
 	s := setup(t, kind)
 	id := enqueue(t, s, "k", "")
 	refused := make(chan error, 1)
+	deadlinePassed := make(chan struct{})
 	var calls atomic.Int32
-	runSubscriber(t, s, table.SubscriberConfig{AckDeadline: 50 * time.Millisecond, MaxAttempts: 1},
+	sub := runSubscriber(t, s, table.SubscriberConfig{AckDeadline: 50 * time.Millisecond, MaxAttempts: 1},
 		func(d *source.Delivery) {
 			if calls.Add(1) == 1 {
-				time.Sleep(200 * time.Millisecond) // its turn comes after the deadline
+				<-deadlinePassed // its turn comes after the deadline
 				refused <- d.Handover()
 				return
 			}
@@ -127,8 +140,11 @@ func subscriberGivesBackARowNotHandedOverByItsDeadline(t *testing.T, kind string
 				d.Report(source.Published("S", 1, false))
 			}
 		})
+	// The watcher gave the row back at its ack deadline (attempt refunded).
+	untilMarked(t, sub, func() bool { return sub.Counters.Released.Load() >= 1 }, "the row given back at its deadline")
+	close(deadlinePassed)
 	require.ErrorIs(t, <-refused, source.ErrPublishDeadline)
-	bridgetest.WaitFor(t, 10*time.Second, func() bool { st := get(t, s, id).Status; return st == "done" || st == "permanent_failed" })
+	untilMarked(t, sub, func() bool { st := get(t, s, id).Status; return st == "done" || st == "permanent_failed" })
 	r := get(t, s, id)
 	require.Equal(t, "done", r.Status, "no dead letter with max_attempts 1: %s", r.LastError.String)
 	require.Equal(t, 1, r.Attempts, "the attempt it was not sent is not counted")
@@ -148,13 +164,13 @@ func subscriberSettlesBehindASlowMessage(t *testing.T, kind string) {
 		ids[i] = enqueue(t, s, fmt.Sprint("k", i), "")
 	}
 	release := make(chan struct{})
-	runSubscriber(t, s, table.SubscriberConfig{BatchSize: 10}, func(d *source.Delivery) {
+	sub := runSubscriber(t, s, table.SubscriberConfig{BatchSize: 10}, func(d *source.Delivery) {
 		if d.Msg.Header.Get(outbox.HeaderID) == fmt.Sprint(ids[0]) {
 			<-release
 		}
 		d.Report(source.Published("S", 1, false))
 	})
-	bridgetest.WaitFor(t, 10*time.Second, func() bool {
+	untilMarked(t, sub, func() bool {
 		for _, id := range ids[1:] {
 			if get(t, s, id).Status != "done" {
 				return false
@@ -164,7 +180,7 @@ func subscriberSettlesBehindASlowMessage(t *testing.T, kind string) {
 	}, "the acked messages behind the slow one were not settled")
 	require.Equal(t, "in_flight", get(t, s, ids[0]).Status)
 	close(release)
-	bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, ids[0]).Status == "done" })
+	untilMarked(t, sub, func() bool { return get(t, s, ids[0]).Status == "done" })
 }
 
 func TestSubscriberRefundsUnavailable(t *testing.T) { onEveryDatabase(t, subscriberRefundsUnavailable) }
@@ -181,7 +197,7 @@ func subscriberRefundsUnavailable(t *testing.T, kind string) {
 		}
 		d.Report(source.Published("S", 1, false))
 	})
-	bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, id).Status == "done" })
+	untilMarked(t, sub, func() bool { return get(t, s, id).Status == "done" })
 	require.Equal(t, 1, get(t, s, id).Attempts, "five unavailable attempts did not count against max_attempts 2")
 	require.Equal(t, int64(5), sub.Counters.Released.Load())
 }
@@ -200,6 +216,7 @@ func subscriberDrainsOnClose(t *testing.T, kind string) {
 	// The drain gives up when the test says, not after a DrainTimeout
 	// that a slow machine could pass before the five acks are written.
 	draining, expire := table.DrainSignal(sub), table.ManualDrain(sub)
+	table.MarkSignal(sub)
 	msgs, err := sub.Subscribe(context.Background(), "outbox")
 	require.NoError(t, err)
 	var got []*source.Delivery
@@ -217,7 +234,7 @@ func subscriberDrainsOnClose(t *testing.T, kind string) {
 	for _, d := range got[:5] {
 		d.Report(source.Published("S", 1, false))
 	}
-	bridgetest.WaitFor(t, 10*time.Second, func() bool { return sub.Counters.Relayed.Load() == 5 }, "the five acked during the drain were not settled")
+	untilMarked(t, sub, func() bool { return sub.Counters.Relayed.Load() == 5 }, "the five acked during the drain were not settled")
 	expire()
 	// A tick may have emitted one more batch just before Close began;
 	// such messages are nacked like any the router would fail.
@@ -253,12 +270,15 @@ func subscriberBoundsBytesInFlight(t *testing.T, kind string) {
 	var mu sync.Mutex
 	var held []*source.Delivery
 	most := 0
-	runSubscriber(t, s, table.SubscriberConfig{MaxInFlightBytes: 3000}, func(d *source.Delivery) {
+	arrived := make(chan struct{}, rows)
+	var claims *source.TestSignal[int]
+	sub := runSubscriber(t, s, table.SubscriberConfig{MaxInFlightBytes: 3000}, func(d *source.Delivery) {
 		mu.Lock()
 		defer mu.Unlock()
 		held = append(held, d)
 		most = max(most, len(held))
-	})
+		arrived <- struct{}{}
+	}, func(sub *table.Subscriber) { claims = table.ClaimSignal(sub) })
 	release := func() int {
 		mu.Lock()
 		defer mu.Unlock()
@@ -274,16 +294,19 @@ func subscriberBoundsBytesInFlight(t *testing.T, kind string) {
 		defer mu.Unlock()
 		return len(held)
 	}
-	// Each round lets the subscriber claim all it may (waiting until two
-	// rows, or all that are left, are out: a loaded machine may claim them
-	// one poll apart), then acks.
-	deadline := time.Now().Add(60 * time.Second)
+	// Each round waits until the claimer has taken all the bound allows (a
+	// tick that took nothing: the window is full, or the table empty) and
+	// every row it claimed has reached the handler, then acks them.
 	for done := 0; done < rows; done += release() {
-		require.True(t, time.Now().Before(deadline), "%d of %d rows relayed in 60s", done, rows)
-		for want := min(2, rows-done); heldNow() < want && time.Now().Before(deadline); {
-			time.Sleep(10 * time.Millisecond)
+		for claims.Wait(t) != 0 {
 		}
-		time.Sleep(100 * time.Millisecond) // room for a third, which the bound must refuse
+		for heldNow() < int(sub.Counters.Claimed.Load())-done {
+			select {
+			case <-arrived:
+			case <-time.After(source.TestSignalTimeout):
+				t.Fatalf("%d claimed rows did not reach the handler", int(sub.Counters.Claimed.Load())-done-heldNow())
+			}
+		}
 	}
 	require.LessOrEqual(t, most, 3, "messages out at once: two fit 3,000 bytes (with their headers), and a claim with room left takes one more")
 	require.GreaterOrEqual(t, most, 2)
@@ -302,11 +325,11 @@ func TestSubscriberDeadLettersFromLength(t *testing.T) {
 			over := enqueuePayload(t, s, "over", maxPayload-int(outbox.RelayHeaderMinBytes)+1)
 			fits := enqueuePayload(t, s, "fits", 100)
 			emitted := make(chan string, 10)
-			runSubscriber(t, s, table.SubscriberConfig{MaxPayload: func() int64 { return maxPayload }}, func(d *source.Delivery) {
+			sub := runSubscriber(t, s, table.SubscriberConfig{MaxPayload: func() int64 { return maxPayload }}, func(d *source.Delivery) {
 				emitted <- d.Msg.Header.Get(outbox.HeaderIdempotencyKey)
 				d.Report(source.Published("S", 1, false))
 			})
-			bridgetest.WaitFor(t, 10*time.Second, func() bool { return get(t, s, over).Status == "permanent_failed" && get(t, s, fits).Status == "done" })
+			untilMarked(t, sub, func() bool { return get(t, s, over).Status == "permanent_failed" && get(t, s, fits).Status == "done" })
 			require.Equal(t, "fits", <-emitted)
 			require.Empty(t, emitted, "the row over max_payload was never emitted")
 			lastError := get(t, s, over).LastError.String
