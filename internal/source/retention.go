@@ -22,9 +22,9 @@ func retentionInterval(keep time.Duration) time.Duration {
 // does not depend on retention to be correct.
 type Retention struct {
 	StartStop
-	// Purged signals, to a test that enabled it, the rows each run
-	// deleted (0 for a run that deleted none or failed).
-	Purged TestSignal[int]
+	// Purged, when a test set it, receives the rows each run deleted (0
+	// for a run that deleted none or failed). Set it before Start.
+	Purged *TestSignal[int]
 	store  *outbox.Store
 	keep   time.Duration
 	logger *slog.Logger

@@ -21,13 +21,22 @@ const testSignalBuffer = 1000
 // TestSignalTimeout is how long Wait waits.
 const TestSignalTimeout = 10 * time.Second
 
+// NewTestSignal returns an enabled TestSignal, to set where a source's
+// signals are pointers (a nil one does nothing): one signal may then watch
+// several sources.
+func NewTestSignal[T any]() *TestSignal[T] {
+	s := new(TestSignal[T])
+	s.Enable()
+	return s
+}
+
 // Enable makes s keep what is signalled, for Wait. Call it before the loop
 // it watches starts.
 func (s *TestSignal[T]) Enable() { s.ch = make(chan T, testSignalBuffer) }
 
 // Signal hands v to the test, when s is enabled.
 func (s *TestSignal[T]) Signal(v T) {
-	if s.ch == nil {
+	if s == nil || s.ch == nil {
 		return
 	}
 	select {

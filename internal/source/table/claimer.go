@@ -38,10 +38,6 @@ type claimer struct {
 	// (or of NewSubscriber).
 	lastClaim atomic.Int64
 
-	// claimed, when enabled by a test, receives the rows of each claim
-	// (0 for a probe that found none).
-	claimed source.TestSignal[int]
-
 	// probe: the last claim was not full, so the next tick asks first
 	// whether any row is claimable (see tick). lastFullRun is when the
 	// last claim statement ran; probes only run while it is less than
@@ -143,8 +139,8 @@ func (c *claimer) tick(ctx context.Context, stop <-chan struct{}) (full bool, to
 	room := s.cfg.MaxInFlight - int(s.outstanding.Load())
 	byteRoom := s.cfg.MaxInFlightBytes - s.outstandingBytes.Load()
 	if room <= 0 || byteRoom <= 0 {
-		c.claimed.Signal(0) // a tick that took nothing: the window is full
-		return false, 0, nil // a settlement wakes the loop
+		s.Signals.Claimed.Signal(0) // a tick that took nothing: the window is full
+		return false, 0, nil        // a settlement wakes the loop
 	}
 	if s.cfg.CanClaim != nil && !s.cfg.CanClaim() {
 		return false, 0, nil
@@ -165,7 +161,7 @@ func (c *claimer) tick(ctx context.Context, stop <-chan struct{}) (full bool, to
 			return false, 0, err
 		}
 		if !claimable {
-			c.claimed.Signal(0) // a tick that took nothing
+			s.Signals.Claimed.Signal(0) // a tick that took nothing
 			return false, 0, nil
 		}
 	}
@@ -191,7 +187,7 @@ func (c *claimer) tick(ctx context.Context, stop <-chan struct{}) (full bool, to
 	if len(rows) > 0 {
 		c.lastClaim.Store(time.Now().UnixNano())
 	}
-	c.claimed.Signal(len(rows))
+	s.Signals.Claimed.Signal(len(rows))
 	took = len(rows)
 	claimed := claimWindow{start, time.Now()}
 	rows = c.reconcile(ctx, rows, start)

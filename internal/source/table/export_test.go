@@ -7,47 +7,37 @@ import (
 	"github.com/outbox-bridge/bridge/internal/source"
 )
 
-// RescueSignal enables the signal of sub's rescuer: the rows each run of
-// in-flight recovery moved. Call it before Subscribe.
+// RescueSignal sets sub.Signals.Rescued. Call it before Subscribe.
 func RescueSignal(sub *Subscriber) *source.TestSignal[int] {
-	sub.rescuer.rescued.Enable()
-	return &sub.rescuer.rescued
+	sub.Signals.Rescued = source.NewTestSignal[int]()
+	return sub.Signals.Rescued
 }
 
-// ClaimSignal enables the signal of sub's claims: the rows each claim
-// took. Call it before Subscribe.
+// ClaimSignal sets sub.Signals.Claimed. Call it before Subscribe.
 func ClaimSignal(sub *Subscriber) *source.TestSignal[int] {
-	sub.claimer.claimed.Enable()
-	return &sub.claimer.claimed
+	sub.Signals.Claimed = source.NewTestSignal[int]()
+	return sub.Signals.Claimed
 }
 
-// MarkSignal enables the signal of sub's completer: the settlements each
-// write of marks took. Call it before Subscribe; read it with Marks.
+// MarkSignal sets sub.Signals.Marked. Call it before Subscribe.
 func MarkSignal(sub *Subscriber) *source.TestSignal[int] {
-	sub.marked.Enable()
-	return &sub.marked
+	sub.Signals.Marked = source.NewTestSignal[int]()
+	return sub.Signals.Marked
 }
 
-// Marks is sub's mark signal, enabled by MarkSignal.
-func Marks(sub *Subscriber) *source.TestSignal[int] { return &sub.marked }
+// Marks is sub.Signals.Marked, set by MarkSignal.
+func Marks(sub *Subscriber) *source.TestSignal[int] { return sub.Signals.Marked }
 
-// RetentionSignal enables the signal of sub's retention (SubscriberConfig.Retention
-// set): the rows each run deleted. Call it before Subscribe.
+// RetentionSignal sets sub.Signals.Purged. Call it before Subscribe.
 func RetentionSignal(sub *Subscriber) *source.TestSignal[int] {
-	for _, m := range sub.maintenance {
-		if r, ok := m.(*source.Retention); ok {
-			r.Purged.Enable()
-			return &r.Purged
-		}
-	}
-	panic("no retention: SubscriberConfig.Retention is not set")
+	sub.Signals.Purged = source.NewTestSignal[int]()
+	return sub.Signals.Purged
 }
 
-// DrainSignal enables the signal of sub's drain: it began. Call it before
-// Subscribe.
+// DrainSignal sets sub.Signals.Draining. Call it before Subscribe.
 func DrainSignal(sub *Subscriber) *source.TestSignal[struct{}] {
-	sub.draining.Enable()
-	return &sub.draining
+	sub.Signals.Draining = source.NewTestSignal[struct{}]()
+	return sub.Signals.Draining
 }
 
 // ManualDrain makes sub's drain give up when expire is called instead of

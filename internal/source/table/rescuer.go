@@ -46,15 +46,13 @@ type rescuer struct {
 	logger   *slog.Logger
 	requeued *atomic.Int64 // Counters.Requeued
 	health   loopHealth
-
-	// rescued, when enabled by a test, receives the rows each run moved.
-	rescued source.TestSignal[int]
+	signals  *Signals // the Subscriber's: Rescued
 }
 
-func newRescuer(store *outbox.Store, cfg *SubscriberConfig, requeued *atomic.Int64, logger *slog.Logger) *rescuer {
+func newRescuer(store *outbox.Store, cfg *SubscriberConfig, requeued *atomic.Int64, signals *Signals, logger *slog.Logger) *rescuer {
 	return &rescuer{
 		store: store, timeout: cfg.InflightTimeout, interval: cfg.RescueInterval, limit: cfg.statementTimeout(),
-		logger: logger, requeued: requeued,
+		logger: logger, requeued: requeued, signals: signals,
 	}
 }
 
@@ -101,5 +99,5 @@ func (r *rescuer) rescue(ctx context.Context) {
 	if total > 0 {
 		r.logger.Warn("requeued in-flight rows past their lease", slog.Int("rows", total), slog.Duration("inflight_timeout", r.timeout))
 	}
-	r.rescued.Signal(total)
+	r.signals.Rescued.Signal(total)
 }

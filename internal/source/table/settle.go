@@ -67,7 +67,7 @@ func (s *Subscriber) settleLoop() {
 		}
 		s.outstanding.Add(-int64(len(batch)))
 		s.outstandingBytes.Add(-size)
-		s.marked.Signal(len(batch))
+		s.Signals.Marked.Signal(len(batch))
 		s.Wake()
 	}
 }

@@ -203,6 +203,8 @@ type Subscriber struct {
 
 	// Counters are the subscriber's running totals.
 	Counters Counters
+	// Signals are the moments of its loops a test can wait for.
+	Signals Signals
 
 	// outstanding counts the rows claimed and not yet settled (their marks
 	// written), outstandingBytes what they take in memory (outbox.Row.size).
@@ -223,14 +225,8 @@ type Subscriber struct {
 	completer   *completer
 	rescuer     *rescuer
 	maintenance []source.Service
+	retention   *source.Retention // among maintenance, when configured
 
-	// draining, a test signal (testsignal.go) enabled by tests only,
-	// receives the start of the drain.
-	draining source.TestSignal[struct{}]
-	// marked: the completer wrote a batch of settlements (their count).
-	marked source.TestSignal[int]
-	// drainExpiry, when a test sets it, ends the drain when it fires, in
-	// place of DrainTimeout.
 	drainExpiry <-chan time.Time
 
 	closing      chan struct{}
@@ -269,12 +265,34 @@ func NewSubscriber(store *outbox.Store, logger *slog.Logger, cfg SubscriberConfi
 	}
 	s.claimer = newClaimer(s)
 	s.completer = &completer{sub: s}
-	s.rescuer = newRescuer(store, &s.cfg, &s.Counters.Requeued, s.logger)
+	s.rescuer = newRescuer(store, &s.cfg, &s.Counters.Requeued, &s.Signals, s.logger)
 	s.maintenance = []source.Service{s.rescuer}
 	if cfg.Retention > 0 {
-		s.maintenance = append(s.maintenance, source.NewRetention(store, cfg.Retention, s.logger))
+		s.retention = source.NewRetention(store, cfg.Retention, s.logger)
+		s.maintenance = append(s.maintenance, s.retention)
 	}
 	return s, nil
+}
+
+// Signals are moments of a Subscriber's loops that a test can wait for
+// instead of polling for their effect (source.TestSignal, after river's
+// testsignal). Set those a test needs, enabled (source.NewTestSignal),
+// before Subscribe; one signal may be shared by several subscribers. Nil
+// ones, outside tests, cost a nil check.
+type Signals struct {
+	// Claimed receives the rows of each claim: 0 for a tick that took
+	// nothing (the table held none claimable, or the in-flight window was
+	// full).
+	Claimed *source.TestSignal[int]
+	// Marked receives the settlements of each write of marks, once written
+	// (statuses and Counters have moved).
+	Marked *source.TestSignal[int]
+	// Rescued receives the rows each run of in-flight recovery requeued.
+	Rescued *source.TestSignal[int]
+	// Purged receives the rows each run of retention deleted.
+	Purged *source.TestSignal[int]
+	// Draining receives one value as the drain begins.
+	Draining *source.TestSignal[struct{}]
 }
 
 // LastClaim is when a claim last took rows (or the subscriber was made).
@@ -305,6 +323,9 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	out := make(chan *message.Message)
 	s.claimer.out = out
 	s.completer.Start(s.hardCtx)
+	if s.retention != nil {
+		s.retention.Purged = s.Signals.Purged
+	}
 	for _, m := range s.maintenance {
 		m.Start(s.hardCtx)
 	}
@@ -372,7 +393,7 @@ func (s *Subscriber) release(rows []outbox.Row) {
 // then makes the stragglers release themselves and waits a little more for
 // those writes.
 func (s *Subscriber) drain() {
-	s.draining.Signal(struct{}{})
+	s.Signals.Draining.Signal(struct{}{})
 	expired := s.drainExpiry
 	if expired == nil {
 		timer := time.NewTimer(s.cfg.DrainTimeout)
