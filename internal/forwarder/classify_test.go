@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -102,8 +103,15 @@ func TestClassifyAgainstARealServer(t *testing.T) {
 
 	// The server stops: whatever the client reports, it is never permanent,
 	// and a disconnect does not count as an attempt.
+	disconnected := make(chan struct{})
+	var once sync.Once
+	nc.SetDisconnectErrHandler(func(*nats.Conn, error) { once.Do(func() { close(disconnected) }) })
 	n.Stop()
-	require.Eventually(t, func() bool { return !nc.IsConnected() }, 5*time.Second, 10*time.Millisecond)
+	select {
+	case <-disconnected:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the client did not see the server stop")
+	}
 	err = publish("ok.a", 10)
 	require.Error(t, err)
 	require.Contains(t, []source.FailureClass{source.Unavailable, source.Retryable}, forwarder.Classify(err), "server stopped: %v", err)

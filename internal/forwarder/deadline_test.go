@@ -46,6 +46,8 @@ func TestMessagePastItsPublishDeadlineIsNotSent(t *testing.T) {
 		table.SubscriberConfig{Owner: "deadline-test", AckDeadline: ackDeadline, InflightTimeout: 2 * ackDeadline, PollInterval: 10 * time.Millisecond,
 			BatchSize: 1}) // one row per message
 	require.NoError(t, err)
+	marks := source.NewTestSignal[int]()
+	sub.Signals.Marked = marks
 	msgs, err := sub.Subscribe(ctx, store.Table())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
@@ -60,7 +62,9 @@ func TestMessagePastItsPublishDeadlineIsNotSent(t *testing.T) {
 	first.Ack()
 	second := <-msgs
 
-	time.Sleep(ackDeadline + 100*time.Millisecond) // the relay "pauses"
+	// The relay "pauses" until the subscriber, at the ack deadline, has
+	// given the row back (not sent: its attempt refunded).
+	marks.WaitUntil(t, func() bool { return sub.Counters.Released.Load() == 1 }, "the late row given back at its deadline")
 	_, err = pub.PublishMsg(ctx, source.Of(second).Subject, second)
 	require.ErrorIs(t, err, source.ErrPublishDeadline)
 	require.Equal(t, source.Unavailable, forwarder.Classify(err))
@@ -94,23 +98,29 @@ func TestRowsNotHandedOverByTheirDeadlineAreGivenBack(t *testing.T) {
 		require.NoError(t, err)
 	}
 	var stalled atomic.Int64 // how often the row that stalls was admitted
+	givenBack := make(chan struct{})
 	stall := func(_ context.Context, subject string) error {
 		// Admit runs on the forwarder's goroutine right before each
-		// hand-over: the rows after this one wait behind it.
+		// hand-over: the rows after this one wait behind it, until the
+		// subscriber has given them back at their deadline.
 		if subject == fmt.Sprintf("events.handover.%02d", handedOver) && stalled.Add(1) == 1 {
-			time.Sleep(2 * ackDeadline)
+			select {
+			case <-givenBack:
+			case <-time.After(time.Minute):
+			}
 		}
 		return nil
 	}
-	b.startRelayWith(t, "relay-1", func(c *forwarder.Config) { c.Admit = stall }, func(c *table.SubscriberConfig) {
+	r := b.startRelayWith(t, "relay-1", func(c *forwarder.Config) { c.Admit = stall }, func(c *table.SubscriberConfig) {
 		c.BatchSize, c.MaxInFlight = rows, rows // one claim of every row
 		c.AckDeadline, c.InflightTimeout, c.MaxAttempts = ackDeadline, 10*time.Second, 1
 	})
-	bridgetest.WaitFor(t, 60*time.Second, func() bool {
-		st, err := b.store.Stats(context.Background(), 0)
-		require.NoError(t, err)
-		return st.Rows[outbox.StatusDone]+st.Rows[outbox.StatusPermanentFailed] == rows
-	})
+	b.untilMarked(t, 60*time.Second, func() bool { return r.sub.Counters.Released.Load() >= rows-handedOver },
+		"the rows not handed over given back at their deadline")
+	close(givenBack)
+	b.untilMarked(t, 60*time.Second, func() bool {
+		return b.rows(t, outbox.StatusDone)+b.rows(t, outbox.StatusPermanentFailed) == rows
+	}, "every row done or dead")
 
 	q := "SELECT idempotency_key, status, attempts, coalesce(last_error, '') FROM " + b.store.Table() + " ORDER BY id"
 	res, err := b.db.SQL.Query(q)

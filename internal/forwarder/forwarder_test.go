@@ -24,6 +24,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/forwarder"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
+	"github.com/outbox-bridge/bridge/internal/source"
 	"github.com/outbox-bridge/bridge/internal/source/table"
 )
 
@@ -44,6 +45,12 @@ type bundle struct {
 	prod  *sql.DB // producers' own connection
 	nats  *bridgetest.NATS
 	js    jetstream.JetStream
+	// marks is signalled by every relay of the bundle after each write of
+	// its marks (table.Signals.Marked): what the table holds moves then.
+	marks *source.TestSignal[int]
+	// claims is signalled by every relay of the bundle after each claim
+	// (table.Signals.Claimed).
+	claims *source.TestSignal[int]
 }
 
 func setup(t *testing.T, kind string) *bundle {
@@ -56,7 +63,7 @@ func setup(t *testing.T, kind string) *bundle {
 	n := bridgetest.StartNATS(t)
 	_, js := n.JetStream(t)
 	bridgetest.CreateStream(t, js, "EVENTS", "events.>")
-	return &bundle{db: store.DB(), store: store, prod: prod.SQL, nats: n, js: js}
+	return &bundle{db: store.DB(), store: store, prod: prod.SQL, nats: n, js: js, marks: source.NewTestSignal[int](), claims: source.NewTestSignal[int]()}
 }
 
 type relay struct {
@@ -86,6 +93,7 @@ func (b *bundle) startRelayWith(t *testing.T, owner string, fwdOption func(*forw
 	}
 	sub, err := table.NewSubscriber(b.store, logger, cfg)
 	require.NoError(t, err)
+	sub.Signals.Marked, sub.Signals.Claimed = b.marks, b.claims
 	nc, err := nats.Connect(b.nats.URL(), nats.MaxReconnects(-1))
 	require.NoError(t, err)
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(5*time.Second), jetstream.WithPublishAsyncMaxPending(1000))
@@ -189,11 +197,22 @@ func (b *bundle) commit(t *testing.T, rows []produced) {
 // (C translated to Go) runs many times slower under the race detector.
 func (b *bundle) waitDone(t *testing.T, n int64) {
 	t.Helper()
-	bridgetest.WaitFor(t, 300*time.Second, func() bool {
-		st, err := b.store.Stats(context.Background(), 0)
-		require.NoError(t, err)
-		return st.Rows[outbox.StatusDone] == n
-	})
+	b.untilMarked(t, 300*time.Second, func() bool { return b.rows(t, outbox.StatusDone) == n }, n, " rows done")
+}
+
+// untilMarked returns once cond holds, asking it after each write of marks
+// by a relay of b, failing after d.
+func (b *bundle) untilMarked(t *testing.T, d time.Duration, cond func() bool, what ...any) {
+	t.Helper()
+	b.marks.WaitUntilWithin(t, d, cond, what...)
+}
+
+// rows counts the rows of b's table in status.
+func (b *bundle) rows(t *testing.T, status outbox.Status) int64 {
+	t.Helper()
+	st, err := b.store.Stats(context.Background(), 0)
+	require.NoError(t, err)
+	return st.Rows[status]
 }
 
 func payloadFor(i int) []byte {

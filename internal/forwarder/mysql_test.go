@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -26,7 +25,8 @@ func TestMySQLTwoRelaysDeliverEveryRowOnceInKeyOrder(t *testing.T) {
 	relayA := b.startRelay(t, "relay-a")
 	relayB := b.startRelay(t, "relay-b")
 
-	// Watch the table while it is relayed: per key, never two rows in flight.
+	// Watch the table while it is relayed: per key, never two rows in
+	// flight, checked after every claim of either relay (b.claims).
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	watchErr := make(chan error, 1)
 	go func() {
@@ -43,7 +43,10 @@ func TestMySQLTwoRelaysDeliverEveryRowOnceInKeyOrder(t *testing.T) {
 				watchErr <- err
 				return
 			}
-			time.Sleep(2 * time.Millisecond)
+			select {
+			case <-b.claims.C():
+			case <-watchCtx.Done():
+			}
 		}
 		watchErr <- nil
 	}()

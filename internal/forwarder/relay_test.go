@@ -117,9 +117,9 @@ func TestAlreadyPublishedKeyIsDeduplicated(t *testing.T) {
 			r := b.startRelay(t, "relay-1")
 			b.waitDone(t, 1)
 			// The counters move right after the mark commits.
-			require.Eventually(t, func() bool {
+			b.untilMarked(t, 5*time.Second, func() bool {
 				return r.sub.Counters.Deduplicated.Load() == 1 && r.sub.Counters.Relayed.Load() == 1
-			}, 5*time.Second, time.Millisecond)
+			})
 
 			msgs := bridgetest.Messages(t, b.js, "EVENTS")
 			require.Len(t, msgs, 1)
@@ -214,11 +214,7 @@ func TestRowsThatCannotBePublishedAreDeadLetters(t *testing.T) {
 	}
 	b.startRelay(t, "relay-1")
 	b.waitDone(t, good)
-	bridgetest.WaitFor(t, 10*time.Second, func() bool {
-		st, err := b.store.Stats(context.Background(), 0)
-		require.NoError(t, err)
-		return st.Rows[outbox.StatusPermanentFailed] == int64(len(poison))
-	})
+	b.untilMarked(t, 10*time.Second, func() bool { return b.rows(t, outbox.StatusPermanentFailed) == int64(len(poison)) }, "every poison row a dead letter")
 
 	for key, p := range poison {
 		var lastError string
@@ -283,7 +279,7 @@ func TestDeleteOnRelay(t *testing.T) {
 				require.NoError(t, err)
 			}
 			r := b.startRelay(t, "relay-1", func(c *table.SubscriberConfig) { c.DeleteOnRelay = true })
-			require.Eventually(t, func() bool { return r.sub.Counters.Relayed.Load() == 50 }, 30*time.Second, 10*time.Millisecond)
+			b.untilMarked(t, 30*time.Second, func() bool { return r.sub.Counters.Relayed.Load() == 50 }, "50 rows relayed")
 			st, err := b.store.Stats(ctx, 0)
 			require.NoError(t, err)
 			for _, status := range outbox.Statuses {
@@ -340,7 +336,10 @@ func TestRetriedDeadLetterIsReconciled(t *testing.T) {
 			_, err := b.js.UpdateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Duplicates: time.Second})
 			require.NoError(t, err)
 			id, seq := b.inDoubtRow(t, "order-9")
-			time.Sleep(1100 * time.Millisecond) // the stream forgets the id
+			// Sleeps on purpose: JetStream's duplicate window is measured in
+			// time, and the row's first id must be forgotten by the stream
+			// for a second publish to be stored twice.
+			time.Sleep(1100 * time.Millisecond)
 			rec := dedup.NewReconciler(b.js, testLogger(), dedup.ReconcilerConfig{PublishTimeout: 200 * time.Millisecond})
 			b.startRelay(t, "relay-1", func(c *table.SubscriberConfig) { c.Reconciler = rec })
 			b.waitDone(t, 1)
@@ -370,12 +369,12 @@ func TestRowInDoubtIsHeldWhenItsStreamCannotBeRead(t *testing.T) {
 	b.startRelay(t, "relay-1", func(c *table.SubscriberConfig) { c.Reconciler = rec; c.HoldBack = time.Hour })
 	var status, lastErr string
 	var attempts int
-	require.Eventually(t, func() bool {
+	b.untilMarked(t, 10*time.Second, func() bool {
 		var msg sql.NullString
 		err := b.db.SQL.QueryRow("SELECT status, attempts, last_error FROM "+b.store.Table()+" WHERE id = ?", id).Scan(&status, &attempts, &msg)
 		lastErr = msg.String
 		return err == nil && status == "failed"
-	}, 10*time.Second, 20*time.Millisecond)
+	}, "the row in doubt held back")
 	require.Zero(t, attempts, "holding back does not count the attempt")
 	require.Contains(t, lastErr, "in doubt, not published again: cannot tell whether the row's earlier publish is stored")
 	require.Len(t, bridgetest.Messages(t, b.js, "EVENTS"), 1, "nothing published again")
@@ -407,11 +406,11 @@ func TestReconcileIsBoundedByTheLease(t *testing.T) {
 		c.Reconciler, c.HoldBack = rec, time.Hour
 		c.InflightTimeout, c.AckDeadline = 3*time.Second, 2*time.Second
 	})
-	require.Eventually(t, func() bool {
+	b.untilMarked(t, 15*time.Second, func() bool {
 		var n int
 		err := b.db.SQL.QueryRow("SELECT COUNT(*) FROM " + b.store.Table() + " WHERE status = 'failed' AND last_error LIKE 'in doubt, not published again%'").Scan(&n)
 		return err == nil && n == len(ids)
-	}, 15*time.Second, 50*time.Millisecond, "the rows in doubt were not held back")
+	}, "the rows in doubt were not held back")
 	require.Zero(t, r.sub.Counters.Requeued.Load(), "a lease ran out during the reconcile")
 	require.Len(t, bridgetest.Messages(t, b.js, "EVENTS"), len(ids), "nothing published again")
 }

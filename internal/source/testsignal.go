@@ -45,6 +45,11 @@ func (s *TestSignal[T]) Signal(v T) {
 	}
 }
 
+// C is the channel the values signalled go to, for a test that watches
+// them from a goroutine of its own (where it may not fail the test); nil
+// until Enable.
+func (s *TestSignal[T]) C() <-chan T { return s.ch }
+
 // Wait returns the next value signalled, failing the test when none comes
 // within TestSignalTimeout.
 func (s *TestSignal[T]) Wait(t testing.TB) T {
@@ -66,13 +71,20 @@ func (s *TestSignal[T]) Wait(t testing.TB) T {
 // signalled between a check and the wait is kept, so none is missed.
 func (s *TestSignal[T]) WaitUntil(t testing.TB, cond func() bool, what ...any) {
 	t.Helper()
-	timer := time.NewTimer(TestSignalTimeout)
+	s.WaitUntilWithin(t, TestSignalTimeout, cond, what...)
+}
+
+// WaitUntilWithin is WaitUntil with its own bound d, for a wait that
+// covers much work (thousands of rows relayed).
+func (s *TestSignal[T]) WaitUntilWithin(t testing.TB, d time.Duration, cond func() bool, what ...any) {
+	t.Helper()
+	timer := time.NewTimer(d)
 	defer timer.Stop()
 	for !cond() {
 		select {
 		case <-s.ch:
 		case <-timer.C:
-			t.Fatalf("not within %s: %s", TestSignalTimeout, fmt.Sprint(what...))
+			t.Fatalf("not within %s: %s", d, fmt.Sprint(what...))
 		}
 	}
 }
