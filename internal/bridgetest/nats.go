@@ -298,3 +298,28 @@ func (c *Cluster) Server(name string) *server.Server {
 	}
 	return nil
 }
+
+// WaitMessages returns once stream holds at least n messages, reading them
+// as the server stores them through an ordered consumer (a push of each
+// message, not a poll of the stream's state), and fails the test when d
+// passes first.
+func WaitMessages(t testing.TB, js jetstream.JetStream, stream string, n int, d time.Duration) {
+	t.Helper()
+	if n <= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	c, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
+	require.NoError(t, err, "consumer of stream %s", stream)
+	it, err := c.Messages()
+	require.NoError(t, err, "consumer of stream %s", stream)
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	defer it.Stop()
+	for got := 0; got < n; got++ {
+		if _, err := it.Next(); err != nil {
+			t.Fatalf("stream %s: %d of %d messages within %s (%v)", stream, got, n, d, err)
+		}
+	}
+}

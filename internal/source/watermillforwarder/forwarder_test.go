@@ -24,6 +24,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/daemon"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
+	"github.com/outbox-bridge/bridge/internal/source"
 	"github.com/outbox-bridge/bridge/internal/source/watermillforwarder"
 	"github.com/outbox-bridge/bridge/internal/source/watermillforwarder/watermillforwardertest"
 )
@@ -88,6 +89,8 @@ type running struct {
 	f      *watermillforwarder.Forwarder
 	cancel context.CancelFunc
 	stop   func() error
+	// settled receives a value after each message's outcome is counted.
+	settled *source.TestSignal[struct{}]
 }
 
 func (b *bundle) start(t *testing.T, o relayOptions) *running {
@@ -111,7 +114,8 @@ func (b *bundle) start(t *testing.T, o relayOptions) *running {
 	require.NoError(t, err)
 
 	runCtx, cancel := context.WithCancel(ctx)
-	r := &running{f: f, cancel: cancel}
+	r := &running{f: f, cancel: cancel, settled: source.NewTestSignal[struct{}]()}
+	f.Signals.Settled = r.settled
 	if o.afterPublish != nil {
 		watermillforwarder.SetAfterPublish(f, func(n int64) { o.afterPublish(r, n) })
 	}
@@ -211,8 +215,7 @@ func streamMsgs(t *testing.T, js jetstream.JetStream, stream string) uint64 {
 // waitStream waits until stream holds n messages.
 func waitStream(t *testing.T, js jetstream.JetStream, stream string, n uint64) {
 	t.Helper()
-	bridgetest.WaitFor(t, waitLimit, func() bool { return streamMsgs(t, js, stream) >= n },
-		"stream %s should reach %d messages", stream, n)
+	bridgetest.WaitMessages(t, js, stream, int(n), waitLimit)
 	require.Equal(t, n, streamMsgs(t, js, stream))
 }
 
@@ -251,9 +254,8 @@ func TestForwarderRelaysEveryCommittedEnvelopeOnce(t *testing.T) {
 			waitStream(t, b.js, "EVENTS", uint64(len(p.committed)))
 			offsets := b.svc.Offsets(t)
 			require.Len(t, offsets, len(p.committed), "rolled-back transactions left no row")
-			bridgetest.WaitFor(t, waitLimit, func() bool { return b.svc.OffsetAcked(t) == offsets[len(offsets)-1] },
-				"the consumer group's offset reaches the last message")
 			require.NoError(t, r.stop())
+			require.Equal(t, offsets[len(offsets)-1], b.svc.OffsetAcked(t), "the consumer group's offset reaches the last message")
 			b.verify(t, p)
 			require.Equal(t, p.txs, b.svc.BusinessRows(t))
 			require.Equal(t, int64(len(p.committed)), r.f.Counters.Relayed.Load())
@@ -325,8 +327,8 @@ func TestForwarderStopInTheMiddleOfABatch(t *testing.T) {
 
 			second := b.start(t, relayOptions{batchSize: batch})
 			waitStream(t, b.js, "EVENTS", total)
-			bridgetest.WaitFor(t, waitLimit, func() bool { return b.svc.OffsetAcked(t) == offsets[total-1] })
 			require.NoError(t, second.stop())
+			require.Equal(t, offsets[total-1], b.svc.OffsetAcked(t), "the consumer group's offset reaches the last message")
 			b.verify(t, p)
 			republished := uint64(second.f.Counters.Deduplicated.Load())
 			// A publish of the second run retried after a timeout whose
@@ -372,9 +374,8 @@ func TestForwarderSkipsWhatCanNeverBePublished(t *testing.T) {
 
 	waitStream(t, b.js, "EVENTS", 2)
 	offsets := b.svc.Offsets(t)
-	bridgetest.WaitFor(t, waitLimit, func() bool { return b.svc.OffsetAcked(t) == offsets[len(offsets)-1] },
-		"skipped messages do not hold back the queue")
 	require.NoError(t, r.stop())
+	require.Equal(t, offsets[len(offsets)-1], b.svc.OffsetAcked(t), "skipped messages do not hold back the queue")
 	msgs := bridgetest.Messages(t, b.js, "EVENTS")
 	require.Equal(t, ok1.UUID, msgs[0].Headers().Get(jetstream.MsgIDHeader))
 	require.Equal(t, ok2.UUID, msgs[1].Headers().Get(jetstream.MsgIDHeader))
@@ -405,8 +406,9 @@ func TestForwarderIdempotencyKeyFromMetadata(t *testing.T) {
 		require.NoError(t, b.svc.Publish(ctx, true, "events.order", m))
 	}
 	offsets := b.svc.Offsets(t)
-	bridgetest.WaitFor(t, waitLimit, func() bool { return b.svc.OffsetAcked(t) == offsets[len(offsets)-1] })
+	r.settled.WaitUntilWithin(t, waitLimit, func() bool { return r.f.Counters.Relayed.Load() == int64(len(offsets)) }, "every message published")
 	require.NoError(t, r.stop())
+	require.Equal(t, offsets[len(offsets)-1], b.svc.OffsetAcked(t))
 
 	msgs := bridgetest.Messages(t, b.js, "EVENTS")
 	require.Len(t, msgs, 3, "the second event of operation order-1-created is a duplicate")
@@ -435,7 +437,7 @@ func TestForwarderRetryableFailureHoldsTheQueueInOrder(t *testing.T) {
 	require.NoError(t, b.svc.Publish(ctx, true, "other.x", blocked)) // no stream covers other.>
 	require.NoError(t, b.svc.Publish(ctx, true, "events.order", behind))
 
-	require.Eventually(t, func() bool { return r.f.Counters.Failed.Load() >= 3 }, waitLimit, 10*time.Millisecond,
+	r.settled.WaitUntilWithin(t, waitLimit, func() bool { return r.f.Counters.Failed.Load() >= 3 },
 		"the message without a stream is sent again")
 	require.Zero(t, streamMsgs(t, b.js, "EVENTS"), "the next message waits for the one before it")
 	bridgetest.CreateStream(t, b.js, "OTHER", "other.>")
