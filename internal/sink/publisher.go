@@ -119,6 +119,9 @@ type Publisher struct {
 	// sends carries publishes to the one goroutine that hands them to the
 	// client; see writer.
 	sends chan *send
+	// writerDone is closed when the writer goroutine returned (after
+	// Close, once the sends queued are written).
+	writerDone chan struct{}
 
 	// mu is held shared by every publish in progress and exclusively by
 	// Close, which sets closed and closes sends.
@@ -173,7 +176,7 @@ func New(js jetstream.JetStream, cfg Config) (*Publisher, error) {
 	if cfg.Marshaler == nil {
 		cfg.Marshaler = MetadataMarshaler{}
 	}
-	p := &Publisher{js: js, cfg: cfg, sends: make(chan *send, 64), connClosed: make(chan struct{})}
+	p := &Publisher{js: js, cfg: cfg, sends: make(chan *send, 64), writerDone: make(chan struct{}), connClosed: make(chan struct{})}
 	if nc := cfg.Conn; nc != nil {
 		closed := nc.StatusChanged(nats.CLOSED)
 		go func() {
@@ -202,6 +205,7 @@ func New(js jetstream.JetStream, cfg Config) (*Publisher, error) {
 // bridge-bench). This goroutine's stack grows once. Waiting for PubAcks
 // stays with the callers, so many still await theirs at once.
 func (p *Publisher) writer() {
+	defer close(p.writerDone)
 	for s := range p.sends {
 		p.write(s)
 		s.done <- struct{}{}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
 
@@ -53,10 +51,11 @@ func TestPublisherSurvivesAPanicAndStopsOnClose(t *testing.T) {
 	require.NoError(t, pub.Close(), "Close is idempotent")
 	_, err = pub.PublishMsg(ctx, "s.a", message.NewMessage("late", []byte("z")))
 	require.True(t, errors.Is(err, sink.ErrClosed), "%v", err)
-	require.Eventually(t, func() bool {
-		buf := make([]byte, 1<<20)
-		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "sink.(*Publisher).writer")
-	}, 5*time.Second, 10*time.Millisecond, "the writer goroutine still runs after Close")
+	select {
+	case <-sink.WriterDone(pub):
+	case <-time.After(5 * time.Second):
+		t.Fatal("the writer goroutine still runs after Close")
+	}
 }
 
 // TestPublishTimeoutAndTimerReuse: a publish whose PubAck never comes (a
