@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/outbox-bridge/bridge/internal/source"
 	"github.com/outbox-bridge/bridge/internal/source/postgreswal"
 	"github.com/outbox-bridge/bridge/internal/source/table"
 	"github.com/outbox-bridge/bridge/internal/source/watermillforwarder"
@@ -44,3 +45,24 @@ func Observe(d Daemon) Observed {
 // CloseNATS closes d's NATS connection for good, as a server that drops
 // the relay's credentials would: Serve builds the relay again.
 func CloseNATS(d Daemon) { d.(*Relay).Conn.Close() }
+
+// Moved sets sig on d's source, before Run, to receive a value whenever
+// its rows move: a write of marks (table, postgres-wal) or a message
+// settled (watermill-forwarder). One sig may watch several relays.
+func Moved(d Daemon, sig *source.TestSignal[int]) {
+	switch s := d.(*Relay).Source.(type) {
+	case *table.Source:
+		s.Subscriber.Signals.Marked = sig
+	case *postgreswal.Source:
+		s.Subscriber.Signals.Marked = sig
+	case *watermillforwarder.Source:
+		s.Forwarder.Signals.Settled = sig
+	default:
+		panic(fmt.Sprintf("no such source: %T", s))
+	}
+}
+
+// TableSignals are the signals of d's table source (source: table).
+func TableSignals(d Daemon) *table.Signals {
+	return &d.(*Relay).Source.(*table.Source).Subscriber.Signals
+}

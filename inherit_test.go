@@ -69,6 +69,10 @@ func TestInheritAcrossARebuild(t *testing.T) {
 				publish.row(t, fmt.Sprint("ok-", i), "events.ok")
 			}
 			publish.row(t, "short", "short.x")
+			// This test polls on purpose: a stall is found by the stall
+			// watch's own clock (relay.stall_after), and the guard's verdict
+			// on a stream may come after the rows' marks, so no one signal
+			// marks the moment each condition turns true.
 			bridgetest.WaitFor(t, 60*time.Second, func() bool {
 				o := bridge.Observe(first)
 				return o.Relayed == 6 && o.Violations >= 1

@@ -21,9 +21,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	bridge "github.com/outbox-bridge/bridge"
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 // relayMetrics returns the metric families of the relay: those its
@@ -68,6 +70,8 @@ func scrapeRelay(t *testing.T) map[string]string {
 	cfg.Relay.PollInterval = 20 * time.Millisecond
 	require.NoError(t, cfg.Validate())
 	relay, cleanup := newRelay(t, &cfg)
+	moved := source.NewTestSignal[int]()
+	bridge.Moved(relay, moved)
 	runCtx, stop := context.WithCancel(ctx)
 	done, served := make(chan error, 1), make(chan error, 1)
 	go func() { served <- relay.Health.Serve(runCtx) }()
@@ -81,12 +85,10 @@ func scrapeRelay(t *testing.T) map[string]string {
 
 	_, err = store.Enqueue(ctx, outbox.Entry{IdempotencyKey: "metrics-1", Subject: "events.metrics", Payload: []byte("x")})
 	require.NoError(t, err)
-	var relayed bool
-	for deadline := time.Now().Add(time.Minute); !relayed && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	moved.WaitUntilWithin(t, time.Minute, func() bool {
 		st, found, err := store.StatusOf(ctx, 1)
-		relayed = err == nil && found && st == outbox.StatusDone
-	}
-	require.True(t, relayed, "the row was not relayed within a minute")
+		return err == nil && found && st == outbox.StatusDone
+	}, "the row relayed")
 
 	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + relay.Health.Addr() + "/metrics")
 	require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 // TestNotificationWakesTheRelay runs the relay as wire assembles it, with a
@@ -48,6 +49,10 @@ func TestNotificationWakesTheRelay(t *testing.T) {
 	require.NoError(t, cfg.Validate())
 
 	relay, cleanup := newRelay(t, &cfg)
+	signals := bridge.TableSignals(relay)
+	signals.Listening, signals.Claimed = source.NewTestSignal[struct{}](), source.NewTestSignal[int]()
+	moved := source.NewTestSignal[int]()
+	bridge.Moved(relay, moved)
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(runCtx) }()
@@ -60,21 +65,18 @@ func TestNotificationWakesTheRelay(t *testing.T) {
 	// wait the poll interval (1 h). Once the LISTEN session listens and
 	// its start-up wake has claimed (nothing), only a notification wakes
 	// the relay.
-	bridgetest.WaitFor(t, 30*time.Second, func() bool {
-		var listening bool
-		require.NoError(t, db.SQL.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-	WHERE datname = current_database() AND query = 'LISTEN '||$1 AND state = 'idle' AND pid <> pg_backend_pid())`, outbox.NotifyChannel).Scan(&listening))
-		return listening
-	}, "the relay's LISTEN session")
-	time.Sleep(500 * time.Millisecond) // the start-up wake's claim
+	signals.Listening.Wait(t)
+	require.Zero(t, signals.Claimed.Wait(t), "the first claim finds no row")
 	_, err = store.Enqueue(ctx, outbox.Entry{IdempotencyKey: "row", Subject: "events.x", Payload: []byte("x")})
 	require.NoError(t, err)
-	waitDone(t, store, 1)
+	waitDone(t, moved, store, 1)
 }
 
-func waitDone(t *testing.T, store *outbox.Store, n int64) {
+// waitDone returns once store holds n done rows, asking after each time
+// the rows of a relay moved (moved, set with bridge.Moved).
+func waitDone(t *testing.T, moved *source.TestSignal[int], store *outbox.Store, n int64) {
 	t.Helper()
-	bridgetest.WaitFor(t, 5*time.Second, func() bool {
+	moved.WaitUntil(t, func() bool {
 		st, err := store.Stats(context.Background(), 0)
 		require.NoError(t, err)
 		return st.Rows[outbox.StatusDone] == n

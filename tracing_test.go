@@ -15,9 +15,11 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	bridge "github.com/outbox-bridge/bridge"
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/source"
 	"github.com/outbox-bridge/bridge/internal/source/table"
 )
 
@@ -72,6 +74,8 @@ func TestTraceContextAndSpans(t *testing.T) {
 	cfg.Relay.PollInterval = 10 * time.Millisecond
 	require.NoError(t, cfg.Validate())
 	relay, cleanup := newRelay(t, &cfg)
+	moved := source.NewTestSignal[int]()
+	bridge.Moved(relay, moved)
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(runCtx) }()
@@ -83,7 +87,7 @@ func TestTraceContextAndSpans(t *testing.T) {
 	require.NoError(t, err)
 	_, err = relay.Source.(*table.Source).Store.Enqueue(ctx, outbox.Entry{IdempotencyKey: "untraced", Subject: "events.t", Payload: []byte("y")})
 	require.NoError(t, err)
-	bridgetest.WaitFor(t, 10*time.Second, func() bool {
+	moved.WaitUntil(t, func() bool {
 		st, err := relay.Source.(*table.Source).Store.Stats(ctx, 0)
 		require.NoError(t, err)
 		return st.Rows[outbox.StatusDone] == 2

@@ -16,18 +16,20 @@ import (
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/source"
 	"github.com/outbox-bridge/bridge/internal/source/postgreswal"
 )
 
 // runDaemon builds the daemon of cfg as wire assembles it (any source) and
 // runs it until the test ends.
-func runDaemon(t *testing.T, cfg *config.Config) {
+func runDaemon(t *testing.T, cfg *config.Config, moved *source.TestSignal[int]) {
 	t.Helper()
 	require.NoError(t, cfg.Validate())
 	logger := discardLogger()
 	hs := listenHealth(t, cfg.HTTP.Listen)
 	d, cleanup, err := bridge.NewDaemon(context.Background(), cfg, logger, hs)
 	require.NoError(t, err)
+	bridge.Moved(d, moved)
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
@@ -89,12 +91,13 @@ func TestWakeUpWithoutNotifications(t *testing.T) {
 			// The first claim takes this row; the claims follow from there.
 			_, err := store.Enqueue(ctx, outbox.Entry{IdempotencyKey: "first", Subject: "events.x", Payload: []byte("x")})
 			require.NoError(t, err)
-			runDaemon(t, &cfg)
-			waitDone(t, store, 1)
+			moved := source.NewTestSignal[int]()
+			runDaemon(t, &cfg, moved)
+			waitDone(t, moved, store, 1)
 			for i := range 8 {
 				_, err = store.Enqueue(ctx, outbox.Entry{IdempotencyKey: fmt.Sprintf("row-%d", i), Subject: "events.x", Payload: []byte("x")})
 				require.NoError(t, err)
-				waitDone(t, store, int64(i+2))
+				waitDone(t, moved, store, int64(i+2))
 			}
 		})
 	}
@@ -108,14 +111,15 @@ func TestWakeUpWithoutNotifications(t *testing.T) {
 // executed LISTEN, UNLISTEN, or NOTIFY"). Needs max_prepared_transactions
 // > 0, which .ci/postgres-logical sets.
 func TestPrepareTransaction(t *testing.T) {
-	for _, source := range []string{config.SourceTable, config.SourcePostgresWAL} {
-		t.Run(source, func(t *testing.T) {
+	for _, src := range []string{config.SourceTable, config.SourcePostgresWAL} {
+		t.Run(src, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			n := bridgetest.StartNATS(t)
-			cfg, store := postgresSourceConfig(t, source, n.URL())
+			cfg, store := postgresSourceConfig(t, src, n.URL())
 			db, table := store.DB(), store.Table()
-			runDaemon(t, &cfg)
+			moved := source.NewTestSignal[int]()
+			runDaemon(t, &cfg, moved)
 
 			gid := func(what string) string { return fmt.Sprintf("%s_%s", table, what) }
 			prepare := func(key, what string) {
@@ -139,7 +143,7 @@ func TestPrepareTransaction(t *testing.T) {
 			// everything committed before it that ever will be.
 			_, err = store.Enqueue(ctx, outbox.Entry{IdempotencyKey: "after", Subject: "events.x", Payload: []byte("x")})
 			require.NoError(t, err)
-			bridgetest.WaitFor(t, 60*time.Second, func() bool {
+			moved.WaitUntilWithin(t, 60*time.Second, func() bool {
 				st, err := store.Stats(ctx, 0)
 				require.NoError(t, err)
 				return st.Rows[outbox.StatusDone] == 2
@@ -227,7 +231,8 @@ func relayAcrossMigration(t *testing.T, db *outbox.DB, url, table string) {
 	n := bridgetest.StartNATS(t)
 	old := relayConfig(t, url, table, n.URL())
 	old.Relay.Owner = "old"
-	runDaemon(t, &old)
+	moved := source.NewTestSignal[int]() // both relays'
+	runDaemon(t, &old, moved)
 
 	const writers, perWriter = 4, 100
 	produce := func(from, to int) {
@@ -240,7 +245,6 @@ func relayAcrossMigration(t *testing.T, db *outbox.DB, url, table string) {
 						errs <- err
 						return
 					}
-					time.Sleep(time.Millisecond)
 				}
 				errs <- nil
 			}()
@@ -249,28 +253,32 @@ func relayAcrossMigration(t *testing.T, db *outbox.DB, url, table string) {
 			require.NoError(t, <-errs)
 		}
 	}
-	done := make(chan struct{})
+	done, migrated := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		produce(0, perWriter/2)
 		// Half written: migrate while the writers go on.
 		go func() {
+			defer close(migrated)
 			_, err := outbox.Migrate(ctx, db, table)
 			assert.NoError(t, err, "migrations while producers and a relay run")
 		}()
 		produce(perWriter/2, perWriter)
 	}()
-	bridgetest.WaitFor(t, 60*time.Second, func() bool {
-		current, target, err := outbox.SchemaVersions(ctx, db, table)
-		require.NoError(t, err)
-		return current == target
-	}, "every migration applied while producers write")
+	select {
+	case <-migrated:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the migrations did not finish within 60 s")
+	}
+	current, target, err := outbox.SchemaVersions(ctx, db, table)
+	require.NoError(t, err)
+	require.Equal(t, target, current, "every migration applied while producers write")
 	neu := relayConfig(t, url, table, n.URL())
 	neu.Relay.Owner = "new"
-	runDaemon(t, &neu)
+	runDaemon(t, &neu, moved)
 	<-done
 
-	bridgetest.WaitFor(t, 60*time.Second, func() bool {
+	moved.WaitUntilWithin(t, 60*time.Second, func() bool {
 		st, err := store.Stats(ctx, 0)
 		require.NoError(t, err)
 		return st.Rows[outbox.StatusDone] == writers*perWriter

@@ -67,10 +67,13 @@ var errBehindPooler = errors.New("the database is reached through a connection p
 // one wake, since notifications sent meanwhile are lost. Errors are logged:
 // the poll interval keeps the relay going without notifications. Listening
 // again after an interruption is logged once.
-func ListenPostgres(ctx context.Context, db *DB, table string, wake func(), logger *slog.Logger) {
+func ListenPostgres(ctx context.Context, db *DB, table string, wake func(), logger *slog.Logger, onListen ...func()) {
 	backoff := 100 * time.Millisecond
 	var interrupted time.Time // zero while listening, or before the first LISTEN
 	listening := func() {
+		for _, f := range onListen {
+			f()
+		}
 		backoff = 100 * time.Millisecond
 		if !interrupted.IsZero() {
 			logger.Info("outbox notifications restored", slog.Duration("interrupted_for", time.Since(interrupted).Round(time.Millisecond)))

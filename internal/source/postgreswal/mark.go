@@ -116,6 +116,7 @@ func (s *Subscriber) writeMarks(items []markItem) {
 			}
 		}
 		s.settled.push(settled...)
+		s.Signals.Marked.Signal(len(settled))
 		if len(invisible) == 0 {
 			s.logger.Debug("marked", slog.Int("rows", len(items)), slog.Duration("took", time.Since(start)))
 			return

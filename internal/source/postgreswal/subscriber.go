@@ -86,6 +86,10 @@ type Subscriber struct {
 
 	// Counters are the subscriber's running totals.
 	Counters Counters
+	// Signals are the moments a test can wait for: Marked receives the
+	// rows each write of marks settled (their statuses and Counters have
+	// moved). Set it (source.NewTestSignal) before Subscribe.
+	Signals struct{ Marked *source.TestSignal[int] }
 
 	events   chan []event
 	outcomes chan outcome

@@ -80,7 +80,8 @@ func (s *Source) Services() []func(context.Context) {
 	services := []func(context.Context){s.Stall.Run, s.Pinger.Run}
 	if db := s.Store.DB(); db.Capabilities().SupportsNotify {
 		services = append(services, func(ctx context.Context) {
-			outbox.ListenPostgres(ctx, db, s.Store.Table(), s.Subscriber.Wake, s.Logger)
+			outbox.ListenPostgres(ctx, db, s.Store.Table(), s.Subscriber.Wake, s.Logger,
+				func() { s.Subscriber.Signals.Listening.Signal(struct{}{}) })
 		})
 	}
 	return services

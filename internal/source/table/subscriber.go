@@ -293,6 +293,10 @@ type Signals struct {
 	Purged *source.TestSignal[int]
 	// Draining receives one value as the drain begins.
 	Draining *source.TestSignal[struct{}]
+	// Listening receives one value each time the table source's LISTEN
+	// session (PostgreSQL) starts to listen, right before it wakes the
+	// claims.
+	Listening *source.TestSignal[struct{}]
 }
 
 // LastClaim is when a claim last took rows (or the subscriber was made).

@@ -90,7 +90,7 @@ type running struct {
 	cancel context.CancelFunc
 	stop   func() error
 	// settled receives a value after each message's outcome is counted.
-	settled *source.TestSignal[struct{}]
+	settled *source.TestSignal[int]
 }
 
 func (b *bundle) start(t *testing.T, o relayOptions) *running {
@@ -114,7 +114,7 @@ func (b *bundle) start(t *testing.T, o relayOptions) *running {
 	require.NoError(t, err)
 
 	runCtx, cancel := context.WithCancel(ctx)
-	r := &running{f: f, cancel: cancel, settled: source.NewTestSignal[struct{}]()}
+	r := &running{f: f, cancel: cancel, settled: source.NewTestSignal[int]()}
 	f.Signals.Settled = r.settled
 	if o.afterPublish != nil {
 		watermillforwarder.SetAfterPublish(f, func(n int64) { o.afterPublish(r, n) })

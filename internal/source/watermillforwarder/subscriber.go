@@ -53,7 +53,7 @@ type Subscriber struct {
 	// Signals are the moments a test can wait for: Settled receives one
 	// value after each message's outcome is counted and the message acked
 	// or nacked. Set it (source.NewTestSignal) before Subscribe.
-	Signals struct{ Settled *source.TestSignal[struct{}] }
+	Signals struct{ Settled *source.TestSignal[int] }
 
 	// subCtx is the subscription's context: it ends only when a stop goes
 	// past the forwarder's CloseTimeout, or after the relay stopped.
@@ -149,7 +149,7 @@ func (s *Subscriber) deliver(row *message.Message, out chan<- *message.Message) 
 // settle acks or nacks row, the envelope of u, by the outcome of u's
 // publish.
 func (s *Subscriber) settle(row *message.Message, u *unwrapped, out source.Outcome) {
-	defer s.Signals.Settled.Signal(struct{}{})
+	defer s.Signals.Settled.Signal(1)
 	switch {
 	case out.Published:
 		if out.Duplicate {
