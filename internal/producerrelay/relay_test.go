@@ -23,6 +23,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/forwarder"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
+	"github.com/outbox-bridge/bridge/internal/source"
 	"github.com/outbox-bridge/bridge/internal/source/table"
 	"github.com/outbox-bridge/bridge/producer"
 )
@@ -35,7 +36,8 @@ var relayKinds = []string{"sqlite", "postgres", "mysql"}
 // server with stream EVENTS on events.>.
 type relayBundle struct {
 	*bundle
-	js jetstream.JetStream
+	js    jetstream.JetStream
+	marks *source.TestSignal[int] // the relay's writes of marks
 }
 
 func setupRelay(t *testing.T, kind string) *relayBundle {
@@ -44,13 +46,14 @@ func setupRelay(t *testing.T, kind string) *relayBundle {
 	n := bridgetest.StartNATS(t)
 	_, js := n.JetStream(t)
 	bridgetest.CreateStream(t, js, "EVENTS", "events.>")
-	startRelay(t, b.store, n)
-	return &relayBundle{bundle: b, js: js}
+	marks := startRelay(t, b.store, n)
+	return &relayBundle{bundle: b, js: js, marks: marks}
 }
 
 // startRelay runs a relay over store until the test ends, built as
-// cmd/bridge builds it (see internal/forwarder's tests).
-func startRelay(t *testing.T, store *outbox.Store, n *bridgetest.NATS) {
+// cmd/bridge builds it (see internal/forwarder's tests), and returns the
+// signal of its writes of marks.
+func startRelay(t *testing.T, store *outbox.Store, n *bridgetest.NATS) *source.TestSignal[int] {
 	t.Helper()
 	logger := testLogger()
 	sub, err := table.NewSubscriber(store, logger, table.SubscriberConfig{
@@ -59,6 +62,7 @@ func startRelay(t *testing.T, store *outbox.Store, n *bridgetest.NATS) {
 		DrainTimeout: 5 * time.Second,
 	})
 	require.NoError(t, err)
+	sub.Signals.Marked = source.NewTestSignal[int]()
 	nc, err := nats.Connect(n.URL(), nats.MaxReconnects(-1))
 	require.NoError(t, err)
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(5*time.Second))
@@ -79,6 +83,7 @@ func startRelay(t *testing.T, store *outbox.Store, n *bridgetest.NATS) {
 			nc.Close()
 		})
 	})
+	return sub.Signals.Marked
 }
 
 func testLogger() *slog.Logger {
@@ -92,7 +97,7 @@ func testLogger() *slog.Logger {
 // messages.
 func (b *relayBundle) waitRelayed(t *testing.T, n int64) []jetstream.Msg {
 	t.Helper()
-	bridgetest.WaitFor(t, 60*time.Second, func() bool {
+	b.marks.WaitUntilWithin(t, 60*time.Second, func() bool {
 		st, err := b.store.Stats(context.Background(), 0)
 		require.NoError(t, err)
 		return st.Rows[outbox.StatusDone] == n
