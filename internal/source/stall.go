@@ -29,6 +29,8 @@ type StallConfig struct {
 	// fails (liveness: an orchestrator restarts the process); negative
 	// means never. Defaults to 5m.
 	UnhealthyAfter time.Duration
+	// Clock tells the time. Defaults to RealClock.
+	Clock Clock
 }
 
 // StallSource is what a StallWatch asks of a relay's source: whether rows
@@ -87,7 +89,7 @@ func (w *StallWatch) held() string {
 		return ""
 	}
 	cause, since := (*f)()
-	if cause == "" || time.Since(since) < w.cfg.After {
+	if cause == "" || w.elapsed(since) < w.cfg.After {
 		return ""
 	}
 	return "rows held for the broker: " + cause
@@ -98,6 +100,9 @@ func (w *StallWatch) held() string {
 func NewStallWatch(src StallSource, logger *slog.Logger, cfg StallConfig) *StallWatch {
 	cfg.After = cmp.Or(cfg.After, StallAfterDefault)
 	cfg.UnhealthyAfter = cmp.Or(cfg.UnhealthyAfter, StallUnhealthyAfterDefault)
+	if cfg.Clock == nil {
+		cfg.Clock = RealClock
+	}
 	return &StallWatch{src: src, cfg: cfg, logger: logger}
 }
 
@@ -120,7 +125,7 @@ func (w *StallWatch) check(ctx context.Context) {
 		w.stalled(cause, w.cfg.After)
 		return
 	}
-	idle := time.Since(w.src.LastProgress())
+	idle := w.elapsed(w.src.LastProgress())
 	if idle < w.cfg.After {
 		w.clear()
 		return
@@ -143,7 +148,7 @@ func (w *StallWatch) check(ctx context.Context) {
 // stalled records a stall of cause, logging it when it starts or its
 // cause changes.
 func (w *StallWatch) stalled(cause string, idle time.Duration) {
-	w.since.CompareAndSwap(0, time.Now().UnixNano())
+	w.since.CompareAndSwap(0, w.cfg.Clock.Now().UnixNano())
 	if prev := w.cause.Swap(&cause); prev == nil || *prev != cause {
 		w.logger.Error("relay stalled: "+cause,
 			slog.String("cause", cause), slog.Duration("stall_after", w.cfg.After), slog.Duration("moved_nothing_for", idle.Round(time.Second)),
@@ -162,7 +167,7 @@ func (w *StallWatch) excuse() string {
 func (w *StallWatch) clear() {
 	w.cause.Store(nil)
 	if since := w.since.Swap(0); since != 0 {
-		w.logger.Info("relay moves rows again after a stall", slog.Duration("stalled_for", time.Since(time.Unix(0, since)).Round(time.Second)))
+		w.logger.Info("relay moves rows again after a stall", slog.Duration("stalled_for", w.elapsed(time.Unix(0, since)).Round(time.Second)))
 	}
 }
 
@@ -179,8 +184,11 @@ func (w *StallWatch) Stalled() time.Duration {
 	if since == 0 {
 		return 0
 	}
-	return time.Since(time.Unix(0, since))
+	return w.elapsed(time.Unix(0, since))
 }
+
+// elapsed is the time elapsed since t on the watch's clock.
+func (w *StallWatch) elapsed(t time.Time) time.Duration { return w.cfg.Clock.Now().Sub(t) }
 
 // Alive returns an error when the relay has been stalled for
 // UnhealthyAfter or longer, unless its source excuses the stall.
