@@ -50,6 +50,9 @@ type env struct {
 	prod  *sql.DB // the producers' own pool
 	nats  *bridgetest.NATS
 	js    jetstream.JetStream
+	// marks is signalled by every relay of the env after each write of its
+	// marks: the table's statuses move then.
+	marks *source.TestSignal[int]
 }
 
 func setup(t *testing.T) *env {
@@ -67,7 +70,7 @@ func setup(t *testing.T) *env {
 	require.NoError(t, err)
 	t.Cleanup(func() { prod.Close() })
 	slot, pub := bridgetest.WALNames(t, url)
-	e := &env{url: url, names: postgreswal.Names{Table: table, Slot: slot, Publication: pub}, db: db, store: store, prod: prod}
+	e := &env{url: url, names: postgreswal.Names{Table: table, Slot: slot, Publication: pub}, db: db, store: store, prod: prod, marks: source.NewTestSignal[int]()}
 	createdPub, createdSlot, err := postgreswal.Setup(ctx, db.SQL, e.names)
 	require.NoError(t, err)
 	require.True(t, createdPub && createdSlot)
@@ -76,6 +79,12 @@ func setup(t *testing.T) *env {
 	bridgetest.CreateStream(t, e.js, "EVENTS", "events.>")
 	return e
 }
+
+// This file still sleeps and polls where what a test waits for is a real
+// server's state or time itself: a slot becoming active or confirmed on the
+// server, a NATS outage's length, a backoff or a duplicate window passing,
+// metrics sampled over an outage. What happens inside the relay (marks) is
+// waited for on its signal (untilMarked).
 
 // relay is a running subscriber and forwarder.
 type relay struct {
@@ -111,6 +120,7 @@ func (e *env) relay(t *testing.T, cfg postgreswal.Config) *relay {
 	cfg.Connected = nc.IsConnected
 	sub, err := postgreswal.NewSubscriber(ctx, e.db, e.store, logger, cfg)
 	require.NoError(t, err)
+	sub.Signals.Marked = e.marks
 	// As the relay wires it (ProvideForwarder): the rows reach the
 	// forwarder in batches, and the keeper tells a failed publish that is
 	// the broker's outage or, from the server's answer, the row's own.
@@ -156,15 +166,17 @@ func (e *env) count(t *testing.T, status outbox.Status) int {
 	return n
 }
 
+// waitDone returns once n rows are done, asking after each write of marks.
 func (e *env) waitDone(t *testing.T, n int, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for e.count(t, outbox.StatusDone) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d rows done after %s", e.count(t, outbox.StatusDone), n, d)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	e.untilMarked(t, d, func() bool { return e.count(t, outbox.StatusDone) >= n }, n, " rows done")
+}
+
+// untilMarked returns once cond holds, asking it after each write of marks
+// by a relay of e, failing after d.
+func (e *env) untilMarked(t *testing.T, d time.Duration, cond func() bool, what ...any) {
+	t.Helper()
+	e.marks.WaitUntilWithin(t, d, cond, what...)
 }
 
 // insertTx inserts the rows ids [from, to) in one transaction, holding it
@@ -482,11 +494,7 @@ func TestRowsThatCannotBePublishedAreDeadLetters(t *testing.T) {
 	noStream := insert("no-stream", "other.subject", "{}")
 	good2 := insert("good-2", "events.ok", "{}")
 	e.waitDone(t, 2, 30*time.Second)
-	deadline := time.Now().Add(30 * time.Second)
-	for e.count(t, outbox.StatusPermanentFailed) < 4 {
-		require.True(t, time.Now().Before(deadline), "dead letters: %d of 4", e.count(t, outbox.StatusPermanentFailed))
-		time.Sleep(50 * time.Millisecond)
-	}
+	e.untilMarked(t, 30*time.Second, func() bool { return e.count(t, outbox.StatusPermanentFailed) >= 4 }, "4 dead letters")
 
 	for id, want := range map[int64]string{badSubject: "whitespace", badHeaders: "neither a string", rollup: "Nats-Rollup", noStream: "gave up after 3 attempts"} {
 		var st, lastErr string
@@ -604,17 +612,13 @@ func TestDeleteOnRelayAndRowsAlreadyGone(t *testing.T) {
 	for i := 0; i < 500; i += 50 {
 		e.insertTx(t, 0, i, i+50, 0)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for e.count(t, "") > 0 {
-		require.True(t, time.Now().Before(deadline), "%d rows left", e.count(t, ""))
-		time.Sleep(50 * time.Millisecond)
-	}
+	e.untilMarked(t, 30*time.Second, func() bool { return e.count(t, "") == 0 }, "every row deleted at its PubAck")
 	first.stop()
 	require.Equal(t, int64(500), first.sub.Counters.Relayed.Load())
 
 	e.names = second
 	again := e.relay(t, postgreswal.Config{DeleteOnRelay: true})
-	deadline = time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for again.sub.Counters.Checked.Load() < 500 {
 		require.True(t, time.Now().Before(deadline), "%d of 500 rows settled again", again.sub.Counters.Checked.Load())
 		time.Sleep(50 * time.Millisecond)
@@ -927,11 +931,7 @@ func TestSetAsideKeyWaitsThroughAnOutage(t *testing.T) {
 		return id
 	}
 	bad := insert("bad", "other.k", "K")
-	deadline := time.Now().Add(10 * time.Second)
-	for e.count(t, outbox.StatusFailed) < 1 {
-		require.True(t, time.Now().Before(deadline), "the bad row not set aside")
-		time.Sleep(20 * time.Millisecond)
-	}
+	e.untilMarked(t, 10*time.Second, func() bool { return e.count(t, outbox.StatusFailed) >= 1 }, "the bad row set aside")
 	e.nats.Stop()
 	insert("g", "events.g", "G")
 	later := insert("later", "events.k", "K")
