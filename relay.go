@@ -197,23 +197,35 @@ func provideTableStore(ctx context.Context, db *outbox.DB, cfg *config.Config, l
 	return outbox.OpenStore(ctx, db, cfg.Database.Table, logger)
 }
 
-// provideDB opens the configured database. The embedded default (no
-// database.url) is migrated here; any other database must be migrated with
-// `bridge migrate`.
+// provideDB opens the configured database for `bridge run` and `bridge
+// enqueue`. The embedded default (no database.url) is migrated here; any
+// other database must be migrated with `bridge migrate`.
 func provideDB(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*outbox.DB, func(), error) {
-	db, err := outbox.OpenSession(ctx, cfg.DatabaseURL(), cfg.DatabaseSession())
+	db, cleanup, err := provideExistingDB(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
 	if cfg.EmbeddedDatabase() {
 		applied, err := outbox.Migrate(ctx, db, cfg.Database.Table)
 		if err != nil {
-			db.Close()
+			cleanup()
 			return nil, nil, err
 		}
 		if len(applied) > 0 {
 			logger.Info("embedded outbox database migrated", slog.String("database", db.Redacted), slog.Int("migrations", len(applied)))
 		}
+	}
+	return db, cleanup, nil
+}
+
+// provideExistingDB opens the configured database as it is, the embedded
+// default too: for the commands that read or change rows (status, retry,
+// requeue, purge, replay), where a table that is not there is a mistake
+// to name (outbox.ErrNoTable: exit 2), not one to create.
+func provideExistingDB(ctx context.Context, cfg *config.Config) (*outbox.DB, func(), error) {
+	db, err := outbox.OpenSession(ctx, cfg.DatabaseURL(), cfg.DatabaseSession())
+	if err != nil {
+		return nil, nil, err
 	}
 	return db, func() { db.Close() }, nil
 }

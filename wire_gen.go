@@ -130,10 +130,30 @@ func NewDB(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*outbo
 	}, nil
 }
 
-// NewStore opens the configured outbox table (for enqueue and status); a
-// *config.Error with source: watermill-forwarder.
+// NewStore opens the configured outbox table for enqueue, migrating the
+// embedded default as `bridge run` does; a *config.Error with source:
+// watermill-forwarder.
 func NewStore(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*outbox.Store, func(), error) {
 	db, cleanup, err := provideDB(ctx, cfg, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	store, err := provideTableStore(ctx, db, cfg, logger)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	return store, func() {
+		cleanup()
+	}, nil
+}
+
+// NewExistingStore opens the configured outbox table as it is, for the
+// commands that read or change its rows (status, retry, requeue, purge,
+// replay): a table that does not exist is outbox.ErrNoTable, the embedded
+// default included; a *config.Error with source: watermill-forwarder.
+func NewExistingStore(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*outbox.Store, func(), error) {
+	db, cleanup, err := provideExistingDB(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
 	}

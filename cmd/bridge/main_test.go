@@ -412,6 +412,9 @@ func TestBadInput(t *testing.T) {
 		// migrated runs bridge migrate in the working directory first (the
 		// table outbox in other.db).
 		migrated bool
+		// embedded runs bridge migrate on the embedded default first (the
+		// table outbox in bridge-data/outbox.db).
+		embedded bool
 	}{
 		{name: "unknown command", args: []string{"frobnicate"}, want: []string{"unknown command", "frobnicate"}},
 		{name: "unknown flag", args: []string{"run", "--frob"}, want: []string{"unknown flag", "--frob"}},
@@ -509,6 +512,12 @@ func TestBadInput(t *testing.T) {
 		{name: "retry on a table not migrated", args: []string{"retry", "--database-url", "sqlite:other.db", "--table", "nosuch", "--id", "1"}, migrated: true, want: []string{`table "nosuch"`, "bridge migrate"}},
 		{name: "purge on a table not migrated", args: []string{"purge", "--database-url", "sqlite:other.db", "--table", "nosuch", "--done-older-than", "1h"}, migrated: true, want: []string{`table "nosuch"`, "bridge migrate"}},
 		{name: "enqueue on a table not migrated", args: []string{"enqueue", "--database-url", "sqlite:other.db", "--table", "nosuch", "--subject", "events.x"}, migrated: true, want: []string{`table "nosuch"`, "bridge migrate"}},
+		// A mistyped --table on the embedded default is named, not created
+		// empty (before, these exited 0 with a new, empty table).
+		{name: "status on a mistyped table of the embedded default", args: []string{"status", "--table", "nosuch"}, embedded: true, want: []string{`table "nosuch"`, "bridge migrate"}},
+		{name: "retry on a mistyped table of the embedded default", args: []string{"retry", "--table", "nosuch", "--all-failed"}, embedded: true, want: []string{`table "nosuch"`, "bridge migrate"}},
+		{name: "requeue on a mistyped table of the embedded default", args: []string{"requeue", "--table", "nosuch", "--older-than", "5m"}, embedded: true, want: []string{`table "nosuch"`, "bridge migrate"}},
+		{name: "purge on a mistyped table of the embedded default", args: []string{"purge", "--table", "nosuch", "--done-older-than", "1h"}, embedded: true, want: []string{`table "nosuch"`, "bridge migrate"}},
 		// An error about a value given by flag names the flag, not a YAML path.
 		{
 			name: "ensure-stream bad subject", args: []string{"run", "--check-config", "--ensure-stream", "EVENTS:events.a,bad subj"},
@@ -532,6 +541,10 @@ func TestBadInput(t *testing.T) {
 			}
 			if tt.migrated {
 				r := runBridge(t, dir, nil, "migrate", "--database-url", "sqlite:other.db")
+				require.Equal(t, 0, r.code, "bridge migrate\n%s", r)
+			}
+			if tt.embedded {
+				r := runBridge(t, dir, nil, "migrate")
 				require.Equal(t, 0, r.code, "bridge migrate\n%s", r)
 			}
 			args := tt.args

@@ -175,7 +175,7 @@ func withStore(cmd *cobra.Command, fn func(ctx context.Context, store *outbox.St
 	}); err != nil {
 		return err
 	}
-	store, cleanup, err := bridge.NewStore(ctx, cfg, logger)
+	store, cleanup, err := bridge.NewExistingStore(ctx, cfg, logger)
 	if err != nil {
 		return classify(err)
 	}
