@@ -426,6 +426,8 @@ func TestBadInput(t *testing.T) {
 		{name: "database url bad sslmode", args: []string{"status", "--database-url", "postgres://u:pw1@127.0.0.1:1/db?sslmode=bogus"}, want: []string{"invalid database URL", "sslmode is invalid"}},
 		{name: "database url sqlite without path", args: []string{"status", "--database-url", "sqlite:"}, want: []string{"database.url", "must name a file"}},
 		{name: "table with dash", args: []string{"status", "--table", "out-box"}, want: []string{"database.table", "out-box"}},
+		{name: "unknown source", args: []string{"run", "--check-config", "--source", "kafka"}, want: []string{"source", "kafka", "postgres-wal"}},
+		{name: "postgres-wal on the embedded default", args: []string{"run", "--check-config", "--source", "postgres-wal"}, want: []string{"database.url", "embedded default", "--database-url"}},
 		{name: "status on a missing data dir", args: []string{"status", "--data-dir", "no-such-dir"}, want: []string{"no outbox database at no-such-dir/outbox.db", "--data-dir"}},
 		{name: "purge on a missing sqlite file", args: []string{"purge", "--done-older-than", "1h", "--database-url", "sqlite:nope.db"}, want: []string{"no outbox database at nope.db"}},
 		{name: "schema with sqlite", args: []string{"status", "--table", "app.outbox"}, want: []string{"database.table", "app.outbox", "no schemas"}},

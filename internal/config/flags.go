@@ -26,6 +26,7 @@ var flagKeys = map[string]string{
 	"inflight-timeout": "relay.inflight_timeout",
 	"http-listen":      "http.listen",
 	"log-level":        "log.level",
+	"source":           "source",
 }
 
 // RegisterFlags adds every configuration flag to fs: RegisterCommonFlags and
@@ -37,8 +38,8 @@ func RegisterFlags(fs *pflag.FlagSet) {
 }
 
 // RegisterCommonFlags adds the flags every command reads: --config,
-// --data-dir, --database-url, --table, --nats-url, --nats-listen and
-// --log-level.
+// --data-dir, --database-url, --table, --source, --nats-url, --nats-listen
+// and --log-level.
 func RegisterCommonFlags(fs *pflag.FlagSet) {
 	fs.String(flagConfig, "",
 		"YAML configuration `file`; BRIDGE_* variables and flags override its keys (default none)")
@@ -49,6 +50,9 @@ func RegisterCommonFlags(fs *pflag.FlagSet) {
 			" (default sqlite:<data-dir>/outbox.db)"+envHelp("database.url"))
 	fs.String("table", TableDefault,
 		"outbox table `name`, optionally schema-qualified (schema.table)"+envHelp("database.table"))
+	fs.String("source", SourceDefault,
+		"what the relay reads: table (claims rows of the bridge table), postgres-wal (its inserts from PostgreSQL's write-ahead log)"+
+			" or watermill-forwarder (a Watermill forwarder topic)"+envHelp("source"))
 	fs.String("nats-url", NATSURLDefault,
 		"NATS `url`s, comma-separated for a cluster, or embedded to run an in-process server"+envHelp("nats.url"))
 	fs.String("nats-listen", NATSListenDefault,

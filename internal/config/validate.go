@@ -524,8 +524,11 @@ func (c *Config) validateWAL() error {
 		return nil
 	}
 	if c.DatabaseDialect() != outbox.DialectPostgres {
-		return &Error{Key: "database.url", Value: secret.RedactURL(c.DatabaseURL()),
-			Allowed: "must be a postgres:// or postgresql:// URL with source: postgres-wal (it reads PostgreSQL's write-ahead log)"}
+		allowed := "must be a postgres:// or postgresql:// URL with source: postgres-wal (it reads PostgreSQL's write-ahead log)"
+		if c.Database.URL == "" {
+			allowed += "; no database.url is set, so this is the embedded default: set --database-url (BRIDGE_DATABASE_URL)"
+		}
+		return &Error{Key: "database.url", Value: secret.RedactURL(c.DatabaseURL()), Allowed: allowed}
 	}
 	return nil
 }
