@@ -237,7 +237,7 @@ func printStreams(out io.Writer, server string, streams []replay.StreamCheck, er
 			fmt.Fprintf(out, "%s row %d's sequence %d holds %s, so rows inside the range may point at other messages too (the stream made again?)", sep, o.RowID, o.StreamSeq, found)
 		}
 		if c.Missing {
-			fmt.Fprintf(out, "\n    is that the server bridge run publishes to? If so, make the stream again (bridge run creates the configured streams), then bridge replay --refill-stream %s sends them again (--dry-run first)\n", c.Stream)
+			fmt.Fprintf(out, "\n    is that the server bridge run publishes to (status read the one --nats-url or --nats-listen names)? If so, make the stream again (bridge run creates the configured streams), then bridge replay --refill-stream %s sends them again (--dry-run first)\n", c.Stream)
 			continue
 		}
 		fmt.Fprintf(out, "\n    removed by the stream's limits as intended, or lost: bridge replay --refill-stream %s sends them again (--dry-run first)\n", c.Stream)
