@@ -14,6 +14,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/dedup"
+	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
 	"github.com/outbox-bridge/bridge/internal/source"
@@ -97,4 +98,32 @@ func TestSentinelsAcrossSources(t *testing.T) {
 	require.NoError(t, sub.Close())
 	_, err = sub.Subscribe(ctx, "outbox")
 	require.ErrorIs(t, err, source.ErrClosed)
+}
+
+// TestMissingTablesAreToldBeforeNATS: for every source, a table that is not
+// there is reported (outbox.ErrNoTable) before the relay contacts NATS —
+// here a NATS URL where no server listens, which would otherwise be the
+// error, after the relay had tried to create its streams.
+func TestMissingTablesAreToldBeforeNATS(t *testing.T) {
+	for _, src := range []string{config.SourceTable, config.SourcePostgresWAL, config.SourceWatermillForwarder} {
+		t.Run(src, func(t *testing.T) {
+			t.Parallel()
+			url := bridgetest.PostgresURL(t)
+			if src == config.SourcePostgresWAL {
+				url = bridgetest.PostgresLogicalURL(t)
+			}
+			cfg := config.Default()
+			cfg.Source = src
+			cfg.Database.URL, cfg.Database.Table = url, "no_such_outbox"
+			cfg.Watermill.ForwarderTopic = "no_such_topic"
+			cfg.NATS.URL = "nats://127.0.0.1:1" // nothing listens there
+			cfg.HTTP.Listen = "127.0.0.1:0"
+			require.NoError(t, cfg.Validate())
+			logger := slog.New(slog.DiscardHandler)
+			hs, err := health.Listen(cfg.HTTP.Listen, logger)
+			require.NoError(t, err)
+			_, _, err = bridge.NewRelay(context.Background(), &cfg, logger, hs)
+			require.ErrorIs(t, err, outbox.ErrNoTable, "the missing table, not NATS: %v", err)
+		})
+	}
 }

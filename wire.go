@@ -15,15 +15,15 @@ import (
 	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/source"
-	"github.com/outbox-bridge/bridge/internal/telemetry"
 )
 
 // NewRelay builds the daemon of `bridge run` for the configured source,
 // which reports its probes through hs: the database, the source's first
 // half (openSource: its table checked before NATS is reached), the NATS
 // connection, streams, guard and keeper, then the source over them. The
-// cleanup closes the source, the NATS connection, stops the embedded
-// server and closes the database; call it after Run returned.
+// cleanup stops what the source built (the tracer of the bridge table's
+// sources), closes the NATS connection, stops the embedded server and
+// closes the database; call it after Run returned.
 func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) (*Relay, func(), error) {
 	wire.Build(
 		provideDB,
@@ -31,7 +31,6 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 		broker.ProviderSet,
 		dedup.ProvideGuard,
 		dedup.NewRoutes,
-		telemetry.ProviderSet,
 		provideRegistry,
 		wire.Struct(new(source.Deps), "*"),
 		buildSource,

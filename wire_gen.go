@@ -15,7 +15,6 @@ import (
 	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/source"
-	"github.com/outbox-bridge/bridge/internal/telemetry"
 	"log/slog"
 )
 
@@ -25,8 +24,9 @@ import (
 // which reports its probes through hs: the database, the source's first
 // half (openSource: its table checked before NATS is reached), the NATS
 // connection, streams, guard and keeper, then the source over them. The
-// cleanup closes the source, the NATS connection, stops the embedded
-// server and closes the database; call it after Run returned.
+// cleanup stops what the source built (the tracer of the bridge table's
+// sources), closes the NATS connection, stops the embedded server and
+// closes the database; call it after Run returned.
 func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *health.Server) (*Relay, func(), error) {
 	db, cleanup, err := provideDB(ctx, cfg, logger)
 	if err != nil {
@@ -64,15 +64,8 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 		cleanup()
 		return nil, nil, err
 	}
-	tracer, cleanup3, err := telemetry.ProvideTracer(ctx, logger)
-	if err != nil {
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
 	registry, err := provideRegistry(guard, keeper)
 	if err != nil {
-		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
@@ -89,12 +82,10 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 		Keeper:    keeper,
 		Guard:     guard,
 		Routes:    routes,
-		Tracer:    tracer,
 		Registry:  registry,
 	}
-	sourceSource, cleanup4, err := buildSource(ctx, build, deps)
+	sourceSource, cleanup3, err := buildSource(ctx, build, deps)
 	if err != nil {
-		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
@@ -112,7 +103,6 @@ func NewRelay(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *
 		Logger:  logger,
 	}
 	return relay, func() {
-		cleanup4()
 		cleanup3()
 		cleanup2()
 		cleanup()

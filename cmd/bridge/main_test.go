@@ -425,6 +425,7 @@ func TestBadInput(t *testing.T) {
 		{name: "database url bad port", args: []string{"status", "--database-url", "postgres://u:pw1@127.0.0.1:notaport/db"}, want: []string{"database.url", `invalid port ":notaport"`}},
 		{name: "database url bad sslmode", args: []string{"status", "--database-url", "postgres://u:pw1@127.0.0.1:1/db?sslmode=bogus"}, want: []string{"invalid database URL", "sslmode is invalid"}},
 		{name: "database url sqlite without path", args: []string{"status", "--database-url", "sqlite:"}, want: []string{"database.url", "must name a file"}},
+		{name: "database url sqlite:// without path", args: []string{"run", "--check-config", "--database-url", "sqlite://"}, want: []string{"database.url", `"sqlite://"`, "must name a file"}},
 		{name: "table with dash", args: []string{"status", "--table", "out-box"}, want: []string{"database.table", "out-box"}},
 		{name: "unknown source", args: []string{"run", "--check-config", "--source", "kafka"}, want: []string{"source", "kafka", "postgres-wal"}},
 		{name: "postgres-wal on the embedded default", args: []string{"run", "--check-config", "--source", "postgres-wal"}, want: []string{"database.url", "embedded default", "--database-url"}},

@@ -79,7 +79,7 @@ func (c *Config) validateDatabase() error {
 		switch {
 		case !ok:
 			return bad("must start with " + orList(outbox.Schemes) + " (sqlite:PATH), or be empty for sqlite:<data_dir>/outbox.db")
-		case dialect == outbox.DialectSQLite && len(u) == len(scheme):
+		case dialect == outbox.DialectSQLite && sqlitePathEmpty(u):
 			return bad("must name a file after " + scheme + ", such as " + outbox.SQLiteURL("./outbox.db"))
 		case len(u) == len(scheme):
 			return bad("must name a host and database after " + scheme + ", such as " + scheme + "user:password@host:port/database")
@@ -124,6 +124,13 @@ func (c *Config) validateDatabase() error {
 		return &Error{Key: "database.table", Value: c.Database.Table, Allowed: "must be a table name without a schema with a SQLite database (sqlite:), which has no schemas"}
 	}
 	return nil
+}
+
+// sqlitePathEmpty reports whether the SQLite URL u names no file
+// ("sqlite:", "sqlite://").
+func sqlitePathEmpty(u string) bool {
+	path, _ := outbox.SQLitePath(u)
+	return path == ""
 }
 
 // orList joins items as "a, b, c or d".

@@ -20,7 +20,7 @@ type realClock struct{}
 
 func (realClock) Now() time.Time { return time.Now() }
 
-// ManualClock is a Clock that moves only when told (Set, Advance). Safe
+// ManualClock is a Clock that moves only when told (Advance). Safe
 // for concurrent use.
 type ManualClock struct {
 	mu  sync.Mutex

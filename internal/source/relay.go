@@ -7,7 +7,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-bridge/bridge/internal/broker"
 	"github.com/outbox-bridge/bridge/internal/config"
@@ -51,7 +50,8 @@ type Checks struct {
 }
 
 // Deps are what the relay builds before its source and hands to it: one
-// of each, shared by the relay's own services.
+// of each, shared by the relay's own services. What only some sources use
+// (the tracer of the bridge table's sources) they build themselves.
 type Deps struct {
 	Config    *config.Config
 	Logger    *slog.Logger
@@ -64,7 +64,6 @@ type Deps struct {
 	Keeper    *broker.Keeper
 	Guard     *dedup.Guard
 	Routes    *dedup.Routes
-	Tracer    trace.Tracer
 	// Registry is the relay's one registry: a source registers there what
 	// it builds with a Registerer (the forwarder's histograms) and returns
 	// the rest from Collectors.

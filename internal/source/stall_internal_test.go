@@ -85,6 +85,7 @@ func TestStallWatchFindsAStallOnlyPastAfter(t *testing.T) {
 	src.set(func(f *fakeStallSource) { f.progress = clock.Now() })
 	w.check(ctx)
 	require.Zero(t, w.Stalled(), "rows moved: the stall ends")
+	require.Nil(t, w.cause.Load(), "its cause forgotten: the next stall is logged again")
 	require.NoError(t, w.Alive(ctx))
 }
 
@@ -136,9 +137,10 @@ func TestStallWatchHeldByTheBroker(t *testing.T) {
 	w.check(ctx)
 	require.Zero(t, w.Stalled(), "held for less than After")
 
-	clock.Advance(31 * time.Second)
+	clock.Advance(30 * time.Second) // held for exactly After
 	src.set(func(f *fakeStallSource) { f.progress = clock.Now() })
 	w.check(ctx)
+	require.NotNil(t, w.cause.Load(), "held for After: a stall")
 	clock.Advance(10 * time.Minute)
 	require.Equal(t, 10*time.Minute, w.Stalled())
 	require.Equal(t, "rows held for the broker: stream EVENTS has no leader", *w.cause.Load())

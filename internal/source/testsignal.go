@@ -2,9 +2,16 @@ package source
 
 import (
 	"fmt"
-	"testing"
 	"time"
 )
+
+// TB is what a TestSignal's waits need of a test: testing.TB has it. The
+// package does not import testing, so that the relay's binary does not
+// link it.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
 
 // TestSignal marks a moment in one of a source's loops that a test can
 // wait for, instead of polling for its effect or sleeping past a deadline
@@ -50,9 +57,10 @@ func (s *TestSignal[T]) Signal(v T) {
 // until Enable.
 func (s *TestSignal[T]) C() <-chan T { return s.ch }
 
-// Wait returns the next value signalled, failing the test when none comes
+// Wait returns the oldest value signalled and not read yet (values are
+// kept from Enable on: Clear first to wait for a later one), failing the test when none comes
 // within TestSignalTimeout.
-func (s *TestSignal[T]) Wait(t testing.TB) T {
+func (s *TestSignal[T]) Wait(t TB) T {
 	t.Helper()
 	timer := time.NewTimer(TestSignalTimeout)
 	defer timer.Stop()
@@ -69,14 +77,14 @@ func (s *TestSignal[T]) Wait(t testing.TB) T {
 // value signalled (the moment that can change what cond reads), and fails
 // the test, with what, when TestSignalTimeout passes first. A value
 // signalled between a check and the wait is kept, so none is missed.
-func (s *TestSignal[T]) WaitUntil(t testing.TB, cond func() bool, what ...any) {
+func (s *TestSignal[T]) WaitUntil(t TB, cond func() bool, what ...any) {
 	t.Helper()
 	s.WaitUntilWithin(t, TestSignalTimeout, cond, what...)
 }
 
 // WaitUntilWithin is WaitUntil with its own bound d, for a wait that
 // covers much work (thousands of rows relayed).
-func (s *TestSignal[T]) WaitUntilWithin(t testing.TB, d time.Duration, cond func() bool, what ...any) {
+func (s *TestSignal[T]) WaitUntilWithin(t TB, d time.Duration, cond func() bool, what ...any) {
 	t.Helper()
 	timer := time.NewTimer(d)
 	defer timer.Stop()
@@ -101,7 +109,7 @@ func (s *TestSignal[T]) Clear() {
 }
 
 // RequireNone fails the test when a value was signalled.
-func (s *TestSignal[T]) RequireNone(t testing.TB, msgAndArgs ...any) {
+func (s *TestSignal[T]) RequireNone(t TB, msgAndArgs ...any) {
 	t.Helper()
 	select {
 	case v := <-s.ch:

@@ -12,6 +12,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
 	"github.com/outbox-bridge/bridge/internal/source"
+	"github.com/outbox-bridge/bridge/internal/telemetry"
 )
 
 // Injectors from inject.go:
@@ -39,10 +40,14 @@ func build(ctx context.Context, d source.Deps, store *outbox.Store) (*Source, fu
 		return nil, nil, err
 	}
 	guard := d.Guard
-	tracer := d.Tracer
+	tracer, cleanup, err := telemetry.ProvideTracer(ctx, logger)
+	if err != nil {
+		return nil, nil, err
+	}
 	registry := d.Registry
 	forwarderForwarder, err := ProvideForwarder(subscriber, store, publisher, conn, guard, keeper, tracer, registry, config, logger)
 	if err != nil {
+		cleanup()
 		return nil, nil, err
 	}
 	stallWatch := ProvideStallWatch(subscriber, keeper, config, logger)
@@ -56,5 +61,6 @@ func build(ctx context.Context, d source.Deps, store *outbox.Store) (*Source, fu
 		Logger:     logger,
 	}
 	return postgreswalSource, func() {
+		cleanup()
 	}, nil
 }

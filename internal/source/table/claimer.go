@@ -143,6 +143,7 @@ func (c *claimer) tick(ctx context.Context, stop <-chan struct{}) (full bool, to
 		return false, 0, nil        // a settlement wakes the loop
 	}
 	if s.cfg.CanClaim != nil && !s.cfg.CanClaim() {
+		s.Signals.Claimed.Signal(0) // a tick that took nothing: NATS does not answer
 		return false, 0, nil
 	}
 	if c.probe && s.store.DB().Capabilities().ProbeBeforeClaim && time.Since(c.lastFullRun) < claimProbeSpan*s.cfg.PollInterval {

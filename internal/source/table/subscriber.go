@@ -280,9 +280,9 @@ func NewSubscriber(store *outbox.Store, logger *slog.Logger, cfg SubscriberConfi
 // before Subscribe; one signal may be shared by several subscribers. Nil
 // ones, outside tests, cost a nil check.
 type Signals struct {
-	// Claimed receives the rows of each claim: 0 for a tick that took
-	// nothing (the table held none claimable, or the in-flight window was
-	// full).
+	// Claimed receives the rows of each tick of the claim loop: 0 for a
+	// tick that took nothing (the table held none claimable, the in-flight
+	// window was full, or the claims wait for NATS to answer).
 	Claimed *source.TestSignal[int]
 	// Marked receives the settlements of each write of marks, once written
 	// (statuses and Counters have moved).

@@ -12,6 +12,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
 	"github.com/outbox-bridge/bridge/internal/source"
+	"github.com/outbox-bridge/bridge/internal/telemetry"
 )
 
 // Injectors from inject.go:
@@ -25,24 +26,30 @@ func build(ctx context.Context, d source.Deps, store *outbox.Store) (*Source, fu
 	tableClaimGate := claimGate(pinger, denials)
 	conn := d.Conn
 	payloadLimit := source.ProvidePayloadLimit(conn)
-	tracer := d.Tracer
+	tracer, cleanup, err := telemetry.ProvideTracer(ctx, logger)
+	if err != nil {
+		return nil, nil, err
+	}
 	jetStream := d.JetStream
 	routes := d.Routes
 	keeper := d.Keeper
 	reconciler := source.ProvideReconciler(jetStream, routes, store, keeper, config, logger)
 	subscriber, err := ProvideSubscriber(store, config, logger, tableClaimGate, payloadLimit, tracer, reconciler)
 	if err != nil {
+		cleanup()
 		return nil, nil, err
 	}
 	marshaler := forwarder.NewPublisherMarshaler()
 	publisher, err := sink.ProvidePublisher(jetStream, conn, config, marshaler, denials, pinger)
 	if err != nil {
+		cleanup()
 		return nil, nil, err
 	}
 	guard := d.Guard
 	registry := d.Registry
 	forwarderForwarder, err := ProvideForwarder(subscriber, store, publisher, conn, guard, keeper, tracer, registry, config, logger)
 	if err != nil {
+		cleanup()
 		return nil, nil, err
 	}
 	stallWatch := ProvideStallWatch(store, subscriber, keeper, config, logger)
@@ -59,5 +66,6 @@ func build(ctx context.Context, d source.Deps, store *outbox.Store) (*Source, fu
 		Logger:     logger,
 	}
 	return tableSource, func() {
+		cleanup()
 	}, nil
 }

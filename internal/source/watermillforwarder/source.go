@@ -16,13 +16,19 @@ import (
 // envelopes.
 type Source struct {
 	Forwarder *Forwarder
+	DB        *outbox.DB
 	Config    *config.Config
 }
 
-// Open returns the constructor of the source: what it reads is checked as
-// watermill-sql's subscriber is built, after the relay connected to NATS
-// (its batch size depends on the server's max_payload).
-func Open(context.Context, *outbox.DB, *config.Config, *slog.Logger) (source.Build, error) {
+// Open checks, before the relay connects to NATS, that the database is one
+// watermill-sql has a schema for and that the forwarder topic's messages
+// and offsets tables exist (CheckTables: outbox.ErrNoTable naming them),
+// and returns the constructor of the rest (watermill-sql's subscriber,
+// whose batch size depends on the NATS server's max_payload).
+func Open(ctx context.Context, db *outbox.DB, cfg *config.Config, _ *slog.Logger) (source.Build, error) {
+	if err := CheckTables(ctx, db, cfg.Watermill.ForwarderTopic); err != nil {
+		return nil, err
+	}
 	return func(ctx context.Context, d source.Deps) (source.Source, func(), error) {
 		s, cleanup, err := build(ctx, d)
 		if err != nil {
@@ -36,11 +42,12 @@ func Open(context.Context, *outbox.DB, *config.Config, *slog.Logger) (source.Bui
 // of the messages published.
 func (s *Source) Run(ctx context.Context) error { return s.Forwarder.Run(ctx) }
 
-// Describe names the messages and offsets tables and the consumer group.
+// Describe names the database (redacted), the messages and offsets tables
+// and the consumer group.
 func (s *Source) Describe() []slog.Attr {
 	topic := s.Config.Watermill.ForwarderTopic
-	return []slog.Attr{slog.String("table", MessagesTable(topic)), slog.String("offsets_table", OffsetsTable(topic)),
-		slog.String("consumer_group", ConsumerGroup)}
+	return []slog.Attr{slog.String("database", s.DB.Redacted), slog.String("table", MessagesTable(topic)),
+		slog.String("offsets_table", OffsetsTable(topic)), slog.String("consumer_group", ConsumerGroup)}
 }
 
 // Collectors are the forwarder's counters.

@@ -52,7 +52,8 @@ type Subscriber struct {
 	Counters Counters
 	// Signals are the moments a test can wait for: Settled receives one
 	// value after each message's outcome is counted and the message acked
-	// or nacked. Set it (source.NewTestSignal) before Subscribe.
+	// or nacked, and after each message skipped (one that can never be
+	// published: two values when its publish was refused for good). Set it (source.NewTestSignal) before Subscribe.
 	Signals struct{ Settled *source.TestSignal[int] }
 
 	// subCtx is the subscription's context: it ends only when a stop goes
@@ -184,6 +185,7 @@ func (s *Subscriber) settle(row *message.Message, u *unwrapped, out source.Outco
 // skip logs and counts a message that can never be published; the caller
 // acks it.
 func (s *Subscriber) skip(row *message.Message, u *unwrapped, err error) {
+	defer s.Signals.Settled.Signal(1)
 	reason := ReasonEnvelope
 	var se *SkipError
 	if errors.As(err, &se) {

@@ -42,6 +42,7 @@ func build(ctx context.Context, d source.Deps) (*Source, func(), error) {
 	}
 	watermillforwarderSource := &Source{
 		Forwarder: forwarder,
+		DB:        db,
 		Config:    config,
 	}
 	return watermillforwarderSource, func() {
