@@ -517,11 +517,11 @@ func (c *Config) EffectiveStreams() []Stream {
 // relay owner (relay.owner, by default <hostname>-<pid>) and bounded by
 // database.conn_max_lifetime and database.conn_max_idle_time, opened within
 // database.connect_timeout.
-func (cfg *Config) DatabaseSession() outbox.Session {
+func (c *Config) DatabaseSession() outbox.Session {
 	return outbox.Session{
-		Name:           outbox.SessionName(cfg.Relay.Owner),
-		MaxLifetime:    cfg.Database.ConnMaxLifetime,
-		MaxIdleTime:    cfg.Database.ConnMaxIdleTime,
-		ConnectTimeout: cfg.Database.ConnectTimeout,
+		Name:           outbox.SessionName(c.Relay.Owner),
+		MaxLifetime:    c.Database.ConnMaxLifetime,
+		MaxIdleTime:    c.Database.ConnMaxIdleTime,
+		ConnectTimeout: c.Database.ConnectTimeout,
 	}
 }
