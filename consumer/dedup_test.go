@@ -93,7 +93,9 @@ func (b *bundle) republish(t *testing.T, id, data string) {
 }
 
 // waitSettled waits until the consumer has acked (or terminated) the first
-// n stream messages and has nothing pending.
+// n stream messages and has nothing pending. It polls the server's view of
+// the consumer: an ack reaches the server after the handler returned, and
+// no client-side moment marks its arrival there.
 func waitSettled(t *testing.T, cons jetstream.Consumer, n uint64) {
 	t.Helper()
 	require.Eventually(t, func() bool {
@@ -360,6 +362,7 @@ func TestDedupNaksWhileBucketUnavailable(t *testing.T) {
 		deliveries.Add(1)
 		h(msg)
 	})
+	// The redelivery is the server's doing, with no moment the client marks: polled.
 	require.Eventually(t, func() bool { return deliveries.Load() >= 2 }, 15*time.Second, 20*time.Millisecond,
 		"the message is nakked and redelivered")
 	require.Zero(t, rec.runs.Load(), "no handler run without a claim")

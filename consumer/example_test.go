@@ -73,7 +73,7 @@ func ExampleDedup() {
 		return ack
 	}
 	publish()
-	for publish().Duplicate {
+	for publish().Duplicate { // until the stream's duplicate window has passed
 		time.Sleep(20 * time.Millisecond)
 	}
 	fmt.Println("stream holds order-1 twice")
@@ -106,7 +106,7 @@ func ExampleDedup() {
 		if info.AckFloor.Stream == 2 && info.NumAckPending == 0 {
 			break
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // until the server has the acks
 	}
 	fmt.Printf("acked 2 messages, handler ran %d time(s)\n", len(handled))
 

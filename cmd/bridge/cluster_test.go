@@ -171,7 +171,7 @@ func TestClusterQuorumLost(t *testing.T) {
 	// for longer than that, as it had after step 2 settled.
 	l = leader()
 	for {
-		time.Sleep(3 * time.Second)
+		time.Sleep(3 * time.Second) // longer than the keepers' 2 s stream info: time is what is waited for
 		again := leader()
 		if again == l {
 			break
@@ -204,7 +204,7 @@ func TestClusterQuorumLost(t *testing.T) {
 			}
 		}
 		require.Zero(t, e.count(t, "permanent_failed"), "no dead letter while the broker is out")
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // sampled over the loss of quorum
 	}
 	stalled := metricValue(metrics(t, httpA), "bridge_relay_stalled_seconds") + metricValue(metrics(t, httpB), "bridge_relay_stalled_seconds")
 	for _, n := range down {

@@ -305,7 +305,7 @@ func TestCrashFrozenRelayMarksNothingItLost(t *testing.T) {
 		require.NoError(t, a.cmd.Process.Signal(syscall.SIGCONT))
 		deadline := time.Now().Add(30 * time.Second)
 		for fencedA() == 0 && time.Now().Before(deadline) {
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // polls the metrics of another process
 		}
 		if fencedA() > 0 {
 			t.Logf("round %d: relay-a was frozen holding %d rows; its marks after SIGCONT were fenced", round, frozenWith)

@@ -295,7 +295,7 @@ func watchProbes(t *testing.T, base string) *probeLog {
 			l.healthz = append(l.healthz, fmt.Sprint(hc, " ", hb))
 			l.readyz = append(l.readyz, fmt.Sprint(rc, " ", rb))
 			l.mu.Unlock()
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // sampled: the probes of another process, over time
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-done })
@@ -561,7 +561,7 @@ func TestRelayWaitsForNATSAndDatabase(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, code, "%s", body)
 	require.Contains(t, body, dbAddr, "/readyz names the database it waits for")
 
-	time.Sleep(time.Until(began.Add(3 * time.Second)))
+	time.Sleep(time.Until(began.Add(3 * time.Second))) // the database's outage lasts 3 s: time is what is tested
 	bridgetest.StartProxyOn(t, dbAddr, pgAddr)
 	poll(t, 30*time.Second, func() bool {
 		code, body = readyz()
@@ -574,7 +574,7 @@ func TestRelayWaitsForNATSAndDatabase(t *testing.T) {
 	}
 	require.False(t, p.exited(), "bridge run exited (%d)\nstderr:\n%s", p.code, p.stderr)
 
-	time.Sleep(time.Until(began.Add(20 * time.Second)))
+	time.Sleep(time.Until(began.Add(20 * time.Second))) // and NATS's 20 s
 	bridgetest.StartNATSOn(t, natsPort)
 	up := time.Now()
 	e.waitRows(t, p, 10*time.Second, "done", ids...)

@@ -126,7 +126,7 @@ func TestReplayRefillsALostStreamWhileTheRelayRuns(t *testing.T) {
 	// 1.5 s after its first checkpoint, comes while it runs.
 	p := start(t, e.dir, e.replayEnv(), "replay", "--refill-stream", "EVENTS", "--rate", strconv.Itoa(total/4), "--checkpoint", cp)
 	poll(t, 30*time.Second, func() bool { _, err := os.Stat(cp); return err == nil || p.exited() }, "no checkpoint written")
-	time.Sleep(time.Duration(rand.IntN(1500)) * time.Millisecond)
+	time.Sleep(time.Duration(rand.IntN(1500)) * time.Millisecond) // a random moment of the replay for the kill
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
 	p.wait(t, 10*time.Second)
 	r = runBridge(t, e.dir, e.replayEnv(), "replay", "--resume", cp)

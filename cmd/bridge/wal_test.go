@@ -108,7 +108,7 @@ func TestWALCrashSIGKILLAtRandomMoments(t *testing.T) {
 		defer close(produced)
 		for i := 0; i < total; i += 100 {
 			e.insert(t, i, i+100)
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // paced: the kills land among the commits
 		}
 	}()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 16))

@@ -40,7 +40,7 @@ func TestWALNoDuplicateAfterLateRestart(t *testing.T) {
 			defer close(produced)
 			for n := i * perRound; n < (i+1)*perRound; n += 50 {
 				e.insert(t, n, n+50)
-				time.Sleep(3 * time.Millisecond)
+				time.Sleep(3 * time.Millisecond) // paced: the kills land among the commits
 			}
 		}()
 		target := min(e.count(t, "done")+200+rng.IntN(perRound), (i+1)*perRound)
@@ -77,7 +77,7 @@ func TestWALStatusWithinSenderTimeout(t *testing.T) {
 	for n := 500; n < 3500; n += 100 {
 		e.insert(t, n, n+100)
 	}
-	time.Sleep(30 * time.Second)
+	time.Sleep(30 * time.Second) // an outage of its own length: what is measured is time
 	require.NotContains(t, p.stderr.String(), "replication stream interrupted", "the walsender ended during the NATS outage")
 	e.nats.Restart(t)
 	e.waitDone(t, 3500, 90*time.Second, p)
@@ -121,7 +121,7 @@ func TestWALFrozenNATSFailsLivenessOnTime(t *testing.T) {
 	for time.Since(frozen) < 75*time.Second {
 		code, body := httpGet(base + "/healthz")
 		require.Equal(t, http.StatusServiceUnavailable, code, "/healthz recovered %s into the freeze: %s", time.Since(frozen).Round(time.Second), body)
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // sampled: /healthz must stay failed all along the freeze
 	}
 	proxy.Thaw()
 	e.waitDone(t, 20, 90*time.Second, p)
@@ -153,7 +153,7 @@ func TestWALRowsDeletedByProducer(t *testing.T) {
 		defer close(produced)
 		for n := 0; n < total; n += perTx {
 			e.insertDeleted(t, n, n+perTx)
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // paced: the kills land among the commits
 		}
 	}()
 	poll(t, 60*time.Second, func() bool {
@@ -258,12 +258,12 @@ func TestWALPublicationFaultsNamedAndHealed(t *testing.T) {
 				n += 10
 			}
 		}(total)
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // the fault comes while rows are being written
 		_, err := e.db.Exec(fault.sql)
 		require.NoError(t, err)
 		at := time.Now()
 		if fault.then != "" {
-			time.Sleep(time.Second)
+			time.Sleep(time.Second) // the second half of the fault comes a while after the first
 			_, err := e.db.Exec(fault.then)
 			require.NoError(t, err)
 		}
@@ -278,7 +278,7 @@ func TestWALPublicationFaultsNamedAndHealed(t *testing.T) {
 		for range 8 { // the fault lasts until it is repaired, and /readyz says so all along
 			code, body := httpGet(base + "/readyz")
 			require.Equal(t, http.StatusServiceUnavailable, code, "%s: /readyz before the repair: %s", fault.name, body)
-			time.Sleep(time.Second)
+			time.Sleep(time.Second) // sampled: the fault must be named all along
 		}
 		// The producer stops before the repair: an idle outbox does not
 		// keep /readyz failing once it is repaired.
