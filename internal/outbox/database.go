@@ -152,7 +152,7 @@ func OpenSession(ctx context.Context, rawURL string, s Session) (*DB, error) {
 	// otherwise hold the caller (the first build of `bridge run`) forever.
 	ctx, cancel := context.WithTimeout(ctx, s.ConnectTimeout)
 	defer cancel()
-	if d, ok := driverOfURL(rawURL); ok {
+	if d, _, ok := driverOfURL(rawURL); ok {
 		return d.open(ctx, rawURL, s)
 	}
 	return nil, fmt.Errorf("%w: %q; accepted: %s", ErrUnknownScheme, RedactURL(rawURL), AcceptedSchemes)

@@ -627,14 +627,24 @@ var Schemes = func() []string {
 // SchemeOf returns the scheme of Schemes that rawURL starts with and its
 // dialect, or false when it starts with none.
 func SchemeOf(rawURL string) (scheme string, d Dialect, ok bool) {
-	for _, dr := range drivers {
-		for _, scheme := range dr.schemes() {
+	dr, scheme, ok := driverOfURL(rawURL)
+	if !ok {
+		return "", "", false
+	}
+	return scheme, dr.dialect(), true
+}
+
+// driverOfURL returns the driver whose scheme rawURL starts with, and the
+// scheme.
+func driverOfURL(rawURL string) (driver, string, bool) {
+	for _, d := range drivers {
+		for _, scheme := range d.schemes() {
 			if strings.HasPrefix(rawURL, scheme) {
-				return scheme, dr.dialect(), true
+				return d, scheme, true
 			}
 		}
 	}
-	return "", "", false
+	return nil, "", false
 }
 
 // SQLiteURL is the database URL of the SQLite file at path.

@@ -88,20 +88,8 @@ func MigrationScript(dialect Dialect, table string, after int64) (string, error)
 // Open accepts, from its scheme alone: nothing is opened. Errors:
 // ErrUnknownScheme (wrapped) as Open returns it.
 func DialectOfURL(rawURL string) (Dialect, error) {
-	if d, ok := driverOfURL(rawURL); ok {
-		return d.dialect(), nil
+	if _, d, ok := SchemeOf(rawURL); ok {
+		return d, nil
 	}
 	return "", fmt.Errorf("%w: %q; accepted: %s", ErrUnknownScheme, RedactURL(rawURL), AcceptedSchemes)
-}
-
-// driverOfURL returns the driver whose scheme rawURL starts with.
-func driverOfURL(rawURL string) (driver, bool) {
-	for _, d := range drivers {
-		for _, scheme := range d.schemes() {
-			if strings.HasPrefix(rawURL, scheme) {
-				return d, true
-			}
-		}
-	}
-	return nil, false
 }

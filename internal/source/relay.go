@@ -80,6 +80,31 @@ type Open func(ctx context.Context, db *outbox.DB, cfg *config.Config, logger *s
 // cleanup releases what the source holds; it runs after Run returned.
 type Build func(ctx context.Context, d Deps) (Source, func(), error)
 
+// BuildOf is the Build of a source's injector, which returns its own type.
+func BuildOf[S Source](build func(context.Context, Deps) (S, func(), error)) Build {
+	return func(ctx context.Context, d Deps) (Source, func(), error) {
+		s, cleanup, err := build(ctx, d)
+		if err != nil {
+			return nil, nil, err // not a typed nil in the interface
+		}
+		return s, cleanup, nil
+	}
+}
+
+// OpenTable is the Open of a source of the bridge table (table,
+// postgres-wal): it checks that the configured table exists and is
+// migrated (outbox.OpenStore), before the relay connects to NATS, and
+// hands the store to the source's injector build.
+func OpenTable[S Source](build func(context.Context, Deps, *outbox.Store) (S, func(), error)) Open {
+	return func(ctx context.Context, db *outbox.DB, cfg *config.Config, logger *slog.Logger) (Build, error) {
+		store, err := outbox.OpenStore(ctx, db, cfg.Database.Table, logger)
+		if err != nil {
+			return nil, err
+		}
+		return BuildOf(func(ctx context.Context, d Deps) (S, func(), error) { return build(ctx, d, store) }), nil
+	}
+}
+
 // ProvideReconciler builds the reconciler of a source of the bridge table
 // (dedup.ProvideReconciler): the stream of a subject is looked up on a
 // relayed row of that subject in store.

@@ -2,12 +2,9 @@ package table_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-bridge/bridge/internal/outbox"
@@ -15,43 +12,12 @@ import (
 	"github.com/outbox-bridge/bridge/internal/source/table"
 )
 
-// relayAll runs a Subscriber over s that publishes every row (acks its
-// message), after enable has enabled its test signals. It is closed when
-// the test ends, if not before.
+// relayAll runs a Subscriber over s that publishes every row, after
+// enable has set its test signals (runSubscriber). It is closed when the
+// test ends, if not before.
 func relayAll(t *testing.T, s *outbox.Store, cfg table.SubscriberConfig, enable func(*table.Subscriber)) *table.Subscriber {
 	t.Helper()
-	cfg.Owner = "relay-test"
-	if cfg.PollInterval == 0 {
-		cfg.PollInterval = 10 * time.Millisecond
-	}
-	sub, err := table.NewSubscriber(s, slog.New(slog.NewTextHandler(io.Discard, nil)), cfg)
-	require.NoError(t, err)
-	table.MarkSignal(sub)
-	enable(sub)
-	msgs, err := sub.Subscribe(context.Background(), s.Table())
-	require.NoError(t, err)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for m := range msgs {
-			ackPublished(m)
-		}
-	}()
-	t.Cleanup(func() {
-		require.NoError(t, sub.Close())
-		<-done
-	})
-	return sub
-}
-
-// ackPublished settles the rows of m as the forwarder does after their
-// PubAcks.
-func ackPublished(m *message.Message) {
-	b := source.BatchOf(m)
-	for i := range b.Len() {
-		b.At(i).Report(source.Published("S", 1, false))
-	}
-	m.Ack()
+	return runSubscriber(t, s, cfg, func(d *source.Delivery) { d.Report(source.Published("S", 1, false)) }, enable)
 }
 
 // backdate moves column (a time) of row id two hours back: a lease of an

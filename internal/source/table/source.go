@@ -30,21 +30,9 @@ type Source struct {
 	Logger     *slog.Logger
 }
 
-// Open checks that the configured table exists and is migrated
-// (outbox.OpenStore), before the relay connects to NATS.
-func Open(ctx context.Context, db *outbox.DB, cfg *config.Config, logger *slog.Logger) (source.Build, error) {
-	store, err := outbox.OpenStore(ctx, db, cfg.Database.Table, logger)
-	if err != nil {
-		return nil, err
-	}
-	return func(ctx context.Context, d source.Deps) (source.Source, func(), error) {
-		s, cleanup, err := build(ctx, d, store)
-		if err != nil {
-			return nil, nil, err
-		}
-		return s, cleanup, nil
-	}, nil
-}
+// Open checks that the configured table exists and is migrated, before
+// the relay connects to NATS (source.OpenTable).
+var Open = source.OpenTable(build)
 
 // Run relays until ctx ends, then drains: claiming stops, publishes in
 // progress finish or are released and marks are flushed.

@@ -29,13 +29,7 @@ func Open(ctx context.Context, db *outbox.DB, cfg *config.Config, _ *slog.Logger
 	if err := CheckTables(ctx, db, cfg.Watermill.ForwarderTopic); err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context, d source.Deps) (source.Source, func(), error) {
-		s, cleanup, err := build(ctx, d)
-		if err != nil {
-			return nil, nil, err
-		}
-		return s, cleanup, nil
-	}, nil
+	return source.BuildOf(build), nil
 }
 
 // Run relays until ctx ends, then stops: the subscriber commits the offset
