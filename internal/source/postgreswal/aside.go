@@ -273,26 +273,5 @@ func (s *Subscriber) loadAsides(ctx context.Context) (*asides, error) {
 	return a, nil
 }
 
-// stillFailed returns which of ids the table holds as failed.
-func (s *Subscriber) stillFailed(ctx context.Context, ids []int64) (map[int64]bool, error) {
-	out := map[int64]bool{}
-	if len(ids) == 0 {
-		return out, nil
-	}
-	rows, err := s.db.SQL.QueryContext(ctx, s.q.StillFailed, ids)
-	if err != nil {
-		return nil, fmt.Errorf("sweep: check rows set aside: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("sweep: check rows set aside: %w", err)
-		}
-		out[id] = true
-	}
-	return out, rows.Err()
-}
-
 // asideState is read by Ready and the metrics while the pipeline runs.
 type asideState = atomic.Pointer[asideSummary]

@@ -2,11 +2,14 @@ package postgreswal
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/outbox-bridge/bridge/internal/dedup"
+	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
 // The check of rows another run may have relayed.
@@ -24,7 +27,7 @@ import (
 // (below checkBelow, the server's WAL position once the slot was
 // acquired: no earlier holder can have read past it) is therefore checked
 // against its row in the table before it is published, in batches of up
-// to markBatchMax by a goroutine of its own (checkLoop), while the rows
+// to markBatchMax by a goroutine of its own (the checker), while the rows
 // read after it wait (commit order). Rows committed after the session
 // started, the steady state, are not checked: no other run can have read
 // them.
@@ -77,20 +80,45 @@ type checkResult struct {
 	seq    uint64
 }
 
-// checkLoop checks the rows the pipeline queues, in batches, until the
-// queue is closed and empty.
-func (s *Subscriber) checkLoop() {
+// checker checks the rows the pipeline queues (checks), in batches, and
+// hands the verdicts back (checked), until the queue is closed and empty or
+// the Subscriber closes.
+type checker struct {
+	db     *sql.DB
+	q      outbox.WALStatements
+	cfg    Config // RowsDeletedByProducer, Reconciler
+	logger *slog.Logger
+	// checked counts the rows found settled (Counters.Checked).
+	checked     *atomic.Int64
+	clockOffset *atomic.Int64 // server clock minus this process's, ns
+	in          *queue[checkItem]
+	out         *queue[checkResult]
+	closing     <-chan struct{}
+	writes      dbRetry
+}
+
+// checker returns the Subscriber's checker, between its queues.
+func (s *Subscriber) checker() *checker {
+	return &checker{
+		db: s.db.SQL, q: s.q, cfg: s.cfg, logger: s.logger, checked: &s.Counters.Checked, clockOffset: &s.clockOffset,
+		in: s.checks, out: s.checked, closing: s.closing, writes: s.dbRetry(),
+	}
+}
+
+// run checks rows until the queue is closed and empty, or the Subscriber
+// closes.
+func (c *checker) run() {
 	for {
-		items, ok := s.checks.wait()
-		if !ok || s.isClosing() {
+		items, ok := c.in.wait()
+		if !ok || isClosed(c.closing) {
 			return // what is unchecked stays unconfirmed: the next run reads it again
 		}
 		for len(items) > 0 {
 			n := min(len(items), markBatchMax)
 			var results []checkResult
-			if !s.retry(n, func(ctx context.Context) error {
+			if !c.writes.retry(n, func(ctx context.Context) error {
 				var err error
-				results, err = s.checkRows(ctx, items[:n])
+				results, err = c.check(ctx, items[:n])
 				return err
 			}) {
 				return
@@ -101,13 +129,13 @@ func (s *Subscriber) checkLoop() {
 					again = append(again, items[i])
 				}
 			}
-			s.checked.push(results...)
+			c.out.push(results...)
 			items = items[n:]
 			if len(again) > 0 {
 				items = append(items, again...)
 				select {
 				case <-time.After(10 * time.Millisecond):
-				case <-s.hardCtx.Done():
+				case <-c.writes.ctx.Done():
 					return
 				}
 			}
@@ -115,24 +143,24 @@ func (s *Subscriber) checkLoop() {
 	}
 }
 
-// checkRows reads the rows of items from the table (one statement, after a
+// check reads the rows of items from the table (one statement, after a
 // snapshot: a row gone whose transaction that snapshot sees is gone for
 // good) and scans their streams for the unsettled ones in doubt. Results
 // are in the order of items.
-func (s *Subscriber) checkRows(ctx context.Context, items []checkItem) ([]checkResult, error) {
+func (c *checker) check(ctx context.Context, items []checkItem) ([]checkResult, error) {
 	ids := make([]int64, len(items))
 	for i, it := range items {
 		ids[i] = it.id
 	}
 	var snapText string
-	if err := s.db.SQL.QueryRowContext(ctx, `SELECT pg_current_snapshot()::text`).Scan(&snapText); err != nil {
+	if err := c.db.QueryRowContext(ctx, `SELECT pg_current_snapshot()::text`).Scan(&snapText); err != nil {
 		return nil, fmt.Errorf("check outbox rows read again: snapshot: %w", err)
 	}
 	snap, err := parseSnapshot(snapText)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.db.SQL.QueryContext(ctx, s.q.Reread, ids)
+	rows, err := c.db.QueryContext(ctx, c.q.Reread, ids)
 	if err != nil {
 		return nil, fmt.Errorf("check %d outbox rows read again: %w", len(ids), err)
 	}
@@ -155,7 +183,7 @@ func (s *Subscriber) checkRows(ctx context.Context, items []checkItem) ([]checkR
 	results := make([]checkResult, len(items))
 	var doubt []dedup.Candidate
 	doubtAt := map[int64]int{}
-	now := time.Now().Add(time.Duration(s.clockOffset.Load())) // database clock
+	now := time.Now().Add(time.Duration(c.clockOffset.Load())) // database clock
 	settledN := 0
 	for i, it := range items {
 		results[i] = checkResult{e: it.e, v: publishRow}
@@ -165,7 +193,7 @@ func (s *Subscriber) checkRows(ctx context.Context, items []checkItem) ([]checkR
 			results[i].v = settledRow
 			settledN++
 			continue
-		case !present && s.cfg.RowsDeletedByProducer:
+		case !present && c.cfg.RowsDeletedByProducer:
 			// The table never holds them: unsettled as far as anyone knows.
 		case !present && it.xid != 0 && !snap.visible(it.xid):
 			results[i].v = notVisibleRw
@@ -175,33 +203,33 @@ func (s *Subscriber) checkRows(ctx context.Context, items []checkItem) ([]checkR
 			settledN++
 			continue
 		}
-		if s.cfg.Reconciler == nil {
+		if c.cfg.Reconciler == nil {
 			continue
 		}
-		c := dedup.Candidate{ID: it.id, IdempotencyKey: it.idKey, Subject: it.subject, FirstClaimedAt: it.txTime, ClaimedAt: now}
-		inDoubt, err := s.cfg.Reconciler.InDoubt(ctx, c)
+		cand := dedup.Candidate{ID: it.id, IdempotencyKey: it.idKey, Subject: it.subject, FirstClaimedAt: it.txTime, ClaimedAt: now}
+		inDoubt, err := c.cfg.Reconciler.InDoubt(ctx, cand)
 		if err != nil {
-			s.logger.Warn("check: cannot tell whether the row read again is in doubt; publishing it", slog.Int64("row_id", it.id), slog.Any("error", err))
+			c.logger.Warn("check: cannot tell whether the row read again is in doubt; publishing it", slog.Int64("row_id", it.id), slog.Any("error", err))
 			continue
 		}
 		if inDoubt {
-			doubt, doubtAt[it.id] = append(doubt, c), i
+			doubt, doubtAt[it.id] = append(doubt, cand), i
 		}
 	}
 	if len(doubt) > 0 {
-		found, err := s.cfg.Reconciler.Reconcile(ctx, doubt)
+		found, err := c.cfg.Reconciler.Reconcile(ctx, doubt)
 		if err != nil {
-			s.logger.Warn("check: reconcile failed; publishing the rows in doubt", slog.Int("rows", len(doubt)), slog.Any("error", err))
+			c.logger.Warn("check: reconcile failed; publishing the rows in doubt", slog.Int("rows", len(doubt)), slog.Any("error", err))
 		}
 		for id, stored := range found {
 			r := &results[doubtAt[id]]
 			r.v, r.stream, r.seq = storedRow, stored.Stream, stored.Seq
 		}
-		s.logger.Info("checked rows read again against their stream", slog.Int("in_doubt", len(doubt)), slog.Int("found", len(found)))
+		c.logger.Info("checked rows read again against their stream", slog.Int("in_doubt", len(doubt)), slog.Int("found", len(found)))
 	}
 	if settledN > 0 {
-		s.Counters.Checked.Add(int64(settledN))
-		s.logger.Info("rows read again are settled in the table; not published again", slog.Int("rows", settledN))
+		c.checked.Add(int64(settledN))
+		c.logger.Info("rows read again are settled in the table; not published again", slog.Int("rows", settledN))
 	}
 	return results, nil
 }

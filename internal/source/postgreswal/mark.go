@@ -2,14 +2,17 @@ package postgreswal
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 // markBatchMax bounds the rows written by one statement.
@@ -68,25 +71,53 @@ type markItem struct {
 // neither its error nor its backoff to bridge status and to the stall
 // watch of a standby).
 
-// markLoop writes the marks the pipeline queues, in batches, until the
-// queue is closed and empty; each batch's done and dead rows go back to
-// the pipeline as settled. Under load batches grow; when idle a mark is
-// written at once.
-func (s *Subscriber) markLoop() {
+// marker writes the marks the pipeline queues (marks), in batches, until
+// the queue is closed and empty; each batch's done and dead rows, and the
+// failed marks of rows set aside, go back to the pipeline (settled). Under
+// load batches grow; when idle a mark is written at once. It reads no
+// entry: a markItem carries what its statement needs.
+type marker struct {
+	db            *sql.DB
+	q             outbox.WALStatements
+	deleteOnRelay bool // relay.delete_on_relay: a done row is deleted
+	logger        *slog.Logger
+	counters      *Counters
+	marks         *queue[markItem] // from the pipeline
+	settled       *queue[*entry]   // back to the pipeline
+	writes        dbRetry
+	// marked receives the rows each write settled (Subscriber.Signals).
+	marked *source.TestSignal[int]
+}
+
+// marker returns the Subscriber's marker, between its queues.
+func (s *Subscriber) marker() *marker {
+	return &marker{
+		db: s.db.SQL, q: s.q, deleteOnRelay: s.cfg.DeleteOnRelay, logger: s.logger, counters: &s.Counters,
+		marks: s.marks, settled: s.settled, writes: s.dbRetry(), marked: s.Signals.Marked,
+	}
+}
+
+// dbRetry is the Subscriber's retry of writes (marks, checks).
+func (s *Subscriber) dbRetry() dbRetry {
+	return dbRetry{ctx: s.hardCtx, logger: s.logger, failing: &s.marksFailing}
+}
+
+// run writes marks until the queue is closed and empty.
+func (mk *marker) run() {
 	for {
-		items, ok := s.marks.wait()
+		items, ok := mk.marks.wait()
 		if !ok {
 			return
 		}
 		for len(items) > 0 {
 			n := min(len(items), markBatchMax)
-			s.writeMarks(items[:n])
+			mk.write(items[:n])
 			items = items[n:]
 		}
 	}
 }
 
-// writeMarks writes one batch, retrying while the database is unreachable
+// write writes one batch, retrying while the database is unreachable
 // (the slot's position waits meanwhile), and hands the settled rows back.
 //
 // A row can arrive from the log before its transaction is visible to
@@ -96,14 +127,14 @@ func (s *Subscriber) markLoop() {
 // such a row invisible is tried again until it is visible; a row that is
 // gone for good (deleted: delete_on_relay before a restart, or by hand) or
 // settled already (marked before a restart) counts as settled.
-func (s *Subscriber) writeMarks(items []markItem) {
+func (mk *marker) write(items []markItem) {
 	start := time.Now()
 	pending := items
 	for wait := 2 * time.Millisecond; ; wait = min(wait*2, 200*time.Millisecond) {
 		var invisible []markItem
-		ok := s.retry(len(pending), func(ctx context.Context) error {
+		ok := mk.writes.retry(len(pending), func(ctx context.Context) error {
 			var err error
-			invisible, err = s.tryMarks(ctx, pending)
+			invisible, err = mk.try(ctx, pending)
 			return err
 		})
 		if !ok {
@@ -115,30 +146,30 @@ func (s *Subscriber) writeMarks(items []markItem) {
 				settled = append(settled, m.e)
 			}
 		}
-		s.settled.push(settled...)
-		s.Signals.Marked.Signal(len(settled))
+		mk.settled.push(settled...)
+		mk.marked.Signal(len(settled))
 		if len(invisible) == 0 {
-			s.logger.Debug("marked", slog.Int("rows", len(items)), slog.Duration("took", time.Since(start)))
+			mk.logger.Debug("marked", slog.Int("rows", len(items)), slog.Duration("took", time.Since(start)))
 			return
 		}
 		if time.Since(start) > invisibleRetryMax {
-			s.logger.Warn("rows read from the log are still not visible; trying their marks again later",
+			mk.logger.Warn("rows read from the log are still not visible; trying their marks again later",
 				slog.Int("rows", len(invisible)), slog.Int64("first_row_id", invisible[0].id), slog.Duration("waited", time.Since(start).Round(time.Millisecond)))
-			s.marks.push(invisible...)
+			mk.marks.push(invisible...)
 			return
 		}
 		pending = invisible
 		select {
 		case <-time.After(wait):
-		case <-s.hardCtx.Done():
+		case <-mk.writes.ctx.Done():
 			return
 		}
 	}
 }
 
-// tryMarks runs the statements once and returns the marks (done, dead,
+// try runs the statements once and returns the marks (done, dead,
 // failed) that found their row not yet visible.
-func (s *Subscriber) tryMarks(ctx context.Context, items []markItem) ([]markItem, error) {
+func (mk *marker) try(ctx context.Context, items []markItem) ([]markItem, error) {
 	var done, dead, failed []markItem
 	for _, m := range items {
 		switch m.kind {
@@ -150,7 +181,7 @@ func (s *Subscriber) tryMarks(ctx context.Context, items []markItem) ([]markItem
 			failed = append(failed, m)
 		}
 	}
-	db := s.db.SQL
+	db := mk.db
 	changed := map[int64]bool{}
 	collect := func(query string, args ...any) error {
 		rows, err := db.QueryContext(ctx, query, args...)
@@ -175,7 +206,7 @@ func (s *Subscriber) tryMarks(ctx context.Context, items []markItem) ([]markItem
 				firsts[i] = &m.first
 			}
 		}
-		if err := collect(s.q.MarkFailed, ids, errs, attempts, delays, firsts); err != nil {
+		if err := collect(mk.q.MarkFailed, ids, errs, attempts, delays, firsts); err != nil {
 			return nil, fmt.Errorf("mark %d outbox rows failed: %w", len(failed), err)
 		}
 	}
@@ -184,7 +215,7 @@ func (s *Subscriber) tryMarks(ctx context.Context, items []markItem) ([]markItem
 		for i, m := range dead {
 			ids[i], errs[i], attempts[i] = m.id, outbox.SanitizeError(m.reason), int32(m.attempts)
 		}
-		if err := collect(s.q.MarkDead, ids, errs, attempts); err != nil {
+		if err := collect(mk.q.MarkDead, ids, errs, attempts); err != nil {
 			return nil, fmt.Errorf("mark %d outbox rows permanent_failed: %w", len(dead), err)
 		}
 	}
@@ -194,14 +225,14 @@ func (s *Subscriber) tryMarks(ctx context.Context, items []markItem) ([]markItem
 			ids[i] = m.id
 		}
 		var err error
-		if s.cfg.DeleteOnRelay {
-			err = collect(s.q.DeleteDone, ids)
+		if mk.deleteOnRelay {
+			err = collect(mk.q.DeleteDone, ids)
 		} else {
 			streams, seqs, attempts := make([]string, len(done)), make([]int64, len(done)), make([]int32, len(done))
 			for i, m := range done {
 				streams[i], seqs[i], attempts[i] = m.stream, int64(m.seq), int32(m.attempts)
 			}
-			err = collect(s.q.MarkDone, ids, streams, seqs, attempts)
+			err = collect(mk.q.MarkDone, ids, streams, seqs, attempts)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("mark %d outbox rows done: %w", len(done), err)
@@ -215,28 +246,28 @@ func (s *Subscriber) tryMarks(ctx context.Context, items []markItem) ([]markItem
 			missing = append(missing, m)
 		}
 	}
-	invisible, err := s.invisible(ctx, missing)
+	invisible, err := mk.invisible(ctx, missing)
 	if err != nil {
 		return nil, err
 	}
 	for _, m := range append(done, dead...) {
 		if changed[m.id] || !slices.ContainsFunc(invisible, func(i markItem) bool { return i.id == m.id }) {
-			s.count(m)
+			mk.count(m)
 		}
 	}
 	return invisible, nil
 }
 
 // count adds a settled mark to the counters.
-func (s *Subscriber) count(m markItem) {
+func (mk *marker) count(m markItem) {
 	switch m.kind {
 	case markDone:
-		s.Counters.Relayed.Add(1)
+		mk.counters.Relayed.Add(1)
 		if m.duplicate {
-			s.Counters.Deduplicated.Add(1)
+			mk.counters.Deduplicated.Add(1)
 		}
 	case markDead:
-		s.Counters.Dead.Add(1)
+		mk.counters.Dead.Add(1)
 	}
 }
 
@@ -245,7 +276,7 @@ func (s *Subscriber) count(m markItem) {
 // after the statement), and rows not there whose transaction the current
 // snapshot does not see yet. Rows there and settled, and rows gone whose
 // transaction is visible, are settled.
-func (s *Subscriber) invisible(ctx context.Context, missing []markItem) ([]markItem, error) {
+func (mk *marker) invisible(ctx context.Context, missing []markItem) ([]markItem, error) {
 	if len(missing) == 0 {
 		return nil, nil
 	}
@@ -254,7 +285,7 @@ func (s *Subscriber) invisible(ctx context.Context, missing []markItem) ([]markI
 		ids[i] = m.id
 	}
 	var snapText, presentText, unsettledText string
-	if err := s.db.SQL.QueryRowContext(ctx, s.q.MarkCheck, ids).Scan(&snapText, &presentText, &unsettledText); err != nil {
+	if err := mk.db.QueryRowContext(ctx, mk.q.MarkCheck, ids).Scan(&snapText, &presentText, &unsettledText); err != nil {
 		return nil, fmt.Errorf("check unmarked outbox rows: %w", err)
 	}
 	snap, err := parseSnapshot(snapText)
@@ -326,26 +357,34 @@ func (snap snapshot) visible(xid uint32) bool {
 	return !slices.Contains(snap.xip, full)
 }
 
-// retry runs write until it succeeds, waiting longer after each failure,
-// and reports whether it did. It gives up only when hardCtx ends (a drain
-// that gave up): the rows are then not confirmed, and the next run
-// publishes and marks them again.
-func (s *Subscriber) retry(rows int, write func(context.Context) error) bool {
+// dbRetry runs the writes of the marker and the checker again while the
+// database is unreachable.
+type dbRetry struct {
+	ctx     context.Context // the Subscriber's hardCtx: ends when a drain gives up
+	logger  *slog.Logger
+	failing *atomic.Bool // the last write failed (the stall watch reads it)
+}
+
+// retry runs write until it succeeds, waiting longer after each failure
+// (100 ms doubling to 5 s), and reports whether it did. It gives up only
+// when ctx ends (a drain that gave up): the rows are then not confirmed,
+// and the next run publishes and marks them again.
+func (r dbRetry) retry(rows int, write func(context.Context) error) bool {
 	for wait := 100 * time.Millisecond; ; wait = min(wait*2, 5*time.Second) {
-		err := write(s.hardCtx)
-		s.marksFailing.Store(err != nil)
+		err := write(r.ctx)
+		r.failing.Store(err != nil)
 		if err == nil {
 			return true
 		}
-		if s.hardCtx.Err() != nil {
-			s.logger.Error("marks not written; the slot's position stays before these rows, which the next run publishes again",
+		if r.ctx.Err() != nil {
+			r.logger.Error("marks not written; the slot's position stays before these rows, which the next run publishes again",
 				slog.Int("rows", rows), slog.Any("error", err))
 			return false
 		}
-		s.logger.Error("write marks; the slot's position waits", slog.Int("rows", rows), slog.Any("error", err), slog.Duration("retry_in", wait))
+		r.logger.Error("write marks; the slot's position waits", slog.Int("rows", rows), slog.Any("error", err), slog.Duration("retry_in", wait))
 		select {
 		case <-time.After(wait):
-		case <-s.hardCtx.Done():
+		case <-r.ctx.Done():
 		}
 	}
 }

@@ -78,7 +78,7 @@ func (s *Subscriber) publicationLoop() {
 			// message the reader ignores, shows whether the server
 			// decodes past now; its commit ends the fault (stream.go).
 			// Without it an idle outbox would keep /readyz failing.
-			if _, err := s.db.SQL.ExecContext(ctx, "SELECT pg_logical_emit_message(true, $1, 'probe')", s.watermarkPrefix()+"/probe"); err != nil {
+			if _, err := s.db.SQL.ExecContext(ctx, "SELECT pg_logical_emit_message(true, $1, 'probe')", s.cfg.watermarkPrefix()+"/probe"); err != nil {
 				s.logger.Debug("publication probe", slog.Any("error", err))
 			}
 		}

@@ -348,7 +348,7 @@ func (r *reader) logical(ctx context.Context, data []byte) error {
 			s.slotFault.Store(nil) // the server decodes the slot again
 		}
 	case *pglogrepl.LogicalDecodingMessage:
-		if m.Prefix == s.watermarkPrefix() {
+		if m.Prefix == s.cfg.watermarkPrefix() {
 			r.push(event{kind: evWatermark, token: string(m.Content)})
 		}
 	}
@@ -384,7 +384,7 @@ func (r *reader) insert(ctx context.Context, data []byte) error {
 		}
 		return nil
 	}
-	d, err := relation.decode(r.types, cols, s.payloadLimit())
+	d, err := relation.decode(r.types, cols, s.cfg.payloadLimit())
 	clear(r.cols) // the tuple points into the read buffer
 	if err != nil {
 		return fmt.Errorf("read an inserted row of %s: %w", s.cfg.Table, err)

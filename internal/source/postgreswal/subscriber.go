@@ -251,24 +251,11 @@ func (s *Subscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.M
 		return nil, errors.New("postgres-wal subscriber: Subscribe called twice; one Subscriber serves one handler")
 	}
 	out := make(chan *message.Message)
-	var wg sync.WaitGroup
-	readerDone := make(chan struct{})
-	markerDone := make(chan struct{})
-	go func() {
-		defer close(readerDone)
-		s.streamLoop()
-	}()
-	go func() {
-		defer close(markerDone)
-		s.markLoop()
-	}()
-	wg.Go(s.sweepLoop)
-	wg.Go(s.publicationLoop)
-	checkerDone := make(chan struct{})
-	go func() {
-		defer close(checkerDone)
-		s.checkLoop()
-	}()
+	readerDone := goDone(s.streamLoop)
+	markerDone := goDone(s.marker().run)
+	sweeperDone := goDone(s.sweeper().run)
+	publicationDone := goDone(s.publicationLoop)
+	checkerDone := goDone(s.checker().run)
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -297,7 +284,8 @@ func (s *Subscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.M
 		p.popSettled()
 		close(s.stopReader)
 		<-readerDone
-		wg.Wait()
+		<-sweeperDone
+		<-publicationDone
 		s.hardCancel()
 	}()
 	return out, nil
@@ -337,11 +325,25 @@ func (s *Subscriber) Ready(context.Context) error {
 	return fmt.Errorf("replication slot %s: not streaming: %w", s.cfg.Slot, st.err)
 }
 
+// goDone runs f in a goroutine of its own and returns a channel closed
+// once f returned.
+func goDone(f func()) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	return done
+}
+
 func (s *Subscriber) beginClose() { s.closeOnce.Do(func() { close(s.closing) }) }
 
-func (s *Subscriber) isClosing() bool {
+func (s *Subscriber) isClosing() bool { return isClosed(s.closing) }
+
+// isClosed reports whether ch is closed, without waiting.
+func isClosed(ch <-chan struct{}) bool {
 	select {
-	case <-s.closing:
+	case <-ch:
 		return true
 	default:
 		return false
@@ -388,11 +390,11 @@ func (s *Subscriber) windowLag() time.Duration {
 
 // payloadLimit is the longest payload a row may have: longer, it can
 // never be published (see outbox.PayloadMaxBytes); 0 when unknown.
-func (s *Subscriber) payloadLimit() int64 {
-	if s.cfg.MaxPayload == nil {
+func (c Config) payloadLimit() int64 {
+	if c.MaxPayload == nil {
 		return 0
 	}
-	return outbox.PayloadMaxBytes(s.cfg.MaxPayload())
+	return outbox.PayloadMaxBytes(c.MaxPayload())
 }
 
 // Confirmed is the slot position the relay has confirmed (or is about to).
@@ -401,7 +403,7 @@ func (s *Subscriber) Confirmed() pglogrepl.LSN { return pglogrepl.LSN(s.confirme
 // watermarkPrefix is the prefix of the logical decoding messages the sweep
 // writes (pg_logical_emit_message): every slot of the database reads them,
 // so the prefix names the slot.
-func (s *Subscriber) watermarkPrefix() string { return "outbox-bridge/" + s.cfg.Slot }
+func (c Config) watermarkPrefix() string { return "outbox-bridge/" + c.Slot }
 
 // needsOperator reports the errors of a replication session that only an
 // operator can fix: the slot or the publication does not exist (undefined

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/outbox-bridge/bridge/internal/dedup"
@@ -57,55 +58,89 @@ type held struct {
 // the slot, and are appended to the window. Swept rows are published
 // after the rows read before them, in id order among themselves: not in
 // commit order.
-func (s *Subscriber) sweepLoop() {
-	// A round every SweepInterval while the stream runs, the first one
-	// interval after the start: rows pending at the start may still be on
-	// their way from the slot.
-	// Also as soon as the backoff of a row set aside ends (sweepNow).
+//
+// The sweeper runs the rounds; the pipeline answers its requests
+// (sweepRequest) between the events of the stream.
+type sweeper struct {
+	db     *sql.DB
+	q      outbox.WALStatements
+	store  *outbox.Store // requeues the rows relays of source: table left in flight
+	cfg    Config        // SweepInterval, SweepBatch, InflightTimeout, MaxInFlightBytes, MaxPayload, Slot, Reconciler
+	logger *slog.Logger
+	// swept counts the rows it appended (Counters.Swept).
+	swept       *atomic.Int64
+	clockOffset *atomic.Int64 // server clock minus this process's, ns
+	// streaming reports whether this relay reads the slot now.
+	streaming func() bool
+	// asides is what the pipeline says of the rows set aside (nil: none).
+	asides *asideState
+	// requests go to the pipeline; now asks for a round at once (the
+	// backoff of a row set aside ended, or rows waiting for one are
+	// released).
+	requests chan<- sweepRequest
+	now      chan struct{}
+	closing  <-chan struct{}
+	ctx      context.Context // the Subscriber's hardCtx
+}
+
+// sweeper returns the Subscriber's sweeper.
+func (s *Subscriber) sweeper() *sweeper {
+	return &sweeper{
+		db: s.db.SQL, q: s.q, store: s.store, cfg: s.cfg, logger: s.logger, swept: &s.Counters.Swept, clockOffset: &s.clockOffset,
+		streaming: func() bool { return s.state.Load().streaming }, asides: &s.asideSum,
+		requests: s.sweeps, now: s.sweepNow, closing: s.closing, ctx: s.hardCtx,
+	}
+}
+
+// run sweeps until the Subscriber closes: a round every SweepInterval
+// while the stream runs, the first one interval after the start (rows
+// pending at the start may still be on their way from the slot), and as
+// soon as now is signalled.
+func (sw *sweeper) run() {
 	for {
 		select {
-		case <-s.closing:
+		case <-sw.closing:
 			return
-		case <-time.After(s.cfg.SweepInterval):
-		case <-s.sweepNow:
+		case <-time.After(sw.cfg.SweepInterval):
+		case <-sw.now:
 		}
-		if !s.state.Load().streaming {
+		if !sw.streaming() {
 			// A watermark written now might never arrive: another
 			// process reads the slot (a standby), or none does yet;
 			// the first session sends no restart that would end the
 			// wait for it.
 			continue
 		}
-		if err := s.sweep(s.hardCtx); err != nil && !s.isClosing() {
-			s.logger.Warn("sweep of pending rows failed; trying again at the next interval", slog.Any("error", err))
+		if err := sw.sweep(sw.ctx); err != nil && !isClosed(sw.closing) {
+			sw.logger.Warn("sweep of pending rows failed; trying again at the next interval", slog.Any("error", err))
 		}
 	}
 }
 
 // sweep runs rounds until one reads fewer rows than a batch.
-func (s *Subscriber) sweep(ctx context.Context) error {
-	requeued, err := s.store.RequeueInflightOlderThan(ctx, s.cfg.InflightTimeout)
+func (sw *sweeper) sweep(ctx context.Context) error {
+	requeued, err := sw.store.RequeueInflightOlderThan(ctx, sw.cfg.InflightTimeout)
 	if err != nil {
 		return err
 	}
 	if requeued > 0 {
-		s.logger.Info("sweep: rows left in flight by relays of source: table are pending again", slog.Int("rows", requeued))
+		sw.logger.Info("sweep: rows left in flight by relays of source: table are pending again", slog.Int("rows", requeued))
 	}
 	after := int64(0)
 	for round := 0; ; round++ {
-		rows, more, err := s.pendingRows(ctx, after)
-		if err != nil || (len(rows) == 0 && (round > 0 || s.asideSum.Load() == nil)) {
+		rows, more, err := sw.pendingRows(ctx, after)
+		if err != nil || (len(rows) == 0 && (round > 0 || sw.asides.Load() == nil)) {
 			return err
 		}
 		if len(rows) > 0 {
 			after = rows[len(rows)-1].ID
 		}
-		h, ok := s.watermark(ctx)
+		h, ok := sw.watermark(ctx)
 		if !ok {
 			return nil // closing
 		}
 		if round == 0 {
-			if err := s.forgetAsides(ctx, h.aside); err != nil {
+			if err := sw.forgetAsides(ctx, h.aside); err != nil {
 				return err
 			}
 		}
@@ -118,7 +153,7 @@ func (s *Subscriber) sweep(ctx context.Context) error {
 				ids = append(ids, r.ID)
 			}
 		}
-		still, err := s.stillPending(ctx, ids)
+		still, err := sw.stillPending(ctx, ids)
 		if err != nil {
 			return err
 		}
@@ -129,20 +164,20 @@ func (s *Subscriber) sweep(ctx context.Context) error {
 			}
 		}
 		if len(sweep) > 0 {
-			s.logger.Info("sweep: publishing pending rows the replication slot will not deliver",
+			sw.logger.Info("sweep: publishing pending rows the replication slot will not deliver",
 				slog.Int("rows", len(sweep)), slog.Int64("first_row_id", sweep[0].ID))
-			req := sweepRequest{rows: sweep, stored: s.reconcileSwept(ctx, sweep), appended: make(chan struct{})}
+			req := sweepRequest{rows: sweep, stored: sw.reconcileSwept(ctx, sweep), appended: make(chan struct{})}
 			select {
-			case s.sweeps <- req:
-			case <-s.closing:
+			case sw.requests <- req:
+			case <-sw.closing:
 				return nil
 			}
 			select {
 			case <-req.appended:
-			case <-s.closing:
+			case <-sw.closing:
 				return nil
 			}
-			s.Counters.Swept.Add(int64(len(sweep)))
+			sw.swept.Add(int64(len(sweep)))
 		}
 		if !more {
 			return nil
@@ -153,23 +188,23 @@ func (s *Subscriber) sweep(ctx context.Context) error {
 // watermark writes a watermark into the log and returns what the pipeline
 // holds when it arrives; false when the subscriber closes or the stream
 // restarts first.
-func (s *Subscriber) watermark(ctx context.Context) (held, bool) {
+func (sw *sweeper) watermark(ctx context.Context) (held, bool) {
 	b := make([]byte, 12)
 	_, _ = rand.Read(b)
 	req := sweepRequest{token: hex.EncodeToString(b), ids: make(chan held, 1)}
 	select {
-	case s.sweeps <- req:
-	case <-s.closing:
+	case sw.requests <- req:
+	case <-sw.closing:
 		return held{}, false
 	}
-	if _, err := s.db.SQL.ExecContext(ctx, "SELECT pg_logical_emit_message(true, $1, $2)", s.watermarkPrefix(), req.token); err != nil {
-		s.logger.Warn("sweep: write watermark", slog.Any("error", err))
+	if _, err := sw.db.ExecContext(ctx, "SELECT pg_logical_emit_message(true, $1, $2)", sw.cfg.watermarkPrefix(), req.token); err != nil {
+		sw.logger.Warn("sweep: write watermark", slog.Any("error", err))
 		return held{}, false
 	}
 	select {
 	case h, ok := <-req.ids:
 		return h, ok // closed: the stream restarted; the next round tries again
-	case <-s.closing:
+	case <-sw.closing:
 		return held{}, false
 	}
 }
@@ -180,12 +215,12 @@ func (s *Subscriber) watermark(ctx context.Context) (held, bool) {
 // source's claim does. A payload longer than the payload limit is not
 // read: the row is PayloadLeftOut, and becomes a dead letter from its
 // length. more says whether rows may be left after these.
-func (s *Subscriber) pendingRows(ctx context.Context, after int64) (out []outbox.Row, more bool, err error) {
-	limit := s.payloadLimit()
+func (sw *sweeper) pendingRows(ctx context.Context, after int64) (out []outbox.Row, more bool, err error) {
+	limit := sw.cfg.payloadLimit()
 	if limit <= 0 {
 		limit = math.MaxInt64
 	}
-	rows, err := s.db.SQL.QueryContext(ctx, s.q.SweepRead, after, s.cfg.SweepBatch, s.cfg.MaxInFlightBytes, limit)
+	rows, err := sw.db.QueryContext(ctx, sw.q.SweepRead, after, sw.cfg.SweepBatch, sw.cfg.MaxInFlightBytes, limit)
 	if err != nil {
 		return nil, false, fmt.Errorf("sweep: read pending rows: %w", err)
 	}
@@ -211,24 +246,34 @@ func (s *Subscriber) pendingRows(ctx context.Context, after int64) (out []outbox
 	if err := rows.Err(); err != nil {
 		return nil, false, fmt.Errorf("sweep: read pending rows: %w", err)
 	}
-	return out, len(out) < candidates || candidates == s.cfg.SweepBatch, nil
+	return out, len(out) < candidates || candidates == sw.cfg.SweepBatch, nil
 }
 
 // stillPending returns which of ids are still pending or failed.
-func (s *Subscriber) stillPending(ctx context.Context, ids []int64) (map[int64]bool, error) {
+func (sw *sweeper) stillPending(ctx context.Context, ids []int64) (map[int64]bool, error) {
+	return sw.which(ctx, sw.q.StillPending, ids, "check pending rows")
+}
+
+// stillFailed returns which of ids the table holds as failed.
+func (sw *sweeper) stillFailed(ctx context.Context, ids []int64) (map[int64]bool, error) {
+	return sw.which(ctx, sw.q.StillFailed, ids, "check rows set aside")
+}
+
+// which returns the ids that query (its argument: ids) returns.
+func (sw *sweeper) which(ctx context.Context, query string, ids []int64, what string) (map[int64]bool, error) {
 	out := map[int64]bool{}
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := s.db.SQL.QueryContext(ctx, s.q.StillPending, ids)
+	rows, err := sw.db.QueryContext(ctx, query, ids)
 	if err != nil {
-		return nil, fmt.Errorf("sweep: check pending rows: %w", err)
+		return nil, fmt.Errorf("sweep: %s: %w", what, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var id int64
 		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("sweep: check pending rows: %w", err)
+			return nil, fmt.Errorf("sweep: %s: %w", what, err)
 		}
 		out[id] = true
 	}
@@ -238,11 +283,11 @@ func (s *Subscriber) stillPending(ctx context.Context, ids []int64) (map[int64]b
 // forgetAsides tells the pipeline which of the rows set aside (ids) the
 // table no longer holds as failed: relayed by another relay, a dead
 // letter, deleted, or put back to pending by hand.
-func (s *Subscriber) forgetAsides(ctx context.Context, ids []int64) error {
+func (sw *sweeper) forgetAsides(ctx context.Context, ids []int64) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	still, err := s.stillFailed(ctx, ids)
+	still, err := sw.stillFailed(ctx, ids)
 	if err != nil {
 		return err
 	}
@@ -257,14 +302,14 @@ func (s *Subscriber) forgetAsides(ctx context.Context, ids []int64) error {
 	}
 	req := sweepRequest{gone: gone, released: make(chan []int64, 1)}
 	select {
-	case s.sweeps <- req:
-	case <-s.closing:
+	case sw.requests <- req:
+	case <-sw.closing:
 		return nil
 	}
 	var released []int64
 	select {
 	case released = <-req.released:
-	case <-s.closing:
+	case <-sw.closing:
 		return nil
 	}
 	if len(released) == 0 {
@@ -272,13 +317,13 @@ func (s *Subscriber) forgetAsides(ctx context.Context, ids []int64) error {
 	}
 	// The rows that waited for them are due now: the next round (asked
 	// for at once) brings them back.
-	if _, err := s.db.SQL.ExecContext(ctx, s.q.Release, released); err != nil {
+	if _, err := sw.db.ExecContext(ctx, sw.q.Release, released); err != nil {
 		return fmt.Errorf("sweep: release the rows waiting for rows set aside: %w", err)
 	}
-	s.logger.Info("sweep: rows set aside are settled elsewhere (relayed, deleted); the rows of their ordering keys waiting for them go on",
+	sw.logger.Info("sweep: rows set aside are settled elsewhere (relayed, deleted); the rows of their ordering keys waiting for them go on",
 		slog.Int("released", len(released)))
 	select {
-	case s.sweepNow <- struct{}{}:
+	case sw.now <- struct{}{}:
 	default:
 	}
 	return nil
@@ -289,29 +334,29 @@ func (s *Subscriber) forgetAsides(ctx context.Context, ids []int64) error {
 // stream's duplicate window allows (dedup.Reconciler): JetStream would
 // store them again. It returns those found; on any error none, and the
 // rows are published as usual.
-func (s *Subscriber) reconcileSwept(ctx context.Context, rows []outbox.Row) map[int64]dedup.Stored {
-	if s.cfg.Reconciler == nil {
+func (sw *sweeper) reconcileSwept(ctx context.Context, rows []outbox.Row) map[int64]dedup.Stored {
+	if sw.cfg.Reconciler == nil {
 		return nil
 	}
-	now := time.Now().Add(time.Duration(s.clockOffset.Load())) // database clock
+	now := time.Now().Add(time.Duration(sw.clockOffset.Load())) // database clock
 	var doubt []dedup.Candidate
 	for _, r := range rows {
 		if r.FirstClaimedAt.IsZero() {
 			continue
 		}
 		c := dedup.Candidate{ID: r.ID, IdempotencyKey: r.IdempotencyKey, Subject: r.Subject, FirstClaimedAt: r.FirstClaimedAt, ClaimedAt: now}
-		if inDoubt, err := s.cfg.Reconciler.InDoubt(ctx, c); err == nil && inDoubt {
+		if inDoubt, err := sw.cfg.Reconciler.InDoubt(ctx, c); err == nil && inDoubt {
 			doubt = append(doubt, c)
 		}
 	}
 	if len(doubt) == 0 {
 		return nil
 	}
-	found, err := s.cfg.Reconciler.Reconcile(ctx, doubt)
+	found, err := sw.cfg.Reconciler.Reconcile(ctx, doubt)
 	if err != nil {
-		s.logger.Warn("sweep: reconcile failed; publishing the rows in doubt", slog.Int("rows", len(doubt)), slog.Any("error", err))
+		sw.logger.Warn("sweep: reconcile failed; publishing the rows in doubt", slog.Int("rows", len(doubt)), slog.Any("error", err))
 		return nil
 	}
-	s.logger.Info("sweep: reconciled rows in doubt against the stream", slog.Int("in_doubt", len(doubt)), slog.Int("found", len(found)))
+	sw.logger.Info("sweep: reconciled rows in doubt against the stream", slog.Int("in_doubt", len(doubt)), slog.Int("found", len(found)))
 	return found
 }
