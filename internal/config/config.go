@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/outbox-bridge/bridge/internal/outbox"
@@ -140,6 +141,15 @@ type Database struct {
 	// Table is the outbox table, an SQL identifier optionally qualified by a schema
 	// ("app.outbox"). Defaults to outbox.
 	Table string `koanf:"table"`
+
+	// Tables are several outbox tables, or patterns of them with * in the schema or
+	// the table part ('tenant_*.outbox', 'app.*_outbox'), in place of table; in the
+	// environment comma-separated. A pattern matches the bridge tables (those bridge
+	// migrate made) that exist; one matching nothing is a warning, a name that does not
+	// exist an error. bridge status, retry, requeue, purge and migrate act on every
+	// table matched; bridge run relays one table, so it needs them to name exactly one
+	// (one relay over many tables: docs/DESIGN.md, Many tables). Defaults to none.
+	Tables []string `koanf:"tables"`
 
 	// ConnMaxLifetime is the age after which a PostgreSQL or MySQL session is closed
 	// instead of being reused, so that none stays on a server that was demoted or moved
@@ -456,6 +466,35 @@ func (c *Config) DatabaseURL() string {
 
 // DatabaseDialect is the dialect of DatabaseURL's scheme (outbox.SchemeOf),
 // or "" for a URL of no driver.
+// TableNames are the outbox tables configured: database.tables, or
+// database.table alone. An item may be a pattern (outbox.IsTablePattern),
+// which outbox.DB.MatchTables resolves.
+func (c *Config) TableNames() []string {
+	if len(c.Database.Tables) > 0 {
+		return c.Database.Tables
+	}
+	return []string{c.Database.Table}
+}
+
+// normalizeTables makes database.tables of one name, not a pattern, that
+// name as database.table: the configuration of one table reads the same
+// however it was given. Both keys set (table to other than its default) is
+// an error naming both.
+func (c *Config) normalizeTables() error {
+	if len(c.Database.Tables) == 0 {
+		c.Database.Tables = nil
+		return nil
+	}
+	if c.Database.Table != TableDefault {
+		return &Error{Key: "database.tables", Value: strings.Join(c.Database.Tables, ","),
+			Allowed: fmt.Sprintf("must not be set with database.table (%s): give the tables in one of them", c.Database.Table)}
+	}
+	if len(c.Database.Tables) == 1 && !outbox.IsTablePattern(c.Database.Tables[0]) {
+		c.Database.Table, c.Database.Tables = c.Database.Tables[0], nil
+	}
+	return nil
+}
+
 func (c *Config) DatabaseDialect() outbox.Dialect {
 	_, d, _ := outbox.SchemeOf(c.DatabaseURL())
 	return d

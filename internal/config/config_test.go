@@ -306,6 +306,56 @@ func TestTableName(t *testing.T) {
 	require.Contains(t, e.Allowed, "no schemas")
 }
 
+// TestTables: several tables or patterns from the flag (repeated), the
+// environment (comma-separated) and the file (a list) are database.tables;
+// one plain name given any of these ways is database.table, as before.
+// Both keys set, a bad pattern, a repeat and a schema with SQLite are
+// refused, naming the item.
+func TestTables(t *testing.T) {
+	t.Parallel()
+	pg := []string{"--database-url", "postgres://h/db"}
+	for name, c := range map[string]struct {
+		yaml    string
+		environ []string
+		args    []string
+		table   string
+		tables  []string
+	}{
+		"flag, one name":       {args: []string{"--table", "app.outbox"}, table: "app.outbox"},
+		"flag, repeated":       {args: []string{"--table", "a.outbox", "--table", "b.outbox"}, table: TableDefault, tables: []string{"a.outbox", "b.outbox"}},
+		"flag, a pattern":      {args: []string{"--table", "tenant_*.outbox"}, table: TableDefault, tables: []string{"tenant_*.outbox"}},
+		"environment":          {environ: []string{"BRIDGE_DATABASE_TABLES=tenant_*.outbox, app.*_outbox"}, table: TableDefault, tables: []string{"tenant_*.outbox", "app.*_outbox"}},
+		"environment, one":     {environ: []string{"BRIDGE_DATABASE_TABLES=app.outbox"}, table: "app.outbox"},
+		"file":                 {yaml: "database:\n  tables: ['*.outbox', app.events]\n", table: TableDefault, tables: []string{"*.outbox", "app.events"}},
+		"flag over file table": {yaml: "database:\n  table: app.outbox\n", args: []string{"--table", "b.*"}, table: TableDefault, tables: []string{"b.*"}},
+	} {
+		cfg, err := load(t, c.yaml, c.environ, append(c.args, pg...)...)
+		require.NoError(t, err, name)
+		require.Equal(t, c.table, cfg.Database.Table, name)
+		require.Equal(t, c.tables, cfg.Database.Tables, name)
+	}
+
+	_, err := load(t, "database:\n  table: app.outbox\n  tables: [b.outbox, c.outbox]\n", nil, pg...)
+	e := requireConfigError(t, err, "database.tables")
+	require.Contains(t, e.Allowed, "not be set with database.table (app.outbox)")
+	for bad, want := range map[string]string{
+		"tenant-*.outbox":  "not an SQL identifier",
+		"a.b.*":            "more than one dot",
+		"app.*_migrations": "_migrations",
+	} {
+		_, err := load(t, "", []string{"BRIDGE_DATABASE_TABLES=x.outbox," + bad}, pg...)
+		e := requireConfigError(t, err, "database.tables[1]")
+		require.Equal(t, bad, e.Value)
+		require.Contains(t, e.Allowed, want, bad)
+	}
+	_, err = load(t, "", nil, append([]string{"--table", "a.outbox", "--table", "a.outbox"}, pg...)...)
+	require.Contains(t, requireConfigError(t, err, "database.tables[1]").Allowed, "differ")
+	_, err = load(t, "", nil, "--table", "*_outbox", "--table", "app.*") // the embedded SQLite database
+	require.Contains(t, requireConfigError(t, err, "database.tables[1]").Allowed, "no schemas")
+	_, err = load(t, "database:\n  tables: {a: b}\n", nil, pg...)
+	requireConfigError(t, err, "database.tables")
+}
+
 func TestValidateRefuses(t *testing.T) {
 	t.Parallel()
 

@@ -12,6 +12,7 @@ import (
 const (
 	flagConfig       = "config"
 	flagEnsureStream = "ensure-stream"
+	flagTable        = "table" // database.table or database.tables (Load)
 )
 
 // flagKeys maps each configuration flag to its YAML key.
@@ -48,8 +49,9 @@ func RegisterCommonFlags(fs *pflag.FlagSet) {
 	fs.String("database-url", "",
 		"outbox database `url`: postgres://…, postgresql://…, mysql://… or sqlite:PATH"+
 			" (default sqlite:<data-dir>/outbox.db)"+envHelp("database.url"))
-	fs.String("table", TableDefault,
-		"outbox table `name`, optionally schema-qualified (schema.table)"+envHelp("database.table"))
+	fs.StringArray(flagTable, []string{TableDefault},
+		"outbox table `name`, optionally schema-qualified (schema.table), or a pattern with * ('tenant_*.outbox');"+
+			" repeatable for several tables"+envHelp("database.table")+"; several: "+EnvName("database.tables")+", comma-separated")
 	fs.String("source", SourceDefault,
 		"what the relay reads: table (claims rows of the bridge table), postgres-wal (its inserts from PostgreSQL's write-ahead log)"+
 			" or watermill-forwarder (a Watermill forwarder topic)"+envHelp("source"))

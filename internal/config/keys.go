@@ -11,6 +11,7 @@ var (
 	durationType = reflect.TypeFor[time.Duration]()
 	byteSizeType = reflect.TypeFor[ByteSize]()
 	configType   = reflect.TypeFor[Config]()
+	stringsType  = reflect.TypeFor[[]string]()
 )
 
 // field is one koanf-tagged struct field.
@@ -73,7 +74,7 @@ func keyPaths(t reflect.Type, prefix string) (leaves, lists []string) {
 		case isSection(f.typ):
 			l, ls := keyPaths(f.typ, key)
 			leaves, lists = append(leaves, l...), append(lists, ls...)
-		case f.typ.Kind() == reflect.Slice:
+		case f.typ.Kind() == reflect.Slice && isSection(f.typ.Elem()):
 			lists = append(lists, key)
 		default:
 			leaves = append(leaves, key)

@@ -65,13 +65,28 @@ func Load(fs *pflag.FlagSet, environ []string) (*Config, error) {
 	if fs != nil {
 		p := posflag.ProviderWithFlag(fs, ".", nil, func(f *pflag.Flag) (string, any) {
 			key, ok := flagKeys[f.Name]
-			if !ok {
+			if !ok || f.Name == flagTable {
 				return "", nil
 			}
 			return key, f.Value.String()
 		})
 		if err := ko.Load(p, nil); err != nil {
 			return nil, fmt.Errorf("load flags: %w", err)
+		}
+		if f := fs.Lookup(flagTable); f != nil && f.Changed {
+			// --table, repeatable, stands for both keys: one name is
+			// database.table (normalizeTables), several or a pattern
+			// database.tables.
+			values, err := fs.GetStringArray(flagTable)
+			if err != nil {
+				return nil, fmt.Errorf("read --%s: %w", flagTable, err)
+			}
+			if err := ko.Set("database.table", TableDefault); err != nil {
+				return nil, err
+			}
+			if err := ko.Set("database.tables", values); err != nil {
+				return nil, err
+			}
 		}
 		if f := fs.Lookup(flagEnsureStream); f != nil && f.Changed {
 			values, err := fs.GetStringArray(flagEnsureStream)
@@ -102,6 +117,9 @@ func Load(fs *pflag.FlagSet, environ []string) (*Config, error) {
 	}
 	if len(cfg.Streams) == 0 {
 		cfg.Streams = nil
+	}
+	if err := cfg.normalizeTables(); err != nil {
+		return nil, err
 	}
 	if cfg.Relay.Owner == "" { // as `bridge config` prints the default
 		cfg.Relay.Owner = defaultOwner()
@@ -412,6 +430,31 @@ func scalarHook(from, to reflect.Type, data any) (any, error) {
 		}
 	case to.Kind() == reflect.Slice && isSection(to.Elem()):
 		if from.Kind() != reflect.Slice && from.Kind() != reflect.Array {
+			return nil, &typeError{value: formatValue(data), allowed: allowedFor(to)}
+		}
+	case to == stringsType:
+		switch v := data.(type) {
+		case string: // the environment, a flag: comma-separated
+			var out []string
+			for item := range strings.SplitSeq(v, ",") {
+				if item = strings.TrimSpace(item); item != "" {
+					out = append(out, item)
+				}
+			}
+			return out, nil
+		case []string:
+			return v, nil
+		case []any:
+			out := make([]string, len(v))
+			for i, item := range v {
+				s, ok := item.(string)
+				if !ok {
+					return nil, &typeError{value: formatValue(data), allowed: allowedFor(to)}
+				}
+				out[i] = s
+			}
+			return out, nil
+		default:
 			return nil, &typeError{value: formatValue(data), allowed: allowedFor(to)}
 		}
 	case to.Kind() == reflect.String:

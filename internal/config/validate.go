@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -122,6 +123,18 @@ func (c *Config) validateDatabase() error {
 	}
 	if c.DatabaseDialect() == outbox.DialectSQLite && strings.Contains(c.Database.Table, ".") {
 		return &Error{Key: "database.table", Value: c.Database.Table, Allowed: "must be a table name without a schema with a SQLite database (sqlite:), which has no schemas"}
+	}
+	for i, t := range c.Database.Tables {
+		key := fmt.Sprintf("database.tables[%d]", i)
+		if err := outbox.CheckTablePattern(t); err != nil {
+			return &Error{Key: key, Value: t, Allowed: "must be " + outbox.PatternRule + ": " + err.Error()}
+		}
+		if c.DatabaseDialect() == outbox.DialectSQLite && strings.Contains(t, ".") {
+			return &Error{Key: key, Value: t, Allowed: "must be a table name or pattern without a schema with a SQLite database (sqlite:), which has no schemas"}
+		}
+		if slices.Contains(c.Database.Tables[:i], t) {
+			return &Error{Key: key, Value: t, Allowed: "must differ from the tables before it"}
+		}
 	}
 	return nil
 }

@@ -73,6 +73,12 @@ type driver interface {
 	// writable reports why the database of conn would not accept the
 	// relay's writes ("" when it would); see DB.CheckWritable.
 	writable(ctx context.Context, conn *sql.Conn) (why string, err error)
+	// tables lists the base tables of db (MatchTables): of every schema
+	// but the system's, schema-qualified, when qualified; otherwise of
+	// the session's current schema, unqualified.
+	tables(ctx context.Context, db *sql.DB, qualified bool) ([]tableName, error)
+	// schemas lists the schemas of db but the system's (MatchSchemas).
+	schemas(ctx context.Context, db *sql.DB) ([]string, error)
 }
 
 // drivers are the databases the relay runs on, in the order of Dialects.

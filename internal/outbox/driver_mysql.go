@@ -142,6 +142,21 @@ type mysqlQueries struct {
 	stalled, mayClaim, purge                          string
 }
 
+// mysqlSystemSchemas are the server's own databases.
+const mysqlSystemSchemas = `('mysql', 'information_schema', 'performance_schema', 'sys')`
+
+func (mysqlDriver) tables(ctx context.Context, db *sql.DB, qualified bool) ([]tableName, error) {
+	if !qualified {
+		return listNames(ctx, db, `SELECT '', table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE' AND table_schema = DATABASE()`)
+	}
+	return listNames(ctx, db, `SELECT table_schema, table_name FROM information_schema.tables
+		WHERE table_type = 'BASE TABLE' AND table_schema NOT IN `+mysqlSystemSchemas)
+}
+
+func (mysqlDriver) schemas(ctx context.Context, db *sql.DB) ([]string, error) {
+	return listStrings(ctx, db, `SELECT schema_name FROM information_schema.schemata WHERE schema_name NOT IN `+mysqlSystemSchemas)
+}
+
 func (d mysqlDriver) executor(db *DB, t tableName) (executor, error) {
 	f, err := loadQueries(d, t)
 	if err != nil {

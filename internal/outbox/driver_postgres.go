@@ -113,6 +113,19 @@ type postgresQueries struct {
 	stalled, purge                   string
 }
 
+func (postgresDriver) tables(ctx context.Context, db *sql.DB, qualified bool) ([]tableName, error) {
+	if !qualified {
+		return listNames(ctx, db, `SELECT '', relname FROM pg_class
+			WHERE relnamespace = current_schema()::regnamespace AND relkind IN ('r', 'p') AND NOT relispartition`)
+	}
+	return listNames(ctx, db, `SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition AND n.nspname NOT LIKE 'pg\_%' AND n.nspname <> 'information_schema'`)
+}
+
+func (postgresDriver) schemas(ctx context.Context, db *sql.DB) ([]string, error) {
+	return listStrings(ctx, db, `SELECT nspname FROM pg_namespace WHERE nspname NOT LIKE 'pg\_%' AND nspname <> 'information_schema'`)
+}
+
 func (d postgresDriver) executor(db *DB, t tableName) (executor, error) {
 	f, err := loadQueries(d, t)
 	if err != nil {

@@ -102,6 +102,14 @@ type sqliteQueries struct {
 	stalled, purge                   string
 }
 
+// tables lists the tables of the main database; SQLite outboxes have no
+// schema (qualified is refused by the configuration).
+func (sqliteDriver) tables(ctx context.Context, db *sql.DB, _ bool) ([]tableName, error) {
+	return listNames(ctx, db, `SELECT '', name FROM sqlite_master WHERE type = 'table'`)
+}
+
+func (sqliteDriver) schemas(context.Context, *sql.DB) ([]string, error) { return nil, nil }
+
 func (d sqliteDriver) executor(db *DB, t tableName) (executor, error) {
 	f, err := loadQueries(d, t)
 	if err != nil {

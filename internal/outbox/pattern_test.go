@@ -1,0 +1,86 @@
+package outbox_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-bridge/bridge/internal/bridgetest"
+	"github.com/outbox-bridge/bridge/internal/bridgetest/testdb"
+	"github.com/outbox-bridge/bridge/internal/outbox"
+)
+
+// TestMatchTables: on every database, a pattern matches the bridge tables
+// (migrated: their version table beside them) whose schema and name it
+// matches, sorted; not a table of the same name that bridge migrate did not
+// make, not a version table, not a table of another schema. A plain name
+// comes back as it is. MatchSchemas lists the schemas (MySQL: databases) a
+// pattern matches.
+func TestMatchTables(t *testing.T) {
+	bridgetest.OnEveryDatabase(t, func(t *testing.T, kind string) {
+		ctx := context.Background()
+		var url, prefix string
+		switch kind {
+		case "sqlite":
+			url = bridgetest.SQLiteURL(t)
+		case "postgres":
+			url, prefix = bridgetest.PostgresURL(t), "m_"+testdb.RandomHex(4)+"_"
+		case "mysql":
+			url, prefix = bridgetest.MySQLURL(t), "m_"+testdb.RandomHex(4)+"_"
+		}
+		db, err := outbox.Open(ctx, url)
+		require.NoError(t, err)
+		t.Cleanup(func() { db.Close() })
+		exec := func(query string) {
+			t.Helper()
+			_, err := db.SQL.ExecContext(ctx, query)
+			require.NoError(t, err, query)
+		}
+		migrate := func(table string) {
+			t.Helper()
+			_, err := outbox.Migrate(ctx, db, table)
+			require.NoError(t, err, table)
+		}
+		if kind == "sqlite" {
+			migrate("a_outbox")
+			migrate("b_outbox")
+			exec("CREATE TABLE c_outbox (id integer)") // not a bridge table
+			got, err := db.MatchTables(ctx, "*_outbox")
+			require.NoError(t, err)
+			require.Equal(t, []string{"a_outbox", "b_outbox"}, got)
+			schemas, err := db.MatchSchemas(ctx, "*")
+			require.NoError(t, err)
+			require.Empty(t, schemas)
+			return
+		}
+		for _, s := range []string{"a", "b", "c"} {
+			exec("CREATE " + map[string]string{"postgres": "SCHEMA ", "mysql": "DATABASE "}[kind] + prefix + s)
+			t.Cleanup(func() {
+				_, _ = db.SQL.Exec("DROP " + map[string]string{"postgres": "SCHEMA ", "mysql": "DATABASE "}[kind] + prefix + s + map[string]string{"postgres": " CASCADE"}[kind])
+			})
+		}
+		migrate(prefix + "a.outbox")
+		migrate(prefix + "b.outbox")
+		migrate(prefix + "a.orders_outbox")
+		exec("CREATE TABLE " + prefix + "c.outbox (id integer)") // not a bridge table
+
+		for pattern, want := range map[string][]string{
+			prefix + "*.outbox":   {prefix + "a.outbox", prefix + "b.outbox"},
+			prefix + "a.*":        {prefix + "a.orders_outbox", prefix + "a.outbox"},
+			prefix + "*.*_outbox": {prefix + "a.orders_outbox"},
+			prefix + "b.*":        {prefix + "b.outbox"},
+			prefix + "c.*":        nil,
+			prefix + "a.outbox":   {prefix + "a.outbox"},
+		} {
+			got, err := db.MatchTables(ctx, pattern)
+			require.NoError(t, err, pattern)
+			require.Equal(t, want, got, pattern)
+		}
+		schemas, err := db.MatchSchemas(ctx, prefix+"*")
+		require.NoError(t, err)
+		require.Equal(t, []string{prefix + "a", prefix + "b", prefix + "c"}, schemas)
+		_, err = db.MatchTables(ctx, "bad-*.outbox")
+		require.ErrorContains(t, err, "not an SQL identifier")
+	})
+}
