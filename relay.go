@@ -197,6 +197,21 @@ func provideTableStore(ctx context.Context, db *outbox.DB, cfg *config.Config, l
 	return outbox.OpenStore(ctx, db, cfg.Database.Table, logger)
 }
 
+// NewExistingDB opens the configured database as it is (see
+// provideExistingDB), for the commands that act on several tables.
+func NewExistingDB(ctx context.Context, cfg *config.Config) (*outbox.DB, func(), error) {
+	return provideExistingDB(ctx, cfg)
+}
+
+// OpenTableStore opens table of db as the commands that read or change
+// rows do: the bridge table only (source: table or postgres-wal), which
+// must exist (outbox.ErrNoTable).
+func OpenTableStore(ctx context.Context, db *outbox.DB, cfg *config.Config, table string, logger *slog.Logger) (*outbox.Store, error) {
+	c := *cfg
+	c.Database.Table = table
+	return provideTableStore(ctx, db, &c, logger)
+}
+
 // provideDB opens the configured database for `bridge run` and `bridge
 // enqueue`. The embedded default (no database.url) is migrated here; any
 // other database must be migrated with `bridge migrate`.

@@ -54,15 +54,6 @@ func NewStore(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*ou
 	return nil, nil, nil
 }
 
-// NewExistingStore opens the configured outbox table as it is, for the
-// commands that read or change its rows (status, retry, requeue, purge,
-// replay): a table that does not exist is outbox.ErrNoTable, the embedded
-// default included; a *config.Error with source: watermill-forwarder.
-func NewExistingStore(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*outbox.Store, func(), error) {
-	wire.Build(provideExistingDB, provideTableStore)
-	return nil, nil, nil
-}
-
 // NewJetStream connects to what `bridge run` publishes to (for tail).
 func NewJetStream(ctx context.Context, cfg *config.Config, logger *slog.Logger) (jetstream.JetStream, func(), error) {
 	wire.Build(broker.ProvideClientConn, broker.ProvideJetStream)

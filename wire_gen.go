@@ -138,25 +138,6 @@ func NewStore(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*ou
 	}, nil
 }
 
-// NewExistingStore opens the configured outbox table as it is, for the
-// commands that read or change its rows (status, retry, requeue, purge,
-// replay): a table that does not exist is outbox.ErrNoTable, the embedded
-// default included; a *config.Error with source: watermill-forwarder.
-func NewExistingStore(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*outbox.Store, func(), error) {
-	db, cleanup, err := provideExistingDB(ctx, cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	store, err := provideTableStore(ctx, db, cfg, logger)
-	if err != nil {
-		cleanup()
-		return nil, nil, err
-	}
-	return store, func() {
-		cleanup()
-	}, nil
-}
-
 // NewJetStream connects to what `bridge run` publishes to (for tail).
 func NewJetStream(ctx context.Context, cfg *config.Config, logger *slog.Logger) (jetstream.JetStream, func(), error) {
 	conn, cleanup, err := broker.ProvideClientConn(ctx, cfg, logger)

@@ -52,5 +52,5 @@ invalid.`,
 		},
 	}
 	config.RegisterRelayFlags(cmd.Flags())
-	return cmd
+	return acceptsManyTables(cmd)
 }

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -42,6 +45,11 @@ otherwise). The slot keeps WAL until the relay confirms it: see bridge slot drop
 TABLE <table> WITH (publish = 'insert'), then SELECT
 pg_create_logical_replication_slot('<wal.slot>', 'pgoutput').
 
+Several tables (--table repeated) or a pattern: with * in the schema part only
+('tenant_*.outbox'), the table is created or upgraded in every schema (MySQL:
+database) the pattern matches; with * in the table part ('app.*_outbox'), the
+bridge tables it matches are upgraded. Source: table only; --print takes one table.
+
 With source: watermill-forwarder it creates the offsets table
 watermill_offsets_<watermill.forwarder_topic> instead (watermill-sql's own DDL).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -53,7 +61,14 @@ watermill_offsets_<watermill.forwarder_topic> instead (watermill-sql's own DDL).
 				return usage("--after goes with --print")
 			}
 			if print {
+				if len(cfg.Database.Tables) > 0 {
+					return usage("--print writes the migrations of one table without opening the database; give one --table (the SQL is the same for every table but its name)")
+				}
 				return printMigrations(cmd, cfg, after)
+			}
+			if len(cfg.Database.Tables) > 0 && cfg.Source != config.SourceTable {
+				return usage("--table %s: several tables or a pattern are migrated for source: table; with source: %s give one table",
+					strings.Join(cfg.Database.Tables, " --table "), cfg.Source)
 			}
 			if cfg.Source == config.SourceWatermillForwarder {
 				return migrateWatermill(ctx, cmd, cfg, logger)
@@ -72,15 +87,21 @@ watermill_offsets_<watermill.forwarder_topic> instead (watermill-sql's own DDL).
 					return classify(err)
 				}
 			}
-			applied, err := outbox.Migrate(ctx, db, cfg.Database.Table)
+			tables, err := migrationTargets(ctx, db, cfg, logger)
 			if err != nil {
 				return err
 			}
-			if len(applied) == 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), "outbox table %s in %s is up to date\n", cfg.Database.Table, db.Redacted)
-			}
-			for _, m := range applied {
-				fmt.Fprintf(cmd.OutOrStdout(), "applied migration %05d to %s in %s\n", m.Version, cfg.Database.Table, db.Redacted)
+			for _, table := range tables {
+				applied, err := outbox.Migrate(ctx, db, table)
+				if err != nil {
+					return err
+				}
+				if len(applied) == 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), "outbox table %s in %s is up to date\n", table, db.Redacted)
+				}
+				for _, m := range applied {
+					fmt.Fprintf(cmd.OutOrStdout(), "applied migration %05d to %s in %s\n", m.Version, table, db.Redacted)
+				}
 			}
 			if cfg.Source == config.SourcePostgresWAL {
 				return migrateWAL(ctx, cmd, cfg, db)
@@ -90,7 +111,53 @@ watermill_offsets_<watermill.forwarder_topic> instead (watermill-sql's own DDL).
 	}
 	cmd.Flags().BoolVar(&print, "print", false, "print the SQL of the migrations instead of applying them")
 	cmd.Flags().Int64Var(&after, "after", 0, "with --print: only the migrations after this version")
-	return cmd
+	return acceptsManyTables(cmd)
+}
+
+// migrationTargets are the tables bridge migrate creates or upgrades: each
+// name configured; for a pattern with * in the schema part only
+// ('tenant_*.outbox'), that table in every schema the pattern matches,
+// created where missing; for a pattern with * in the table part, the
+// bridge tables it matches (outbox.DB.MatchTables), upgraded. A pattern
+// matching nothing is logged as a warning.
+func migrationTargets(ctx context.Context, db *outbox.DB, cfg *config.Config, logger *slog.Logger) ([]string, error) {
+	var out []string
+	add := func(tables ...string) {
+		for _, t := range tables {
+			if !slices.Contains(out, t) {
+				out = append(out, t)
+			}
+		}
+	}
+	for _, name := range cfg.TableNames() {
+		schema, table, qualified := strings.Cut(name, ".")
+		switch {
+		case !outbox.IsTablePattern(name):
+			add(name)
+		case qualified && !outbox.IsTablePattern(table):
+			schemas, err := db.MatchSchemas(ctx, schema)
+			if err != nil {
+				return nil, err
+			}
+			if len(schemas) == 0 {
+				logger.Warn("no schema matches the pattern; nothing to migrate for it", slog.String("table", name), slog.String("database", db.Redacted))
+			}
+			for _, s := range schemas {
+				add(s + "." + table)
+			}
+		default:
+			matched, err := db.MatchTables(ctx, name)
+			if err != nil {
+				return nil, err
+			}
+			if len(matched) == 0 {
+				logger.Warn("no outbox table matches the pattern; bridge migrate creates tables only for a pattern in the schema part ('tenant_*.outbox')",
+					slog.String("table", name), slog.String("database", db.Redacted))
+			}
+			add(matched...)
+		}
+	}
+	return out, nil
 }
 
 // printMigrations is `bridge migrate --print`: the bridge table's

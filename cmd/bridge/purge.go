@@ -23,17 +23,17 @@ Pending, in-flight, failed and dead-letter rows are never deleted.`,
 			if olderThan < 0 {
 				return usage("--done-older-than %s: must not be negative", olderThan)
 			}
-			return withStore(cmd, func(ctx context.Context, store *outbox.Store) error {
+			return withStore(cmd, func(ctx context.Context, store *outbox.Store, many bool) error {
 				n, err := store.PurgeDoneOlderThan(ctx, olderThan, outbox.PurgeBatchDefault)
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "deleted %s relayed more than %s ago\n", outbox.Count(n, "done row"), olderThan)
+				fmt.Fprintf(cmd.OutOrStdout(), "deleted %s relayed more than %s ago%s\n", outbox.Count(n, "done row"), olderThan, inTable(store, many))
 				return nil
 			})
 		},
 	}
 	cmd.Flags().DurationVar(&olderThan, "done-older-than", 0, "age `D` of the PubAck (required), e.g. 1h, 0s for all")
 	_ = cmd.MarkFlagRequired("done-older-than")
-	return cmd
+	return acceptsManyTables(cmd)
 }

@@ -137,7 +137,7 @@ could not be sent (logged; e.g. a subject the destination does not capture).`,
 			if dryRun {
 				checkpoint = ""
 			}
-			return withStore(cmd, func(ctx context.Context, store *outbox.Store) error {
+			return withStore(cmd, func(ctx context.Context, store *outbox.Store, _ bool) error {
 				if resume == "" {
 					// created_at is the database's clock: so is "1h ago".
 					var now time.Time

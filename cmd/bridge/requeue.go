@@ -25,17 +25,17 @@ Nats-Msg-Id: JetStream drops the repeat within the stream's duplicate window.`,
 			if olderThan <= 0 {
 				return usage("--older-than %s: must be a positive duration such as 30s or 5m", olderThan)
 			}
-			return withStore(cmd, func(ctx context.Context, store *outbox.Store) error {
+			return withStore(cmd, func(ctx context.Context, store *outbox.Store, many bool) error {
 				n, err := store.RequeueInflightOlderThan(ctx, olderThan)
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "requeued %s in flight for more than %s\n", outbox.Count(n, "row"), olderThan)
+				fmt.Fprintf(cmd.OutOrStdout(), "requeued %s in flight for more than %s%s\n", outbox.Count(n, "row"), olderThan, inTable(store, many))
 				return nil
 			})
 		},
 	}
 	cmd.Flags().DurationVar(&olderThan, "older-than", 0, "lease age `D` (required), e.g. 30s, 5m")
 	_ = cmd.MarkFlagRequired("older-than")
-	return cmd
+	return acceptsManyTables(cmd)
 }

@@ -49,7 +49,10 @@ payload), or the row fails again.`,
 			if subject != "" && !server.IsValidSubject(subject) {
 				return usage("--subject %q is not a NATS subject: dot-separated tokens, * for one token, > for the rest at the end, such as orders.> or orders.*.created", subject)
 			}
-			return withStore(cmd, func(ctx context.Context, store *outbox.Store) error {
+			return withStore(cmd, func(ctx context.Context, store *outbox.Store, many bool) error {
+				if many && len(ids) > 0 {
+					return usage("--id names rows of one outbox table; give one --table with it, not several or a pattern")
+				}
 				var failed, dead, missing []int64
 				var err error
 				switch {
@@ -62,7 +65,7 @@ payload), or the row fails again.`,
 					if err != nil {
 						return err
 					}
-					printRetried(cmd, nd, nf)
+					printRetried(cmd, nd, nf, inTable(store, many))
 					return nil
 				case subject != "":
 					failed, dead, err = store.Retryable(ctx, func(s string) bool { return server.SubjectMatchesFilter(s, subject) })
@@ -76,7 +79,7 @@ payload), or the row fails again.`,
 				if err != nil {
 					return err
 				}
-				printRetried(cmd, nd, nf)
+				printRetried(cmd, nd, nf, inTable(store, many))
 				if len(missing) > 0 {
 					return fmt.Errorf("no row with id %s in %s", joinIDs(missing), store.Table())
 				}
@@ -87,11 +90,11 @@ payload), or the row fails again.`,
 	cmd.Flags().Int64SliceVar(&ids, "id", nil, "row `id` to retry; repeatable")
 	cmd.Flags().StringVar(&subject, "subject", "", "retry the failed rows and dead letters whose subject matches `pattern` (NATS wildcards * and >)")
 	cmd.Flags().BoolVar(&allFailed, "all-failed", false, "retry every failed row and every dead letter")
-	return cmd
+	return acceptsManyTables(cmd)
 }
 
-func printRetried(cmd *cobra.Command, dead, failed int) {
-	fmt.Fprintf(cmd.OutOrStdout(), "%s back to pending, %s claimable now\n", outbox.Count(dead, "dead letter"), outbox.Count(failed, "failed row"))
+func printRetried(cmd *cobra.Command, dead, failed int, where string) {
+	fmt.Fprintf(cmd.OutOrStdout(), "%s back to pending, %s claimable now%s\n", outbox.Count(dead, "dead letter"), outbox.Count(failed, "failed row"), where)
 }
 
 // retryIDs retries dead and failed, in batches.

@@ -94,6 +94,9 @@ func loadConfig(cmd *cobra.Command) (*config.Config, error) {
 	if err != nil {
 		return nil, usageError{err}
 	}
+	if err := checkOneTable(cmd, cfg); err != nil {
+		return nil, err
+	}
 	return cfg, nil
 }
 
@@ -161,11 +164,13 @@ func setup(cmd *cobra.Command, daemon bool) (context.Context, *config.Config, *s
 	return cmd.Context(), cfg, logger, nil
 }
 
-// withStore runs fn with the configured outbox table, as status and the
-// maintenance commands (retry, requeue, purge) use it. Unlike run, migrate
-// and enqueue it does not create a SQLite database that is not there: a
-// mistyped --data-dir would otherwise show an empty outbox.
-func withStore(cmd *cobra.Command, fn func(ctx context.Context, store *outbox.Store) error) error {
+// withStore runs fn with each configured outbox table (resolveTables),
+// as status and the maintenance commands (retry, requeue, purge) use it;
+// many says whether there are several (or a pattern named them), for the
+// output to name the table. Unlike run, migrate and enqueue it does not
+// create a SQLite database that is not there: a mistyped --data-dir would
+// otherwise show an empty outbox.
+func withStore(cmd *cobra.Command, fn func(ctx context.Context, store *outbox.Store, many bool) error) error {
 	ctx, cfg, logger, err := setup(cmd, false)
 	if err != nil {
 		return err
@@ -175,12 +180,26 @@ func withStore(cmd *cobra.Command, fn func(ctx context.Context, store *outbox.St
 	}); err != nil {
 		return err
 	}
-	store, cleanup, err := bridge.NewExistingStore(ctx, cfg, logger)
+	db, cleanup, err := bridge.NewExistingDB(ctx, cfg)
 	if err != nil {
 		return classify(err)
 	}
 	defer cleanup()
-	return fn(ctx, store)
+	tables, err := resolveTables(ctx, db, cfg, logger)
+	if err != nil {
+		return err
+	}
+	many := len(cfg.Database.Tables) > 0
+	for _, table := range tables {
+		store, err := bridge.OpenTableStore(ctx, db, cfg, table, logger)
+		if err != nil {
+			return classify(err)
+		}
+		if err := fn(ctx, store, many); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkSQLiteOutbox refuses a SQLite outbox (exit 2) that no service

@@ -37,17 +37,31 @@ stream holds: rows whose sequence the stream no longer has (removed by its limit
 purged, or the stream deleted and made again) are counted, and the oldest row
 whose sequence it still has is read back to see that it is that row's message.
 bridge replay --refill-stream NAME sends the missing ones again. This reads every
-relayed row once (one aggregate query); --streams=false leaves it out.`,
+relayed row once (one aggregate query); --streams=false leaves it out.
+
+Over several tables (--table repeated, or a pattern such as 'tenant_*.outbox') it
+prints a line per table: its rows per status and its lag; --json prints an array of
+the documents of each table. The streams are then checked only with --streams
+given explicitly (a NATS connection per table).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(cmd)
 			if err != nil {
 				return err
 			}
-			return withStore(cmd, func(ctx context.Context, store *outbox.Store) error {
+			var docs []any            // --json over several tables: one document each
+			var summary []tableSummary // several tables: a line each
+			err = withStore(cmd, func(ctx context.Context, store *outbox.Store, many bool) error {
 				st, err := store.Stats(ctx, 5)
 				if err != nil {
 					return err
 				}
+				if many && !asJSON {
+					summary = append(summary, tableSummary{store.Table(), st})
+					return nil
+				}
+				// Over several tables the streams are checked when asked
+				// for: each table costs a NATS connection.
+				checkStreams := checkStreams && (!many || cmd.Flags().Changed("streams"))
 				var slot *postgreswal.SlotInfo
 				var slotErr error
 				if cfg.Source == config.SourcePostgresWAL {
@@ -116,9 +130,11 @@ relayed row once (one aggregate query); --streams=false leaves it out.`,
 					if streamsErr != nil {
 						doc.StreamsError = streamsErr.Error()
 					}
-					enc := json.NewEncoder(out)
-					enc.SetIndent("", "  ")
-					return enc.Encode(doc)
+					if many {
+						docs = append(docs, doc)
+						return nil
+					}
+					return encodeJSON(out, doc)
 				}
 				fmt.Fprintf(out, "table %s in %s\n\n", store.Table(), store.DB().Redacted)
 				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -154,11 +170,57 @@ relayed row once (one aggregate query); --streams=false leaves it out.`,
 				}
 				return nil
 			})
+			switch {
+			case err != nil:
+				return err
+			case docs != nil:
+				return encodeJSON(cmd.OutOrStdout(), docs)
+			case summary != nil:
+				printSummary(cmd.OutOrStdout(), summary)
+			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().BoolVar(&checkStreams, "streams", true, "check relayed rows against what their streams hold (connects to NATS)")
-	return cmd
+	return acceptsManyTables(cmd)
+}
+
+// tableSummary is one table's line of status over several tables.
+type tableSummary struct {
+	table string
+	st    outbox.Stats
+}
+
+// printSummary is status over several tables: a line per table with its
+// rows per status and its lag.
+func printSummary(out io.Writer, tables []tableSummary) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprint(tw, "table")
+	for _, s := range outbox.Statuses {
+		fmt.Fprintf(tw, "\t%s", s)
+	}
+	fmt.Fprintln(tw, "\tlag")
+	for _, t := range tables {
+		fmt.Fprint(tw, t.table)
+		for _, s := range outbox.Statuses {
+			fmt.Fprintf(tw, "\t%d", t.st.Rows[s])
+		}
+		lag := "-"
+		if t.st.Rows[outbox.StatusPending]+t.st.Rows[outbox.StatusInFlight]+t.st.Rows[outbox.StatusFailed] > 0 {
+			lag = t.st.OldestUnsettled.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "\t%s\n", lag)
+	}
+	tw.Flush()
+	fmt.Fprintf(out, "\n%s; bridge status --table NAME shows one with its oldest failed row, recent errors and streams\n", outbox.Count(len(tables), "table"))
+}
+
+// encodeJSON writes v as indented JSON.
+func encodeJSON(out io.Writer, v any) error {
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // streamsCheckTimeout bounds the NATS part of status --streams: a NATS

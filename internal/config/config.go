@@ -147,8 +147,8 @@ type Database struct {
 	// environment comma-separated. A pattern matches the bridge tables (those bridge
 	// migrate made) that exist; one matching nothing is a warning, a name that does not
 	// exist an error. bridge status, retry, requeue, purge and migrate act on every
-	// table matched; bridge run relays one table, so it needs them to name exactly one
-	// (one relay over many tables: docs/DESIGN.md, Many tables). Defaults to none.
+	// table matched; bridge run, enqueue, replay and slot work on one table and refuse
+	// them (docs/DESIGN.md, Many tables). Defaults to none.
 	Tables []string `koanf:"tables"`
 
 	// ConnMaxLifetime is the age after which a PostgreSQL or MySQL session is closed
