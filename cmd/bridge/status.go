@@ -48,7 +48,7 @@ given explicitly (a NATS connection per table).`,
 			if err != nil {
 				return err
 			}
-			var docs []any            // --json over several tables: one document each
+			var docs []any             // --json over several tables: one document each
 			var summary []tableSummary // several tables: a line each
 			err = withStore(cmd, func(ctx context.Context, store *outbox.Store, many bool) error {
 				st, err := store.Stats(ctx, 5)
