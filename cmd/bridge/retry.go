@@ -43,8 +43,11 @@ payload), or the row fails again.`,
 					given++
 				}
 			}
-			if given != 1 {
+			switch {
+			case given == 0:
 				return usage("give one of --id N (repeatable), --subject PATTERN or --all-failed")
+			case given > 1:
+				return usage("give only one of --id N (repeatable), --subject PATTERN or --all-failed: they select the rows in different ways")
 			}
 			if subject != "" && !server.IsValidSubject(subject) {
 				return usage("--subject %q is not a NATS subject: dot-separated tokens, * for one token, > for the rest at the end, such as orders.> or orders.*.created", subject)

@@ -33,7 +33,8 @@ Configuration: a YAML file (--config), overridden by BRIDGE_* environment variab
 (BRIDGE_ + the YAML path in upper snake case, e.g. BRIDGE_DATABASE_URL), overridden
 by flags.
 
-Exit codes: 0 clean stop, 1 runtime failure, 2 bad usage or configuration.`,
+Exit codes: 0 clean stop, 1 runtime failure, 2 bad usage or configuration;
+bridge replay also 3 (rows it could not send again, see bridge replay --help).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
