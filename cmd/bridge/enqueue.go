@@ -84,6 +84,9 @@ letter, from the payload's length.`,
 			if err := requireExplicitSQLiteOutbox(cfg); err != nil {
 				return err
 			}
+			if err := requireNamedEmbeddedTable(ctx, cfg, logger); err != nil {
+				return err
+			}
 			store, cleanup, err := bridge.NewStore(ctx, cfg, logger)
 			if err != nil {
 				return classify(err)

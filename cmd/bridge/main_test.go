@@ -521,6 +521,8 @@ func TestBadInput(t *testing.T) {
 		{name: "retry on a mistyped table of the embedded default", args: []string{"retry", "--table", "nosuch", "--all-failed"}, embedded: true, want: []string{`table "nosuch"`, "bridge migrate"}},
 		{name: "requeue on a mistyped table of the embedded default", args: []string{"requeue", "--table", "nosuch", "--older-than", "5m"}, embedded: true, want: []string{`table "nosuch"`, "bridge migrate"}},
 		{name: "purge on a mistyped table of the embedded default", args: []string{"purge", "--table", "nosuch", "--done-older-than", "1h"}, embedded: true, want: []string{`table "nosuch"`, "bridge migrate"}},
+		{name: "enqueue on a mistyped table of the embedded default", args: []string{"enqueue", "--table", "nosuch", "--subject", "events.x"}, embedded: true, want: []string{"no outbox table nosuch", "bridge migrate --table nosuch"}},
+		{name: "enqueue on a mistyped table of a new embedded default", args: []string{"enqueue", "--table", "nosuch", "--subject", "events.x"}, absent: "bridge-data", want: []string{"no outbox table nosuch", "bridge migrate --table nosuch"}},
 		// An error about a value given by flag names the flag, not a YAML path.
 		{
 			name: "ensure-stream bad subject", args: []string{"run", "--check-config", "--ensure-stream", "EVENTS:events.a,bad subj"},

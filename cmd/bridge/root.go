@@ -224,6 +224,30 @@ func checkSQLiteOutbox(cfg *config.Config, missing func(path string) error) erro
 	return nil
 }
 
+// requireNamedEmbeddedTable refuses, for enqueue, a table other than the
+// default on the embedded database that is not there yet (exit 2):
+// enqueue would create it, and a mistyped --table would leave rows in a
+// table no relay reads. bridge run --table or bridge migrate creates it.
+func requireNamedEmbeddedTable(ctx context.Context, cfg *config.Config, logger *slog.Logger) error {
+	if !cfg.EmbeddedDatabase() || cfg.Database.Table == config.TableDefault {
+		return nil
+	}
+	hint := fmt.Sprintf("no outbox table %s in the embedded database %s: bridge enqueue creates only the default table %s there; create %s with bridge migrate --table %s (or bridge run --table %s), or check --table",
+		cfg.Database.Table, cfg.RedactedDatabaseURL(), config.TableDefault, cfg.Database.Table, cfg.Database.Table, cfg.Database.Table)
+	if err := checkSQLiteOutbox(cfg, func(string) error { return usage("%s", hint) }); err != nil {
+		return err
+	}
+	db, cleanup, err := bridge.NewExistingDB(ctx, cfg)
+	if err != nil {
+		return classify(err)
+	}
+	defer cleanup()
+	if _, err := bridge.OpenTableStore(ctx, db, cfg, cfg.Database.Table, logger); errors.Is(err, outbox.ErrNoTable) {
+		return usage("%s", hint)
+	}
+	return nil
+}
+
 // requireExplicitSQLiteOutbox is checkSQLiteOutbox for run and enqueue:
 // they create and migrate the --data-dir default themselves, but a SQLite
 // file named by database.url must exist (bridge migrate creates it), or a
