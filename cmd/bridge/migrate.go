@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -91,7 +90,7 @@ watermill_offsets_<watermill.forwarder_topic> instead (watermill-sql's own DDL).
 			if err != nil {
 				return err
 			}
-			for _, table := range tables {
+			migrate := func(table string) error {
 				applied, err := outbox.Migrate(ctx, db, table)
 				if err != nil {
 					return err
@@ -102,6 +101,15 @@ watermill_offsets_<watermill.forwarder_topic> instead (watermill-sql's own DDL).
 				for _, m := range applied {
 					fmt.Fprintf(cmd.OutOrStdout(), "applied migration %05d to %s in %s\n", m.Version, table, db.Redacted)
 				}
+				return nil
+			}
+			if len(cfg.Database.Tables) == 0 {
+				err = migrate(tables[0])
+			} else {
+				err = forEachTable(cmd, tables, migrate)
+			}
+			if err != nil {
+				return err
 			}
 			if cfg.Source == config.SourcePostgresWAL {
 				return migrateWAL(ctx, cmd, cfg, db)
@@ -122,9 +130,11 @@ watermill_offsets_<watermill.forwarder_topic> instead (watermill-sql's own DDL).
 // matching nothing is logged as a warning.
 func migrationTargets(ctx context.Context, db *outbox.DB, cfg *config.Config, logger *slog.Logger) ([]string, error) {
 	var out []string
+	seen := map[string]bool{} // by the name the database resolves (FoldName)
 	add := func(tables ...string) {
 		for _, t := range tables {
-			if !slices.Contains(out, t) {
+			if !seen[db.FoldName(t)] {
+				seen[db.FoldName(t)] = true
 				out = append(out, t)
 			}
 		}

@@ -52,10 +52,16 @@ payload), or the row fails again.`,
 			if subject != "" && !server.IsValidSubject(subject) {
 				return usage("--subject %q is not a NATS subject: dot-separated tokens, * for one token, > for the rest at the end, such as orders.> or orders.*.created", subject)
 			}
-			return withStore(cmd, func(ctx context.Context, store *outbox.Store, many bool) error {
-				if many && len(ids) > 0 {
+			if len(ids) > 0 {
+				cfg, err := loadConfig(cmd)
+				if err != nil {
+					return err
+				}
+				if len(cfg.Database.Tables) > 0 {
 					return usage("--id names rows of one outbox table; give one --table with it, not several or a pattern")
 				}
+			}
+			return withStore(cmd, func(ctx context.Context, store *outbox.Store, many bool) error {
 				var failed, dead, missing []int64
 				var err error
 				switch {

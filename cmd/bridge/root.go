@@ -191,14 +191,33 @@ func withStore(cmd *cobra.Command, fn func(ctx context.Context, store *outbox.St
 		return err
 	}
 	many := len(cfg.Database.Tables) > 0
-	for _, table := range tables {
+	each := func(table string) error {
 		store, err := bridge.OpenTableStore(ctx, db, cfg, table, logger)
 		if err != nil {
 			return classify(err)
 		}
-		if err := fn(ctx, store, many); err != nil {
-			return err
+		return fn(ctx, store, many)
+	}
+	if !many {
+		return each(tables[0])
+	}
+	return forEachTable(cmd, tables, each)
+}
+
+// forEachTable runs do for each table, going on past a table that fails
+// (dropped meanwhile, not a bridge table after all): each failure is told
+// on stderr naming its table, and the error returned, when any failed,
+// counts them (exit 1).
+func forEachTable(cmd *cobra.Command, tables []string, do func(table string) error) error {
+	failed := 0
+	for _, table := range tables {
+		if err := do(table); err != nil {
+			failed++
+			fmt.Fprintf(cmd.ErrOrStderr(), "bridge: %s: %v\n", table, err)
 		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %s failed (above); the others are done", failed, outbox.Count(len(tables), "table"))
 	}
 	return nil
 }

@@ -170,15 +170,17 @@ given explicitly (a NATS connection per table).`,
 				}
 				return nil
 			})
+			// Over several tables what was read is shown, also when a
+			// table failed (told on stderr, and in the exit status).
 			switch {
-			case err != nil:
-				return err
 			case docs != nil:
-				return encodeJSON(cmd.OutOrStdout(), docs)
+				if jerr := encodeJSON(cmd.OutOrStdout(), docs); err == nil {
+					err = jerr
+				}
 			case summary != nil:
 				printSummary(cmd.OutOrStdout(), summary)
 			}
-			return nil
+			return err
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

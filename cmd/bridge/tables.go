@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -39,8 +38,8 @@ func checkOneTable(cmd *cobra.Command, cfg *config.Config) error {
 			many = append(many, "bridge "+sub.Name())
 		}
 	}
-	return usage("--table %s: bridge %s works on one outbox table; several tables or a pattern are for %s",
-		strings.Join(cfg.Database.Tables, " --table "), cmd.Name(), strings.Join(many, ", "))
+	return usage("--table %s: %s works on one outbox table; several tables or a pattern are for %s",
+		strings.Join(cfg.Database.Tables, " --table "), cmd.CommandPath(), strings.Join(many, ", "))
 }
 
 // resolveTables returns the outbox tables cfg names, in the order given,
@@ -50,6 +49,7 @@ func checkOneTable(cmd *cobra.Command, cfg *config.Config) error {
 // error says so.
 func resolveTables(ctx context.Context, db *outbox.DB, cfg *config.Config, logger *slog.Logger) ([]string, error) {
 	var out, unmatched []string
+	seen := map[string]bool{} // by the name the database resolves (FoldName)
 	for _, name := range cfg.TableNames() {
 		matched, err := db.MatchTables(ctx, name)
 		if err != nil {
@@ -59,7 +59,8 @@ func resolveTables(ctx context.Context, db *outbox.DB, cfg *config.Config, logge
 			unmatched = append(unmatched, name)
 		}
 		for _, t := range matched {
-			if !slices.Contains(out, t) {
+			if !seen[db.FoldName(t)] {
+				seen[db.FoldName(t)] = true
 				out = append(out, t)
 			}
 		}

@@ -489,7 +489,7 @@ func (c *Config) normalizeTables() error {
 		return &Error{Key: "database.tables", Value: strings.Join(c.Database.Tables, ","),
 			Allowed: fmt.Sprintf("must not be set with database.table (%s): give the tables in one of them", c.Database.Table)}
 	}
-	if len(c.Database.Tables) == 1 && !outbox.IsTablePattern(c.Database.Tables[0]) {
+	if only := c.Database.Tables; len(only) == 1 && only[0] != "" && !outbox.IsTablePattern(only[0]) {
 		c.Database.Table, c.Database.Tables = c.Database.Tables[0], nil
 	}
 	return nil

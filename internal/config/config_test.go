@@ -354,6 +354,14 @@ func TestTables(t *testing.T) {
 	require.Contains(t, requireConfigError(t, err, "database.tables[1]").Allowed, "no schemas")
 	_, err = load(t, "database:\n  tables: {a: b}\n", nil, pg...)
 	requireConfigError(t, err, "database.tables")
+	// Empty items are refused, not read as the default table (found by a
+	// saboteur: --table '' and BRIDGE_DATABASE_TABLES=, meant outbox).
+	_, err = load(t, "", nil, append([]string{"--table", ""}, pg...)...)
+	require.Contains(t, requireConfigError(t, err, "database.table").Allowed, "must not be empty")
+	for _, v := range []string{",", "", "a.outbox,"} {
+		_, err = load(t, "", []string{"BRIDGE_DATABASE_TABLES=" + v}, pg...)
+		require.Error(t, err, v)
+	}
 }
 
 func TestValidateRefuses(t *testing.T) {

@@ -77,9 +77,11 @@ func Load(fs *pflag.FlagSet, environ []string) (*Config, error) {
 			// --table, repeatable, stands for both keys: one name is
 			// database.table (normalizeTables), several or a pattern
 			// database.tables.
-			values, err := fs.GetStringArray(flagTable)
-			if err != nil {
-				return nil, fmt.Errorf("read --%s: %w", flagTable, err)
+			// GetSlice, not GetStringArray, which reads one empty value
+			// back as none (it parses the flag's printed form).
+			values := f.Value.(pflag.SliceValue).GetSlice()
+			if i := slices.IndexFunc(values, func(v string) bool { return strings.TrimSpace(v) == "" }); i >= 0 {
+				return nil, &Error{Key: "database.table", Value: values[i], Allowed: "must not be empty (--table ''): give a table name or a pattern"}
 			}
 			if err := ko.Set("database.table", TableDefault); err != nil {
 				return nil, err
@@ -434,12 +436,10 @@ func scalarHook(from, to reflect.Type, data any) (any, error) {
 		}
 	case to == stringsType:
 		switch v := data.(type) {
-		case string: // the environment, a flag: comma-separated
+		case string: // the environment, a flag: comma-separated; an empty item is refused by Validate
 			var out []string
 			for item := range strings.SplitSeq(v, ",") {
-				if item = strings.TrimSpace(item); item != "" {
-					out = append(out, item)
-				}
+				out = append(out, strings.TrimSpace(item))
 			}
 			return out, nil
 		case []string:

@@ -75,8 +75,9 @@ type driver interface {
 	writable(ctx context.Context, conn *sql.Conn) (why string, err error)
 	// tables lists the base tables of db (MatchTables): of every schema
 	// but the system's, schema-qualified, when qualified; otherwise of
-	// the session's current schema, unqualified.
-	tables(ctx context.Context, db *sql.DB, qualified bool) ([]tableName, error)
+	// the session's current schema, unqualified; each with whether it has
+	// the column idempotency_key.
+	tables(ctx context.Context, db *sql.DB, qualified bool) ([]listedTable, error)
 	// schemas lists the schemas of db but the system's (MatchSchemas).
 	schemas(ctx context.Context, db *sql.DB) ([]string, error)
 }

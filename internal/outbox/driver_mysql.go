@@ -145,12 +145,15 @@ type mysqlQueries struct {
 // mysqlSystemSchemas are the server's own databases.
 const mysqlSystemSchemas = `('mysql', 'information_schema', 'performance_schema', 'sys')`
 
-func (mysqlDriver) tables(ctx context.Context, db *sql.DB, qualified bool) ([]tableName, error) {
-	if !qualified {
-		return listNames(ctx, db, `SELECT '', table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE' AND table_schema = DATABASE()`)
+func (mysqlDriver) tables(ctx context.Context, db *sql.DB, qualified bool) ([]listedTable, error) {
+	schema, where := "''", "t.table_schema = DATABASE()"
+	if qualified {
+		schema, where = "t.table_schema", "t.table_schema NOT IN "+mysqlSystemSchemas
 	}
-	return listNames(ctx, db, `SELECT table_schema, table_name FROM information_schema.tables
-		WHERE table_type = 'BASE TABLE' AND table_schema NOT IN `+mysqlSystemSchemas)
+	return listTables(ctx, db, `SELECT `+schema+`, t.table_name,
+			EXISTS (SELECT 1 FROM information_schema.columns k
+				WHERE k.table_schema = t.table_schema AND k.table_name = t.table_name AND k.column_name = 'idempotency_key')
+		FROM information_schema.tables t WHERE t.table_type = 'BASE TABLE' AND `+where)
 }
 
 func (mysqlDriver) schemas(ctx context.Context, db *sql.DB) ([]string, error) {

@@ -113,13 +113,15 @@ type postgresQueries struct {
 	stalled, purge                   string
 }
 
-func (postgresDriver) tables(ctx context.Context, db *sql.DB, qualified bool) ([]tableName, error) {
-	if !qualified {
-		return listNames(ctx, db, `SELECT '', relname FROM pg_class
-			WHERE relnamespace = current_schema()::regnamespace AND relkind IN ('r', 'p') AND NOT relispartition`)
+func (postgresDriver) tables(ctx context.Context, db *sql.DB, qualified bool) ([]listedTable, error) {
+	schema, where := "''", "n.nspname = current_schema()"
+	if qualified {
+		schema, where = "n.nspname", `n.nspname NOT LIKE 'pg\_%' AND n.nspname <> 'information_schema'`
 	}
-	return listNames(ctx, db, `SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition AND n.nspname NOT LIKE 'pg\_%' AND n.nspname <> 'information_schema'`)
+	return listTables(ctx, db, `SELECT `+schema+`, c.relname,
+			EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'idempotency_key' AND NOT a.attisdropped)
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition AND `+where)
 }
 
 func (postgresDriver) schemas(ctx context.Context, db *sql.DB) ([]string, error) {

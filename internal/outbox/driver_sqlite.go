@@ -104,8 +104,9 @@ type sqliteQueries struct {
 
 // tables lists the tables of the main database; SQLite outboxes have no
 // schema (qualified is refused by the configuration).
-func (sqliteDriver) tables(ctx context.Context, db *sql.DB, _ bool) ([]tableName, error) {
-	return listNames(ctx, db, `SELECT '', name FROM sqlite_master WHERE type = 'table'`)
+func (sqliteDriver) tables(ctx context.Context, db *sql.DB, _ bool) ([]listedTable, error) {
+	return listTables(ctx, db, `SELECT '', m.name, EXISTS (SELECT 1 FROM pragma_table_info(m.name) p WHERE p.name = 'idempotency_key')
+		FROM sqlite_master m WHERE m.type = 'table'`)
 }
 
 func (sqliteDriver) schemas(context.Context, *sql.DB) ([]string, error) { return nil, nil }

@@ -29,22 +29,41 @@ func CheckTablePattern(p string) error {
 	}
 	// Checked as the shortest name it matches with a letter in place of
 	// each *: the parts must be identifiers, the table part not a
-	// version table's name.
+	// version table's name. The error is told in the pattern's terms.
 	probe := strings.ReplaceAll(p, "*", "x")
 	if err := sqlname.Check(probe); err != nil {
-		return fmt.Errorf("pattern %q: %w", p, err)
+		text := err.Error()
+		probeParts, parts := strings.Split(probe, "."), strings.Split(p, ".")
+		text = strings.ReplaceAll(text, fmt.Sprintf("%q", probe), fmt.Sprintf("%q", p))
+		if len(parts) == len(probeParts) {
+			for i := range parts {
+				text = strings.ReplaceAll(text, fmt.Sprintf("%q", probeParts[i]), fmt.Sprintf("%q", parts[i]))
+			}
+		}
+		return fmt.Errorf("pattern %s", text)
 	}
 	return nil
+}
+
+// FoldName is name as the database resolves it unquoted: in lower case on
+// PostgreSQL, as it is elsewhere. Two names that fold alike are one table.
+func (db *DB) FoldName(name string) string {
+	if db.Dialect() == DialectPostgres {
+		return strings.ToLower(name)
+	}
+	return name
 }
 
 // MatchTables returns the bridge tables of db that pattern matches (a name
 // or a pattern, see CheckTablePattern), sorted, as the relay names them:
 // schema-qualified when the pattern is, otherwise in the session's current
 // schema (PostgreSQL current_schema(), MySQL DATABASE(); SQLite has no
-// schemas). A bridge table is one that Migrate made: its version table
-// <table>_migrations is beside it. A name without * is returned as it is,
-// whether or not the table exists (opening it says so). PostgreSQL folds
-// unquoted names to lower case, so a pattern matches there in lower case.
+// schemas). A bridge table is one that Migrate made: it has the column
+// idempotency_key and its version table <table>_migrations is beside it.
+// A table whose name the relay cannot write unquoted is left out (on
+// PostgreSQL, one with capitals: unquoted, its name folds to another
+// table's). A name without * is returned as it is, whether or not the
+// table exists (opening it says so).
 func (db *DB) MatchTables(ctx context.Context, pattern string) ([]string, error) {
 	if err := CheckTablePattern(pattern); err != nil {
 		return nil, err
@@ -52,12 +71,9 @@ func (db *DB) MatchTables(ctx context.Context, pattern string) ([]string, error)
 	if !IsTablePattern(pattern) {
 		return []string{pattern}, nil
 	}
-	schemaPat, tablePat, qualified := strings.Cut(pattern, ".")
+	schemaPat, tablePat, qualified := strings.Cut(db.FoldName(pattern), ".")
 	if !qualified {
 		schemaPat, tablePat = "", schemaPat
-	}
-	if db.Dialect() == DialectPostgres {
-		schemaPat, tablePat = strings.ToLower(schemaPat), strings.ToLower(tablePat)
 	}
 	all, err := db.driver.tables(ctx, db.SQL, qualified)
 	if err != nil {
@@ -71,32 +87,36 @@ func (db *DB) MatchTables(ctx context.Context, pattern string) ([]string, error)
 	}
 	var out []string
 	for _, t := range all {
-		if !versions[t] || !globMatch(tablePat, t.name) || (qualified && !globMatch(schemaPat, t.schema)) {
-			continue
+		switch {
+		case !t.hasKey, !versions[t.tableName], !globMatch(tablePat, t.name), qualified && !globMatch(schemaPat, t.schema):
+		case !db.writesUnquoted(t.String()):
+		default:
+			out = append(out, t.String())
 		}
-		if sqlname.Check(t.String()) != nil {
-			continue // a name the relay cannot write unquoted
-		}
-		out = append(out, t.String())
 	}
 	slices.Sort(out)
 	return out, nil
 }
 
+// writesUnquoted reports whether name, as the catalog holds it, is the
+// name the relay reaches writing it unquoted.
+func (db *DB) writesUnquoted(name string) bool {
+	return sqlname.Check(name) == nil && db.FoldName(name) == name
+}
+
 // MatchSchemas returns the schemas of db (MySQL: databases) whose name
-// pattern matches (* for any run of characters), sorted; none on SQLite.
+// pattern matches (* for any run of characters), sorted, leaving out those
+// the relay cannot write unquoted (as MatchTables); none on SQLite.
 // bridge migrate creates a table in each.
 func (db *DB) MatchSchemas(ctx context.Context, pattern string) ([]string, error) {
-	if db.Dialect() == DialectPostgres {
-		pattern = strings.ToLower(pattern)
-	}
+	pattern = db.FoldName(pattern)
 	all, err := db.driver.schemas(ctx, db.SQL)
 	if err != nil {
 		return nil, fmt.Errorf("list the schemas that %q may match: %w", pattern, err)
 	}
 	var out []string
 	for _, s := range all {
-		if globMatch(pattern, s) && sqlname.Check(s+".x") == nil {
+		if globMatch(pattern, s) && db.writesUnquoted(s+".x") {
 			out = append(out, s)
 		}
 	}
@@ -126,17 +146,25 @@ func globMatch(pattern, name string) bool {
 	return len(name) >= len(last) && strings.HasSuffix(name, last)
 }
 
-// listNames runs query (rows of schema, name) and returns its rows.
-func listNames(ctx context.Context, db *sql.DB, query string, args ...any) ([]tableName, error) {
-	rows, err := db.QueryContext(ctx, query, args...)
+// listedTable is a table of the catalog (driver.tables): its name, and
+// whether it has the column idempotency_key.
+type listedTable struct {
+	tableName
+	hasKey bool
+}
+
+// listTables runs query (rows of schema, name, has idempotency_key) and
+// returns its rows.
+func listTables(ctx context.Context, db *sql.DB, query string) ([]listedTable, error) {
+	rows, err := db.QueryContext(ctx, query)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []tableName
+	var out []listedTable
 	for rows.Next() {
-		var t tableName
-		if err := rows.Scan(&t.schema, &t.name); err != nil {
+		var t listedTable
+		if err := rows.Scan(&t.schema, &t.name, &t.hasKey); err != nil {
 			return nil, err
 		}
 		out = append(out, t)

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -12,11 +13,15 @@ import (
 )
 
 // TestMatchTables: on every database, a pattern matches the bridge tables
-// (migrated: their version table beside them) whose schema and name it
-// matches, sorted; not a table of the same name that bridge migrate did not
-// make, not a version table, not a table of another schema. A plain name
-// comes back as it is. MatchSchemas lists the schemas (MySQL: databases) a
-// pattern matches.
+// (migrated: their version table beside them, the column idempotency_key
+// in them) whose schema and name it matches, sorted; not a table of the
+// same name that bridge migrate did not make, even with a version table
+// beside it (a migration that failed on it leaves one), not a version
+// table, not a table of another schema, and on PostgreSQL not a schema
+// with capitals, which unquoted would name another (found by a saboteur:
+// "Sab_X" matched, and was then written as sab_x). A plain name comes back
+// as it is. MatchSchemas lists the schemas (MySQL: databases) a pattern
+// matches.
 func TestMatchTables(t *testing.T) {
 	bridgetest.OnEveryDatabase(t, func(t *testing.T, kind string) {
 		ctx := context.Background()
@@ -46,6 +51,7 @@ func TestMatchTables(t *testing.T) {
 			migrate("a_outbox")
 			migrate("b_outbox")
 			exec("CREATE TABLE c_outbox (id integer)") // not a bridge table
+			exec("CREATE TABLE c_outbox_migrations (id integer)")
 			got, err := db.MatchTables(ctx, "*_outbox")
 			require.NoError(t, err)
 			require.Equal(t, []string{"a_outbox", "b_outbox"}, got)
@@ -64,20 +70,29 @@ func TestMatchTables(t *testing.T) {
 		migrate(prefix + "b.outbox")
 		migrate(prefix + "a.orders_outbox")
 		exec("CREATE TABLE " + prefix + "c.outbox (id integer)") // not a bridge table
+		exec("CREATE TABLE " + prefix + "c.outbox_migrations (id integer)")
+		if kind == "postgres" {
+			upper := `"` + strings.ToUpper(prefix) + `D"`
+			exec("CREATE SCHEMA " + upper)
+			t.Cleanup(func() { _, _ = db.SQL.Exec("DROP SCHEMA " + upper + " CASCADE") })
+			exec("CREATE TABLE " + upper + ".outbox (idempotency_key text)")
+			exec("CREATE TABLE " + upper + ".outbox_migrations (id integer)")
+		}
 
 		for pattern, want := range map[string][]string{
-			prefix + "*.outbox":   {prefix + "a.outbox", prefix + "b.outbox"},
-			prefix + "a.*":        {prefix + "a.orders_outbox", prefix + "a.outbox"},
-			prefix + "*.*_outbox": {prefix + "a.orders_outbox"},
-			prefix + "b.*":        {prefix + "b.outbox"},
-			prefix + "c.*":        nil,
-			prefix + "a.outbox":   {prefix + "a.outbox"},
+			prefix + "*.outbox":           {prefix + "a.outbox", prefix + "b.outbox"},
+			"*" + prefix[1:] + "*.outbox": {prefix + "a.outbox", prefix + "b.outbox"},
+			prefix + "a.*":                {prefix + "a.orders_outbox", prefix + "a.outbox"},
+			prefix + "*.*_outbox":         {prefix + "a.orders_outbox"},
+			prefix + "b.*":                {prefix + "b.outbox"},
+			prefix + "c.*":                nil,
+			prefix + "a.outbox":           {prefix + "a.outbox"},
 		} {
 			got, err := db.MatchTables(ctx, pattern)
 			require.NoError(t, err, pattern)
 			require.Equal(t, want, got, pattern)
 		}
-		schemas, err := db.MatchSchemas(ctx, prefix+"*")
+		schemas, err := db.MatchSchemas(ctx, "*"+prefix[1:]+"*")
 		require.NoError(t, err)
 		require.Equal(t, []string{prefix + "a", prefix + "b", prefix + "c"}, schemas)
 		_, err = db.MatchTables(ctx, "bad-*.outbox")
