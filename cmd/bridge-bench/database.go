@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/procfs"
 
+	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/source/table"
 )
@@ -98,7 +99,7 @@ func (e *env) database(ctx context.Context) (databaseResult, error) {
 	// bytes well under it.
 	d := &drainer{
 		store: store, owner: databaseOwner, batch: e.s.BatchSize, maxInFlight: e.s.MaxInFlight,
-		maxBytes: table.MaxInFlightBytesDefault, maxPayload: e.nc.MaxPayload(), del: e.s.DeleteOnRelay,
+		maxBytes: int64(config.MaxInFlightBytesDefault), maxPayload: e.nc.MaxPayload(), del: e.s.DeleteOnRelay,
 		stream: "DATABASE_" + e.suffix,
 	}
 	// The session's first statements load the catalog of the table and
@@ -222,7 +223,7 @@ type lease struct {
 // warmUp runs each statement once on the empty table: nothing is claimed,
 // and the mark names no row.
 func (d *drainer) warmUp(ctx context.Context) error {
-	if _, err := d.store.RequeueInflightOlderThan(ctx, table.InflightTimeoutDefault); err != nil {
+	if _, err := d.store.RequeueInflightOlderThan(ctx, config.InflightTimeoutDefault); err != nil {
 		return err
 	}
 	rows, err := d.store.ClaimBatch(ctx, outbox.ClaimParams{Owner: d.owner, Limit: d.batch, MaxBytes: d.maxBytes, MaxPayload: d.maxPayload})
@@ -246,7 +247,7 @@ func (d *drainer) run(ctx context.Context) error {
 	for {
 		if now := time.Now(); !now.Before(nextRequeue) {
 			err := d.statement(ctx, stepRequeue, func(ctx context.Context) error {
-				n, err := d.store.RequeueInflightOlderThan(ctx, table.InflightTimeoutDefault)
+				n, err := d.store.RequeueInflightOlderThan(ctx, config.InflightTimeoutDefault)
 				d.counts.requeues++
 				d.counts.requeued += int64(n)
 				return err
@@ -254,7 +255,7 @@ func (d *drainer) run(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			nextRequeue = now.Add(table.RescueIntervalFor(table.InflightTimeoutDefault))
+			nextRequeue = now.Add(table.RescueIntervalFor(config.InflightTimeoutDefault))
 		}
 		room, byteRoom := d.maxInFlight-inFlight, d.maxBytes-inBytes
 		if room <= 0 || byteRoom <= 0 {

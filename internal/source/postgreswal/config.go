@@ -10,19 +10,9 @@ import (
 	"github.com/outbox-bridge/bridge/internal/source"
 )
 
-// Defaults of Config: those of the relay.* and wal.* keys (package
-// config), the table source's, and the source's own.
+// Defaults of Config of the source's own; the others are those of the
+// relay.* and wal.* keys (package config) and the table source's.
 const (
-	MaxInFlightDefault      = config.MaxInFlightDefault
-	MaxInFlightBytesDefault = int64(config.MaxInFlightBytesDefault)
-	AckDeadlineDefault      = config.AckDeadlineDefault
-	MaxAttemptsDefault      = config.MaxAttemptsDefault
-	BackoffInitialDefault   = config.BackoffInitialDefault
-	BackoffMaxDefault       = config.BackoffMaxDefault
-	DrainTimeoutDefault     = source.DrainTimeoutDefault
-	SweepIntervalDefault    = config.WALSweepIntervalDefault
-	SweepBatchDefault       = config.BatchSizeDefault
-	InflightTimeoutDefault  = config.InflightTimeoutDefault
 	// StatusIntervalDefault is the longest the relay goes without telling
 	// the server its confirmed position (a standby status update); it tells
 	// it sooner, within statusMinInterval, whenever the position moved.
@@ -117,16 +107,16 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	c.MaxInFlight = cmp.Or(c.MaxInFlight, MaxInFlightDefault)
-	c.MaxInFlightBytes = cmp.Or(c.MaxInFlightBytes, MaxInFlightBytesDefault)
-	c.AckDeadline = cmp.Or(c.AckDeadline, AckDeadlineDefault)
-	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
-	c.BackoffInitial = cmp.Or(c.BackoffInitial, BackoffInitialDefault)
-	c.BackoffMax = cmp.Or(c.BackoffMax, BackoffMaxDefault)
-	c.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
-	c.SweepInterval = cmp.Or(c.SweepInterval, SweepIntervalDefault)
-	c.SweepBatch = cmp.Or(c.SweepBatch, SweepBatchDefault)
-	c.InflightTimeout = cmp.Or(c.InflightTimeout, InflightTimeoutDefault)
+	c.MaxInFlight = cmp.Or(c.MaxInFlight, config.MaxInFlightDefault)
+	c.MaxInFlightBytes = cmp.Or(c.MaxInFlightBytes, int64(config.MaxInFlightBytesDefault))
+	c.AckDeadline = cmp.Or(c.AckDeadline, config.AckDeadlineDefault)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, config.MaxAttemptsDefault)
+	c.BackoffInitial = cmp.Or(c.BackoffInitial, config.BackoffInitialDefault)
+	c.BackoffMax = cmp.Or(c.BackoffMax, config.BackoffMaxDefault)
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, source.DrainTimeoutDefault)
+	c.SweepInterval = cmp.Or(c.SweepInterval, config.WALSweepIntervalDefault)
+	c.SweepBatch = cmp.Or(c.SweepBatch, config.BatchSizeDefault)
+	c.InflightTimeout = cmp.Or(c.InflightTimeout, config.InflightTimeoutDefault)
 	c.StatusInterval = cmp.Or(c.StatusInterval, StatusIntervalDefault)
 	c.HoldBack = cmp.Or(c.HoldBack, source.HoldBackDefault)
 	c.SessionName = cmp.Or(c.SessionName, outbox.SessionNameDefault)

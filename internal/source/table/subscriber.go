@@ -22,22 +22,6 @@ import (
 	"github.com/outbox-bridge/bridge/internal/telemetry"
 )
 
-// Defaults of SubscriberConfig: those of the relay.* keys (package config),
-// and the subscriber's own.
-const (
-	BatchSizeDefault        = config.BatchSizeDefault
-	MaxInFlightDefault      = config.MaxInFlightDefault
-	MaxInFlightBytesDefault = int64(config.MaxInFlightBytesDefault)
-	PollIntervalDefault     = config.PollIntervalDefault
-	InflightTimeoutDefault  = config.InflightTimeoutDefault
-	AckDeadlineDefault      = config.AckDeadlineDefault
-	MaxAttemptsDefault      = config.MaxAttemptsDefault
-	BackoffInitialDefault   = config.BackoffInitialDefault
-	BackoffMaxDefault       = config.BackoffMaxDefault
-	DrainTimeoutDefault     = source.DrainTimeoutDefault
-	HoldBackDefault         = source.HoldBackDefault
-)
-
 // SubscriberConfig configures a Subscriber.
 type SubscriberConfig struct {
 	// Owner names this relay in the owner column of the rows it leases.
@@ -121,18 +105,18 @@ type SubscriberConfig struct {
 }
 
 func (c *SubscriberConfig) setDefaults() {
-	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
-	c.MaxInFlight = cmp.Or(c.MaxInFlight, MaxInFlightDefault)
-	c.MaxInFlightBytes = cmp.Or(c.MaxInFlightBytes, MaxInFlightBytesDefault)
-	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
-	c.InflightTimeout = cmp.Or(c.InflightTimeout, InflightTimeoutDefault)
+	c.BatchSize = cmp.Or(c.BatchSize, config.BatchSizeDefault)
+	c.MaxInFlight = cmp.Or(c.MaxInFlight, config.MaxInFlightDefault)
+	c.MaxInFlightBytes = cmp.Or(c.MaxInFlightBytes, int64(config.MaxInFlightBytesDefault))
+	c.PollInterval = cmp.Or(c.PollInterval, config.PollIntervalDefault)
+	c.InflightTimeout = cmp.Or(c.InflightTimeout, config.InflightTimeoutDefault)
 	c.RescueInterval = cmp.Or(c.RescueInterval, RescueIntervalFor(c.InflightTimeout))
-	c.AckDeadline = cmp.Or(c.AckDeadline, AckDeadlineDefault)
-	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
-	c.BackoffInitial = cmp.Or(c.BackoffInitial, BackoffInitialDefault)
-	c.BackoffMax = cmp.Or(c.BackoffMax, BackoffMaxDefault)
-	c.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
-	c.HoldBack = cmp.Or(c.HoldBack, HoldBackDefault)
+	c.AckDeadline = cmp.Or(c.AckDeadline, config.AckDeadlineDefault)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, config.MaxAttemptsDefault)
+	c.BackoffInitial = cmp.Or(c.BackoffInitial, config.BackoffInitialDefault)
+	c.BackoffMax = cmp.Or(c.BackoffMax, config.BackoffMaxDefault)
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, source.DrainTimeoutDefault)
+	c.HoldBack = cmp.Or(c.HoldBack, source.HoldBackDefault)
 	if c.Tracer == nil {
 		c.Tracer = noop.NewTracerProvider().Tracer("")
 	}
