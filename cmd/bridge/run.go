@@ -36,7 +36,8 @@ With no configuration it runs the embedded default: SQLite outbox
 <data-dir>/outbox.db (migrated at start), an in-process NATS server with JetStream
 on --nats-listen storing in <data-dir>/jetstream, and stream EVENTS on events.>.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cfg, logger, err := setup(cmd, true)
+			// --check-config starts nothing: no "bridge starting" line.
+			ctx, cfg, logger, err := setup(cmd, !checkOnly)
 			if err != nil {
 				return err
 			}
