@@ -155,7 +155,8 @@ func streamFor(ctx context.Context, js jetstream.JetStream, subject string, wait
 			return "", fmt.Errorf("find the stream for subject %s: %w", subject, err)
 		}
 		if !wait {
-			return "", fmt.Errorf("no stream captures subject %s: %w (bridge run creates its streams when it starts; tail --wait waits for one)", subject, err)
+			return "", fmt.Errorf("no stream captures subject %s: %w (bridge run creates its streams when it starts; tail --wait waits for one; "+
+				"is this the server bridge run publishes to? tail reads the one --nats-url or --nats-listen names)", subject, err)
 		}
 		if !said {
 			fmt.Fprintf(stderr, "no stream captures %s yet; waiting for one (--wait)\n", subject)
