@@ -51,7 +51,11 @@ given explicitly (a NATS connection per table).`,
 			var docs []any             // --json over several tables: one document each
 			var summary []tableSummary // several tables: a line each
 			err = withStore(cmd, func(ctx context.Context, store *outbox.Store, many bool) error {
-				st, err := store.Stats(ctx, 5)
+				recent := 5
+				if many && !asJSON {
+					recent = 0 // a line per table: no errors, no oldest failed row
+				}
+				st, err := store.Stats(ctx, recent)
 				if err != nil {
 					return err
 				}
