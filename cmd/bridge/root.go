@@ -212,6 +212,9 @@ func forEachTable(cmd *cobra.Command, tables []string, do func(table string) err
 	failed := 0
 	for _, table := range tables {
 		if err := do(table); err != nil {
+			if cmd.Context().Err() != nil {
+				return err // interrupted: the tables after it are not tried
+			}
 			failed++
 			fmt.Fprintf(cmd.ErrOrStderr(), "bridge: %s: %v\n", table, err)
 		}
