@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -26,8 +27,8 @@ import (
 func TestReaderEmitsRowsInCommitOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url, table := bridgetest.PostgresLogicalTable(t)
-	m := newMarkerTable(t, url, table)
+	m := newMarkerTable(t, "postgres-logical")
+	url, table := m.url, m.table
 	slot, pub := bridgetest.WALNames(t, url)
 	names := Names{Table: table, Slot: slot, Publication: pub}
 	_, _, err := Setup(ctx, m.db.SQL, names)
@@ -71,7 +72,11 @@ func TestReaderEmitsRowsInCommitOrder(t *testing.T) {
 		token string // a watermark's
 	}
 	var events []got
-	for len(events) < 12 {
+	done := func() bool { // through the watermark's commit
+		w := slices.IndexFunc(events, func(e got) bool { return e.kind == evWatermark })
+		return w >= 0 && slices.ContainsFunc(events[w:], func(e got) bool { return e.kind == evCommit })
+	}
+	for !done() {
 		select {
 		case batch := <-s.events:
 			for _, ev := range batch {
@@ -91,9 +96,22 @@ func TestReaderEmitsRowsInCommitOrder(t *testing.T) {
 	}
 	stop()
 	require.True(t, errors.Is(<-ended, errStopped))
-	for i := range events {
-		if events[i].kind == evBegin && events[i].xid != uint32(firstXID) && events[i].xid != uint32(secondXID) {
-			events[i].xid = 0 // the transaction of the settled row, or of the watermark
+	// Transactions with nothing of this table's to relay come as an empty
+	// begin and commit: the settled row's, and those of the logical
+	// messages other tests write into the log meanwhile (their sweeps'
+	// watermarks reach every slot of the database; found flaky in
+	// parallel). They are left out.
+	w := slices.IndexFunc(events, func(e got) bool { return e.kind == evWatermark })
+	events = events[:w+1+slices.IndexFunc(events[w:], func(e got) bool { return e.kind == evCommit })] // through the watermark's commit
+	var relayed []got
+	for i, ev := range events {
+		switch {
+		case ev.kind == evBegin && i+1 < len(events) && events[i+1].kind == evCommit:
+		case ev.kind == evCommit && i > 0 && events[i-1].kind == evBegin:
+		case ev.kind == evBegin && ev.xid != uint32(firstXID) && ev.xid != uint32(secondXID):
+			relayed = append(relayed, got{kind: evBegin}) // the watermark's transaction
+		default:
+			relayed = append(relayed, ev)
 		}
 	}
 	require.Equal(t, []got{
@@ -104,10 +122,8 @@ func TestReaderEmitsRowsInCommitOrder(t *testing.T) {
 		{kind: evRow, id: a1},
 		{kind: evRow, id: a2},
 		{kind: evCommit},
-		{kind: evBegin}, // the settled row: not relayed
-		{kind: evCommit},
 		{kind: evBegin},
 		{kind: evWatermark, token: "token-1"},
 		{kind: evCommit},
-	}, events)
+	}, relayed, "all events: %+v", events)
 }
