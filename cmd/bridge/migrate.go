@@ -129,21 +129,12 @@ watermill_offsets_<watermill.forwarder_topic> instead (watermill-sql's own DDL).
 // bridge tables it matches (outbox.DB.MatchTables), upgraded. A pattern
 // matching nothing is logged as a warning.
 func migrationTargets(ctx context.Context, db *outbox.DB, cfg *config.Config, logger *slog.Logger) ([]string, error) {
-	var out []string
-	seen := map[string]bool{} // by the name the database resolves (FoldName)
-	add := func(tables ...string) {
-		for _, t := range tables {
-			if !seen[db.FoldName(t)] {
-				seen[db.FoldName(t)] = true
-				out = append(out, t)
-			}
-		}
-	}
+	out := newTableList(db)
 	for _, name := range cfg.TableNames() {
 		schema, table, qualified := strings.Cut(name, ".")
 		switch {
 		case !outbox.IsTablePattern(name):
-			add(name)
+			out.add(name)
 		case qualified && !outbox.IsTablePattern(table):
 			schemas, err := db.MatchSchemas(ctx, schema)
 			if err != nil {
@@ -153,7 +144,7 @@ func migrationTargets(ctx context.Context, db *outbox.DB, cfg *config.Config, lo
 				logger.Warn("no schema matches the pattern; nothing to migrate for it", slog.String("table", name), slog.String("database", db.Redacted))
 			}
 			for _, s := range schemas {
-				add(s + "." + table)
+				out.add(s + "." + table)
 			}
 		default:
 			matched, err := db.MatchTables(ctx, name)
@@ -164,10 +155,10 @@ func migrationTargets(ctx context.Context, db *outbox.DB, cfg *config.Config, lo
 				logger.Warn("no outbox table matches the pattern; bridge migrate creates tables only for a pattern in the schema part ('tenant_*.outbox')",
 					slog.String("table", name), slog.String("database", db.Redacted))
 			}
-			add(matched...)
+			out.add(matched...)
 		}
 	}
-	return out, nil
+	return out.names, nil
 }
 
 // printMigrations is `bridge migrate --print`: the bridge table's

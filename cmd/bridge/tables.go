@@ -48,8 +48,8 @@ func checkOneTable(cmd *cobra.Command, cfg *config.Config) error {
 // nothing is logged as a warning; when nothing at all is matched the
 // error says so.
 func resolveTables(ctx context.Context, db *outbox.DB, cfg *config.Config, logger *slog.Logger) ([]string, error) {
-	var out, unmatched []string
-	seen := map[string]bool{} // by the name the database resolves (FoldName)
+	var unmatched []string
+	out := newTableList(db)
 	for _, name := range cfg.TableNames() {
 		matched, err := db.MatchTables(ctx, name)
 		if err != nil {
@@ -58,21 +58,35 @@ func resolveTables(ctx context.Context, db *outbox.DB, cfg *config.Config, logge
 		if len(matched) == 0 {
 			unmatched = append(unmatched, name)
 		}
-		for _, t := range matched {
-			if !seen[db.FoldName(t)] {
-				seen[db.FoldName(t)] = true
-				out = append(out, t)
-			}
-		}
+		out.add(matched...)
 	}
-	if len(out) == 0 {
+	if len(out.names) == 0 {
 		return nil, usage("--table %s: no outbox table in %s matches (a pattern matches the tables bridge migrate made)",
 			strings.Join(cfg.TableNames(), " --table "), db.Redacted)
 	}
 	for _, name := range unmatched {
 		logger.Warn("no outbox table matches the pattern", slog.String("table", name), slog.String("database", db.Redacted))
 	}
-	return out, nil
+	return out.names, nil
+}
+
+// tableList is a list of table names, each once by the name the database
+// resolves (outbox.DB.FoldName), in the order added.
+type tableList struct {
+	db    *outbox.DB
+	seen  map[string]bool
+	names []string
+}
+
+func newTableList(db *outbox.DB) *tableList { return &tableList{db: db, seen: map[string]bool{}} }
+
+func (l *tableList) add(tables ...string) {
+	for _, t := range tables {
+		if key := l.db.FoldName(t); !l.seen[key] {
+			l.seen[key] = true
+			l.names = append(l.names, t)
+		}
+	}
 }
 
 // inTable is what a command's line of output adds when the command acts

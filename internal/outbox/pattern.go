@@ -156,36 +156,28 @@ type listedTable struct {
 // listTables runs query (rows of schema, name, has idempotency_key) and
 // returns its rows.
 func listTables(ctx context.Context, db *sql.DB, query string) ([]listedTable, error) {
-	rows, err := db.QueryContext(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []listedTable
-	for rows.Next() {
-		var t listedTable
-		if err := rows.Scan(&t.schema, &t.name, &t.hasKey); err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, db, query, func(rows *sql.Rows, t *listedTable) error { return rows.Scan(&t.schema, &t.name, &t.hasKey) })
 }
 
 // listStrings runs query (rows of one text column) and returns its rows.
 func listStrings(ctx context.Context, db *sql.DB, query string) ([]string, error) {
+	return queryAll(ctx, db, query, func(rows *sql.Rows, s *string) error { return rows.Scan(s) })
+}
+
+// queryAll runs query and returns its rows, each read by scan.
+func queryAll[T any](ctx context.Context, db *sql.DB, query string, scan func(*sql.Rows, *T) error) ([]T, error) {
 	rows, err := db.QueryContext(ctx, query)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []string
+	var out []T
 	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
+		var v T
+		if err := scan(rows, &v); err != nil {
 			return nil, err
 		}
-		out = append(out, s)
+		out = append(out, v)
 	}
 	return out, rows.Err()
 }

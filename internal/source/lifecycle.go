@@ -22,6 +22,16 @@ type Service interface {
 	Stop()
 }
 
+// Closed reports whether ch is closed, without waiting.
+func Closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
 // StartStop is the start/stop half of a Service, embedded by each: it
 // runs the service's loop in a goroutine with a context that Stop cancels,
 // and Stop waits for the loop to return. Its zero value is ready.

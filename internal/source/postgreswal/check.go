@@ -10,6 +10,7 @@ import (
 
 	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 // The check of rows another run may have relayed.
@@ -110,7 +111,7 @@ func (s *Subscriber) checker() *checker {
 func (c *checker) run() {
 	for {
 		items, ok := c.in.wait()
-		if !ok || isClosed(c.closing) {
+		if !ok || source.Closed(c.closing) {
 			return // what is unchecked stays unconfirmed: the next run reads it again
 		}
 		for len(items) > 0 {

@@ -16,28 +16,23 @@ import (
 	"github.com/outbox-bridge/bridge/internal/source"
 )
 
-// markerTable is a migrated bridge table on the test server (plain SQL:
-// no slot is read) with its statements.
+// markerTable is a migrated bridge table (bridgetest.Outbox of kind
+// "postgres", or "postgres-logical" where a slot is read) with its
+// statements.
 type markerTable struct {
+	url   string
 	db    *outbox.DB
 	table string
 	q     outbox.WALStatements
 	store *outbox.Store
 }
 
-func newMarkerTable(t *testing.T, url, table string) *markerTable {
+func newMarkerTable(t *testing.T, kind string) *markerTable {
 	t.Helper()
-	ctx := context.Background()
-	db, err := outbox.Open(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	_, err = outbox.Migrate(ctx, db, table)
-	require.NoError(t, err)
-	store, err := outbox.NewStore(db, table)
-	require.NoError(t, err)
+	url, table, store := bridgetest.Outbox(t, kind)
 	q, ok := store.WALStatements()
 	require.True(t, ok)
-	return &markerTable{db: db, table: table, q: q, store: store}
+	return &markerTable{url: url, db: store.DB(), table: table, q: q, store: store}
 }
 
 // insert commits a pending row and returns its id.
@@ -97,8 +92,8 @@ func (m *markerTable) startMarker(t *testing.T, deleteOnRelay bool, counters *Co
 // counts as settled. With delete_on_relay a done row is deleted.
 func TestMarkerSettlesRowsOnceTheirTransactionIsVisible(t *testing.T) {
 	t.Parallel()
-	url, table := bridgetest.PostgresTable(t)
-	m := newMarkerTable(t, url, table)
+	m := newMarkerTable(t, "postgres")
+	table := m.table
 	var counters Counters
 	marks, settled, marked := m.startMarker(t, false, &counters)
 
@@ -163,8 +158,7 @@ func TestMarkerSettlesRowsOnceTheirTransactionIsVisible(t *testing.T) {
 	require.Equal(t, int64(7), seq, "a done row is not marked again")
 
 	t.Run("delete on relay", func(t *testing.T) {
-		url, table := bridgetest.PostgresTable(t)
-		m := newMarkerTable(t, url, table)
+		m := newMarkerTable(t, "postgres")
 		marks, settled, marked := m.startMarker(t, true, new(Counters))
 		id := m.insert(t, m.db.SQL, "a", "events.a")
 		marks.push(markItem{e: &entry{}, kind: markDone, id: id, stream: "EVENTS", seq: 1})

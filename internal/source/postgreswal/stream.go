@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 // readTimeout bounds one wait for a message from the server, so that the
@@ -104,14 +105,7 @@ func (s *Subscriber) streamLoop() {
 	}
 }
 
-func (s *Subscriber) stopping() bool {
-	select {
-	case <-s.stopReader:
-		return true
-	default:
-		return false
-	}
-}
+func (s *Subscriber) stopping() bool { return source.Closed(s.stopReader) }
 
 // session streams from one replication connection until it fails or the
 // subscriber stops; started says whether replication started. After the

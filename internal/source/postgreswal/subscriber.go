@@ -338,17 +338,7 @@ func goDone(f func()) <-chan struct{} {
 
 func (s *Subscriber) beginClose() { s.closeOnce.Do(func() { close(s.closing) }) }
 
-func (s *Subscriber) isClosing() bool { return isClosed(s.closing) }
-
-// isClosed reports whether ch is closed, without waiting.
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
+func (s *Subscriber) isClosing() bool { return source.Closed(s.closing) }
 
 // backoff is the wait before attempt+1: BackoffInitial doubled per
 // attempt, capped at BackoffMax, scaled by a random factor in [0.5, 1).

@@ -13,6 +13,7 @@ import (
 
 	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 // sweepRequest is the sweeper's side of a sweep: a token whose watermark
@@ -111,7 +112,7 @@ func (sw *sweeper) run() {
 			// wait for it.
 			continue
 		}
-		if err := sw.sweep(sw.ctx); err != nil && !isClosed(sw.closing) {
+		if err := sw.sweep(sw.ctx); err != nil && !source.Closed(sw.closing) {
 			sw.logger.Warn("sweep of pending rows failed; trying again at the next interval", slog.Any("error", err))
 		}
 	}

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/outbox-bridge/bridge/internal/bridgetest"
 )
 
 // TestSweeperAppendsOnlyRowsTheSlotWillNotDeliver: the sweeper alone,
@@ -25,8 +23,8 @@ import (
 // while a round reads a whole batch.
 func TestSweeperAppendsOnlyRowsTheSlotWillNotDeliver(t *testing.T) {
 	t.Parallel()
-	url, table := bridgetest.PostgresLogicalTable(t)
-	m := newMarkerTable(t, url, table)
+	m := newMarkerTable(t, "postgres-logical")
+	table := m.table
 	db := m.db.SQL
 	ids := map[string]int64{}
 	for _, k := range []string{"free-1", "held", "relayed-meanwhile", "not-due", "done", "left-in-flight", "free-2", "free-3"} {

@@ -71,10 +71,10 @@ func (c *claimer) claimLoop(ctx context.Context, stop <-chan struct{}) {
 	s := c.sub
 	var failures int
 	wait := s.cfg.PollInterval
-	for !closed(stop) {
+	for !source.Closed(stop) {
 		full, took, err := c.tick(ctx, stop)
 		switch {
-		case err != nil && closed(stop):
+		case err != nil && source.Closed(stop):
 			return
 		case err != nil:
 			failures++
@@ -115,16 +115,6 @@ func nextPoll(prev time.Duration, took int, max time.Duration) time.Duration {
 		return min(PollFloor, max)
 	}
 	return min(time.Duration(float64(prev)*pollGrowth), max)
-}
-
-// closed reports whether ch is closed.
-func closed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
 }
 
 // tick claims as many rows as there is room for and emits them. It

@@ -64,7 +64,7 @@ func (s *Subscriber) emit(rows []outbox.Row, claimed claimWindow, out chan<- *me
 	w.batch = source.NewBatch(ds, w.reported)
 	w.msg = message.NewMessage(watermill.NewUUID(), nil)
 	w.msg.SetContext(source.WithBatch(s.hardCtx, w.batch))
-	if closed(stop) { // select below picks at random when both are ready
+	if source.Closed(stop) { // select below picks at random when both are ready
 		s.release(w.rows)
 		return false
 	}
