@@ -36,6 +36,8 @@ func Observe(d Daemon) Observed {
 		o.Relayed, o.Stalled = s.Subscriber.Counters.Relayed.Load(), s.Stall.Stalled()
 	case *watermillforwarder.Source:
 		o.Relayed = s.Forwarder.Counters.Relayed.Load()
+	case *table.GroupSource:
+		s.Group.Each(func(_ string, sub *table.Subscriber) { o.Relayed += sub.Counters.Relayed.Load() })
 	default:
 		panic(fmt.Sprintf("no such source: %T", r.Source))
 	}
@@ -57,6 +59,8 @@ func Moved(d Daemon, sig *source.TestSignal[int]) {
 		s.Subscriber.Signals.Marked = sig
 	case *watermillforwarder.Source:
 		s.Forwarder.Signals.Settled = sig
+	case *table.GroupSource:
+		s.Group.Signals.Marked = sig
 	default:
 		panic(fmt.Sprintf("no such source: %T", s))
 	}

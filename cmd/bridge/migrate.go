@@ -129,12 +129,12 @@ watermill_offsets_<watermill.forwarder_topic> instead (watermill-sql's own DDL).
 // bridge tables it matches (outbox.DB.MatchTables), upgraded. A pattern
 // matching nothing is logged as a warning.
 func migrationTargets(ctx context.Context, db *outbox.DB, cfg *config.Config, logger *slog.Logger) ([]string, error) {
-	out := newTableList(db)
+	out := outbox.NewTableList(db)
 	for _, name := range cfg.TableNames() {
 		schema, table, qualified := strings.Cut(name, ".")
 		switch {
 		case !outbox.IsTablePattern(name):
-			out.add(name)
+			out.Add(name)
 		case qualified && !outbox.IsTablePattern(table):
 			schemas, err := db.MatchSchemas(ctx, schema)
 			if err != nil {
@@ -144,7 +144,7 @@ func migrationTargets(ctx context.Context, db *outbox.DB, cfg *config.Config, lo
 				logger.Warn("no schema matches the pattern; nothing to migrate for it", slog.String("table", name), slog.String("database", db.Redacted))
 			}
 			for _, s := range schemas {
-				out.add(s + "." + table)
+				out.Add(s + "." + table)
 			}
 		default:
 			matched, err := db.MatchTables(ctx, name)
@@ -155,10 +155,10 @@ func migrationTargets(ctx context.Context, db *outbox.DB, cfg *config.Config, lo
 				logger.Warn("no outbox table matches the pattern; bridge migrate creates tables only for a pattern in the schema part ('tenant_*.outbox')",
 					slog.String("table", name), slog.String("database", db.Redacted))
 			}
-			out.add(matched...)
+			out.Add(matched...)
 		}
 	}
-	return out.names, nil
+	return out.Names, nil
 }
 
 // printMigrations is `bridge migrate --print`: the bridge table's

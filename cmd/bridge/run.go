@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -32,6 +33,12 @@ source: postgres-wal, and when a port or store it must own is taken (1):
 http.listen, the embedded server's --nats-listen or its JetStream store (another
 relay on the same --data-dir).
 
+With several tables or patterns (--table repeated, database.tables; source: table)
+one relay relays them all over one database pool and one NATS connection, sharing
+relay.max_in_flight between the tables that have work, and resolving the patterns
+again every database.tables_refresh: a new tenant's table is picked up, a dropped
+one let go. Metrics carry the label table.
+
 With no configuration it runs the embedded default: SQLite outbox
 <data-dir>/outbox.db (migrated at start), an in-process NATS server with JetStream
 on --nats-listen storing in <data-dir>/jetstream, and stream EVENTS on events.>.`,
@@ -46,6 +53,10 @@ on --nats-listen storing in <data-dir>/jetstream, and stream EVENTS on events.>.
 			}
 			if err := requireExplicitSQLiteOutbox(cfg); err != nil {
 				return err
+			}
+			if len(cfg.Database.Tables) > 0 && cfg.Source != config.SourceTable {
+				return usage("--table %s: source: %s relays one outbox table (database.table); several tables or a pattern are relayed by source: table",
+					strings.Join(cfg.Database.Tables, " --table "), cfg.Source)
 			}
 			if checkOnly {
 				fmt.Fprintln(cmd.OutOrStdout(), "configuration is valid")
@@ -63,5 +74,5 @@ on --nats-listen storing in <data-dir>/jetstream, and stream EVENTS on events.>.
 	}
 	cmd.Flags().BoolVar(&checkOnly, "check-config", false, "validate the configuration and exit (0 valid, 2 invalid)")
 	config.RegisterRelayFlags(cmd.Flags())
-	return cmd
+	return acceptsManyTables(cmd)
 }

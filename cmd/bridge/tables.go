@@ -44,49 +44,21 @@ func checkOneTable(cmd *cobra.Command, cfg *config.Config) error {
 
 // resolveTables returns the outbox tables cfg names, in the order given,
 // each pattern replaced by the bridge tables of db it matches
-// (outbox.DB.MatchTables), without repeats. A pattern that matches
-// nothing is logged as a warning; when nothing at all is matched the
-// error says so.
+// (outbox.DB.ResolveTables). A pattern that matches nothing is logged as
+// a warning; when nothing at all is matched the error says so.
 func resolveTables(ctx context.Context, db *outbox.DB, cfg *config.Config, logger *slog.Logger) ([]string, error) {
-	var unmatched []string
-	out := newTableList(db)
-	for _, name := range cfg.TableNames() {
-		matched, err := db.MatchTables(ctx, name)
-		if err != nil {
-			return nil, err
-		}
-		if len(matched) == 0 {
-			unmatched = append(unmatched, name)
-		}
-		out.add(matched...)
+	tables, unmatched, err := db.ResolveTables(ctx, cfg.TableNames())
+	if err != nil {
+		return nil, err
 	}
-	if len(out.names) == 0 {
+	if len(tables) == 0 {
 		return nil, usage("--table %s: no outbox table in %s matches (a pattern matches the tables bridge migrate made)",
 			strings.Join(cfg.TableNames(), " --table "), db.Redacted)
 	}
 	for _, name := range unmatched {
 		logger.Warn("no outbox table matches the pattern", slog.String("table", name), slog.String("database", db.Redacted))
 	}
-	return out.names, nil
-}
-
-// tableList is a list of table names, each once by the name the database
-// resolves (outbox.DB.FoldName), in the order added.
-type tableList struct {
-	db    *outbox.DB
-	seen  map[string]bool
-	names []string
-}
-
-func newTableList(db *outbox.DB) *tableList { return &tableList{db: db, seen: map[string]bool{}} }
-
-func (l *tableList) add(tables ...string) {
-	for _, t := range tables {
-		if key := l.db.FoldName(t); !l.seen[key] {
-			l.seen[key] = true
-			l.names = append(l.names, t)
-		}
-	}
+	return tables, nil
 }
 
 // inTable is what a command's line of output adds when the command acts

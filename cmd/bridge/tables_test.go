@@ -21,7 +21,8 @@ import (
 // shows a line per table, --json an array of one document per table;
 // retry, requeue and purge act on each, naming it; a pattern matching
 // nothing beside one that matches is a warning, alone an error (exit 2);
-// run, enqueue and retry --id refuse several tables (exit 2). A table
+// enqueue, retry --id and run with a source other than table refuse
+// several tables (exit 2). A table
 // that fails (here a foreign table named outbox, which migrate cannot
 // make a bridge table of) is told on stderr with its name and the exit
 // status is 1, but the other tables are migrated and shown (found by a
@@ -139,7 +140,7 @@ func TestCommandsOverManyTables(t *testing.T) {
 
 			for _, args := range [][]string{
 				{"status", "--table", prefix + "zzz_*.outbox"},
-				{"run", "--table", pattern},
+				{"run", "--source", "watermill-forwarder", "--table", pattern},
 				{"enqueue", "--subject", "events.x", "--data", "x", "--table", tenants[0], "--table", tenants[1]},
 				{"retry", "--id", "1", "--table", pattern},
 			} {

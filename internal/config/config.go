@@ -15,6 +15,7 @@ import (
 const (
 	DataDirDefault              = "./bridge-data"
 	TableDefault                = "outbox"
+	TablesRefreshDefault        = 30 * time.Second
 	ConnMaxLifetimeDefault      = outbox.ConnMaxLifetimeDefault
 	ConnMaxIdleTimeDefault      = outbox.ConnMaxIdleTimeDefault
 	ConnectTimeoutDefault       = outbox.ConnectTimeoutDefault
@@ -146,10 +147,15 @@ type Database struct {
 	// the table part ('tenant_*.outbox', 'app.*_outbox'), in place of table; in the
 	// environment comma-separated. A pattern matches the bridge tables (those bridge
 	// migrate made) that exist; one matching nothing is a warning, a name that does not
-	// exist an error. bridge status, retry, requeue, purge and migrate act on every
-	// table matched; bridge run, enqueue, replay and slot work on one table and refuse
-	// them (docs/DESIGN.md, Many tables). Defaults to none.
+	// exist an error. bridge run (source: table), status, retry, requeue, purge and
+	// migrate act on every table matched; enqueue, replay, slot and the other sources work
+	// on one table and refuse them (docs/DESIGN.md, Many tables). Defaults to none.
 	Tables []string `koanf:"tables"`
+
+	// TablesRefresh is how often bridge run resolves the patterns of tables again: a
+	// table created since (a new tenant's schema) is relayed from then on, one dropped
+	// is let go. Defaults to 30s.
+	TablesRefresh time.Duration `koanf:"tables_refresh"`
 
 	// ConnMaxLifetime is the age after which a PostgreSQL or MySQL session is closed
 	// instead of being reused, so that none stays on a server that was demoted or moved
@@ -410,7 +416,7 @@ type Log struct {
 func Default() Config {
 	return Config{
 		DataDir: DataDirDefault,
-		Database: Database{Table: TableDefault, ConnMaxLifetime: ConnMaxLifetimeDefault, ConnMaxIdleTime: ConnMaxIdleTimeDefault,
+		Database: Database{Table: TableDefault, TablesRefresh: TablesRefreshDefault, ConnMaxLifetime: ConnMaxLifetimeDefault, ConnMaxIdleTime: ConnMaxIdleTimeDefault,
 			ConnectTimeout: ConnectTimeoutDefault},
 		NATS: NATS{URL: NATSURLDefault, Listen: NATSListenDefault},
 		Relay: Relay{

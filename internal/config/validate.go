@@ -105,6 +105,9 @@ func (c *Config) validateDatabase() error {
 			}
 		}
 	}
+	if c.Database.TablesRefresh < time.Second {
+		return &Error{Key: "database.tables_refresh", Value: c.Database.TablesRefresh.String(), Allowed: "must be at least 1s: each refresh lists the database's tables"}
+	}
 	if err := positive("database.conn_max_lifetime", c.Database.ConnMaxLifetime); err != nil {
 		return err
 	}

@@ -98,7 +98,10 @@ const (
 // watch, retention, a command's statements. Each of them has a deadline,
 // so none holds a session for long. The LISTEN session (direct
 // connections only) and a postgres-wal relay's replication connection
-// come on top.
+// come on top. As many are kept idle: with database/sql's default of 2,
+// sessions given back while 4 were busy were closed and opened again at
+// once, a new PostgreSQL backend each time, and for a moment one session
+// more than the bound (a relay over 200 tables, TestOneRelayOverManyTables).
 const SessionsMax = 4
 
 // SessionNameDefault is the name of the sessions of a zero Session.
@@ -229,6 +232,7 @@ func openPostgres(ctx context.Context, rawURL string, s Session) (*DB, error) {
 	db.SQL.SetConnMaxLifetime(s.MaxLifetime)
 	db.SQL.SetConnMaxIdleTime(s.MaxIdleTime)
 	db.SQL.SetMaxOpenConns(SessionsMax)
+	db.SQL.SetMaxIdleConns(SessionsMax) // see SessionsMax
 	if err := db.SQL.PingContext(ctx); err != nil {
 		db.SQL.Close()
 		return nil, fmt.Errorf("connect to postgres %s: %w", db.Redacted, distinctLines{err})
@@ -427,6 +431,7 @@ func openMySQL(ctx context.Context, rawURL string, s Session) (*DB, error) {
 	sqlDB.SetConnMaxLifetime(s.MaxLifetime)
 	sqlDB.SetConnMaxIdleTime(s.MaxIdleTime)
 	sqlDB.SetMaxOpenConns(SessionsMax)
+	sqlDB.SetMaxIdleConns(SessionsMax) // see SessionsMax
 	db := &DB{SQL: sqlDB, driver: mysqlDriver{}, Redacted: RedactURL(rawURL), fence: fence}
 	if err := db.SQL.PingContext(ctx); err != nil {
 		sqlDB.Close()

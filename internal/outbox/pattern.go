@@ -181,3 +181,45 @@ func queryAll[T any](ctx context.Context, db *sql.DB, query string, scan func(*s
 	}
 	return out, rows.Err()
 }
+
+// ResolveTables returns the outbox tables that names (names and patterns,
+// see MatchTables) give, in the order given, each pattern replaced by the
+// bridge tables it matches, each table once by the name FoldName gives
+// it; and the patterns among names that matched nothing. A plain name is
+// returned whether or not its table exists (opening it says so).
+func (db *DB) ResolveTables(ctx context.Context, names []string) (tables, unmatched []string, err error) {
+	list := NewTableList(db)
+	for _, name := range names {
+		matched, err := db.MatchTables(ctx, name)
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(matched) == 0 {
+			unmatched = append(unmatched, name)
+		}
+		list.Add(matched...)
+	}
+	return list.Names, unmatched, nil
+}
+
+// TableList is a list of table names of one database, each once by the
+// name it resolves to (DB.FoldName), in the order added.
+type TableList struct {
+	db   *DB
+	seen map[string]bool
+	// Names are the tables added, in order.
+	Names []string
+}
+
+// NewTableList returns an empty list of db's tables.
+func NewTableList(db *DB) *TableList { return &TableList{db: db, seen: map[string]bool{}} }
+
+// Add adds the tables not yet in the list.
+func (l *TableList) Add(tables ...string) {
+	for _, t := range tables {
+		if key := l.db.FoldName(t); !l.seen[key] {
+			l.seen[key] = true
+			l.Names = append(l.Names, t)
+		}
+	}
+}

@@ -126,8 +126,7 @@ func nextPoll(prev time.Duration, took int, max time.Duration) time.Duration {
 // intervals without a claim).
 func (c *claimer) tick(ctx context.Context, stop <-chan struct{}) (full bool, took int, err error) {
 	s := c.sub
-	room := s.cfg.MaxInFlight - int(s.outstanding.Load())
-	byteRoom := s.cfg.MaxInFlightBytes - s.outstandingBytes.Load()
+	room, byteRoom := s.room()
 	if room <= 0 || byteRoom <= 0 {
 		s.Signals.Claimed.Signal(0) // a tick that took nothing: the window is full
 		return false, 0, nil        // a settlement wakes the loop
@@ -136,6 +135,19 @@ func (c *claimer) tick(ctx context.Context, stop <-chan struct{}) (full bool, to
 		s.Signals.Claimed.Signal(0) // a tick that took nothing: NATS does not answer
 		return false, 0, nil
 	}
+	// The claim and its probe wait their turn behind the other tables'
+	// (one relay over many tables); with one table there is none.
+	if !s.cfg.Budget.takeTurn(stop) {
+		return false, 0, nil
+	}
+	turn := true
+	endTurn := func() {
+		if turn {
+			turn = false
+			s.cfg.Budget.endTurn()
+		}
+	}
+	defer endTurn()
 	if c.probe && s.store.DB().Capabilities().ProbeBeforeClaim && time.Since(c.lastFullRun) < claimProbeSpan*s.cfg.PollInterval {
 		// After a claim that was not full, most polls find nothing: a
 		// probe costs the database a fraction of a claim (on
@@ -164,6 +176,7 @@ func (c *claimer) tick(ctx context.Context, stop <-chan struct{}) (full bool, to
 		rows, err = s.store.ClaimBatch(ctx, outbox.ClaimParams{Owner: s.cfg.Owner, Limit: limit, MaxBytes: byteRoom, MaxPayload: c.payloadLimit()})
 		return err
 	})
+	endTurn()
 	if err != nil {
 		return false, 0, err
 	}

@@ -69,6 +69,7 @@ func (s *Subscriber) settleLoop() {
 		s.outstandingBytes.Add(-size)
 		s.Signals.Marked.Signal(len(batch))
 		s.Wake()
+		s.cfg.Budget.freed()
 	}
 }
 

@@ -30,10 +30,6 @@ type Source struct {
 	Logger     *slog.Logger
 }
 
-// Open checks that the configured table exists and is migrated, before
-// the relay connects to NATS (source.OpenTable).
-var Open = source.OpenTable(build)
-
 // Run relays until ctx ends, then drains: claiming stops, publishes in
 // progress finish or are released and marks are flushed.
 func (s *Source) Run(ctx context.Context) error { return s.Forwarder.Run(ctx) }

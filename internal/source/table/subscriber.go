@@ -98,6 +98,13 @@ type SubscriberConfig struct {
 	// those found are settled as relayed without publishing. Defaults to
 	// nil: rows are republished and deduplicated within the window only.
 	Reconciler Reconciler
+	// Budget, when set, is the in-flight budget the subscriber shares with
+	// the other tables of one relay (NewBudget): each claim takes at most
+	// this table's share of it, and waits its turn behind the other
+	// tables' claims; MaxInFlight and MaxInFlightBytes are then unused.
+	// Defaults to nil: the subscriber's own MaxInFlight and
+	// MaxInFlightBytes.
+	Budget *Budget
 	// Tracer records an "outbox claim" span for every row whose headers
 	// carry a W3C traceparent, as a child of that trace, and puts the trace
 	// into the message's context. Defaults to a no-op tracer.
@@ -240,7 +247,7 @@ func NewSubscriber(store *outbox.Store, logger *slog.Logger, cfg SubscriberConfi
 		cfg:          cfg,
 		logger:       logger.With(slog.String("component", "outbox"), slog.String("table", store.Table())),
 		wake:         make(chan struct{}, 1),
-		settleCh:     make(chan settlement, cfg.MaxInFlight),
+		settleCh:     make(chan settlement, settleQueue(cfg)),
 		closing:      make(chan struct{}),
 		drainExpired: make(chan struct{}),
 		done:         make(chan struct{}),
@@ -309,6 +316,14 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		return nil, errors.New("outbox subscriber: Subscribe called twice; one Subscriber serves one handler")
 	}
 	out := make(chan *message.Message)
+	s.start(ctx, out, true)
+	return out, nil
+}
+
+// start runs the subscriber's services, emitting on out until ctx ends or
+// Close is called; then it closes out when closeOut is set (a Group's
+// members share one channel, which the Group closes).
+func (s *Subscriber) start(ctx context.Context, out chan *message.Message, closeOut bool) {
 	s.claimer.out = out
 	s.completer.Start(s.hardCtx)
 	if s.retention != nil {
@@ -327,7 +342,9 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	}()
 	go func() {
 		defer close(s.done)
-		defer close(out)
+		if closeOut {
+			defer close(out)
+		}
 		// When closing begins: the claim loop stops first, then the
 		// maintenance services, the drain, and the completer last.
 		<-s.closing
@@ -339,7 +356,6 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		s.completer.Stop()
 		s.hardCancel()
 	}()
-	return out, nil
 }
 
 // Wake ends the current poll wait early, e.g. on a database notification.

@@ -1,7 +1,9 @@
 package table
 
 import (
+	"context"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/google/wire"
@@ -28,8 +30,20 @@ type ClaimGate func() bool
 // It runs retention (relay.retention) unless relay.delete_on_relay is set.
 // It drains for shutdown_timeout less 3 s, leaving the router time to stop.
 func ProvideSubscriber(store *outbox.Store, cfg *config.Config, logger *slog.Logger, gate ClaimGate, limit outbox.PayloadLimit, tracer trace.Tracer, reconciler source.Reconciler) (*Subscriber, error) {
+	return NewSubscriber(store, logger, subscriberConfig(cfg, gate, limit, tracer, reconciler))
+}
+
+// provideMemberSubscriber is ProvideSubscriber for one table of a group,
+// sharing budget with the others.
+func provideMemberSubscriber(store *outbox.Store, cfg *config.Config, logger *slog.Logger, gate ClaimGate, limit outbox.PayloadLimit, tracer trace.Tracer, reconciler source.Reconciler, budget *Budget) (*Subscriber, error) {
+	c := subscriberConfig(cfg, gate, limit, tracer, reconciler)
+	c.Budget = budget
+	return NewSubscriber(store, logger, c)
+}
+
+func subscriberConfig(cfg *config.Config, gate ClaimGate, limit outbox.PayloadLimit, tracer trace.Tracer, reconciler source.Reconciler) SubscriberConfig {
 	r := cfg.Relay
-	return NewSubscriber(store, logger, SubscriberConfig{
+	return SubscriberConfig{
 		Owner:            r.Owner,
 		BatchSize:        r.BatchSize,
 		MaxInFlight:      r.MaxInFlight,
@@ -48,7 +62,7 @@ func ProvideSubscriber(store *outbox.Store, cfg *config.Config, logger *slog.Log
 		CanClaim:         gate,
 		Tracer:           tracer,
 		Reconciler:       reconciler,
-	})
+	}
 }
 
 // ProvideStallWatch watches the subscriber's claims (source.WatchStalls).
@@ -68,4 +82,23 @@ func keptFor(r config.Relay) time.Duration {
 // ProvideForwarder builds the router over sub (forwarder.Provide).
 func ProvideForwarder(sub *Subscriber, store *outbox.Store, pub *sink.Publisher, nc *nats.Conn, guard *dedup.Guard, keeper *broker.Keeper, tracer trace.Tracer, reg *prometheus.Registry, cfg *config.Config, logger *slog.Logger) (*forwarder.Forwarder, error) {
 	return forwarder.Provide(sub, store.Table(), pub, nc, guard, keeper, tracer, reg, cfg, logger)
+}
+
+// provideGroup builds the group over the tables opened at start: each
+// table's parts from d (buildMember), one budget of relay.max_in_flight
+// and max_in_flight_bytes, the tables' metrics in d's registry.
+func provideGroup(ctx context.Context, d source.Deps, tables groupTables, tracer trace.Tracer) *Group {
+	cfg := d.Config
+	budget := NewBudget(cfg.Relay.MaxInFlight, int64(cfg.Relay.MaxInFlightBytes))
+	return NewGroup(d.DB, tables.stores, tables.unopened, d.Logger, GroupConfig{
+		Names: cfg.Database.Tables, Refresh: cfg.Database.TablesRefresh, Budget: budget, Registerer: d.Registry,
+		Build: func(ctx context.Context, store *outbox.Store) (*memberParts, func(), error) {
+			return buildMember(ctx, d, store, tracer, budget)
+		},
+	})
+}
+
+// ProvideGroupForwarder builds the router over the group (forwarder.Provide).
+func ProvideGroupForwarder(g *Group, pub *sink.Publisher, nc *nats.Conn, guard *dedup.Guard, keeper *broker.Keeper, tracer trace.Tracer, reg *prometheus.Registry, cfg *config.Config, logger *slog.Logger) (*forwarder.Forwarder, error) {
+	return forwarder.Provide(g, strings.Join(cfg.Database.Tables, ","), pub, nc, guard, keeper, tracer, reg, cfg, logger)
 }

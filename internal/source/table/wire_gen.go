@@ -13,6 +13,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/sink"
 	"github.com/outbox-bridge/bridge/internal/source"
 	"github.com/outbox-bridge/bridge/internal/telemetry"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Injectors from inject.go:
@@ -66,6 +67,77 @@ func build(ctx context.Context, d source.Deps, store *outbox.Store) (*Source, fu
 		Logger:     logger,
 	}
 	return tableSource, func() {
+		cleanup()
+	}, nil
+}
+
+// buildMember assembles one table of a group over store, sharing what the
+// relay built, the group's tracer and its budget.
+func buildMember(ctx context.Context, d source.Deps, store *outbox.Store, tracer trace.Tracer, budget *Budget) (*memberParts, func(), error) {
+	config := d.Config
+	logger := d.Logger
+	pinger := d.Pinger
+	denials := d.Denials
+	tableClaimGate := claimGate(pinger, denials)
+	conn := d.Conn
+	payloadLimit := source.ProvidePayloadLimit(conn)
+	jetStream := d.JetStream
+	routes := d.Routes
+	keeper := d.Keeper
+	reconciler := source.ProvideReconciler(jetStream, routes, store, keeper, config, logger)
+	subscriber, err := provideMemberSubscriber(store, config, logger, tableClaimGate, payloadLimit, tracer, reconciler, budget)
+	if err != nil {
+		return nil, nil, err
+	}
+	stallWatch := ProvideStallWatch(store, subscriber, keeper, config, logger)
+	tableCollector := outbox.ProvideTableCollector(store)
+	tableMemberParts := &memberParts{
+		Store:      store,
+		Subscriber: subscriber,
+		Stall:      stallWatch,
+		Table:      tableCollector,
+		Reconciler: reconciler,
+	}
+	return tableMemberParts, func() {
+	}, nil
+}
+
+// buildGroup assembles the table source over several tables.
+func buildGroup(ctx context.Context, d source.Deps, tables groupTables) (*GroupSource, func(), error) {
+	logger := d.Logger
+	tracer, cleanup, err := telemetry.ProvideTracer(ctx, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	group := provideGroup(ctx, d, tables, tracer)
+	jetStream := d.JetStream
+	conn := d.Conn
+	config := d.Config
+	marshaler := forwarder.NewPublisherMarshaler()
+	denials := d.Denials
+	pinger := d.Pinger
+	publisher, err := sink.ProvidePublisher(jetStream, conn, config, marshaler, denials, pinger)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	guard := d.Guard
+	keeper := d.Keeper
+	registry := d.Registry
+	forwarderForwarder, err := ProvideGroupForwarder(group, publisher, conn, guard, keeper, tracer, registry, config, logger)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	db := d.DB
+	groupSource := &GroupSource{
+		Forwarder: forwarderForwarder,
+		Group:     group,
+		Pinger:    pinger,
+		DB:        db,
+		Config:    config,
+	}
+	return groupSource, func() {
 		cleanup()
 	}, nil
 }
