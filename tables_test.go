@@ -273,7 +273,9 @@ func TestOneRelayOverManyTables(t *testing.T) {
 			broken := tn.schema(count + 1)
 			word := map[string]string{"postgres": "SCHEMA ", "mysql": "DATABASE "}[kind]
 			tn.exec(t, "CREATE "+word+broken)
-			t.Cleanup(func() { _, _ = tn.db.SQL.Exec("DROP " + word + broken + map[string]string{"postgres": " CASCADE"}[kind]) })
+			t.Cleanup(func() {
+				_, _ = tn.db.SQL.Exec("DROP " + word + broken + map[string]string{"postgres": " CASCADE"}[kind])
+			})
 			tn.exec(t, "CREATE TABLE "+broken+".outbox (id integer, idempotency_key varchar(10))")
 			tn.exec(t, "CREATE TABLE "+broken+".outbox_migrations (id integer)")
 			group.Refreshed.Wait(t)

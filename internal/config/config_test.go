@@ -521,7 +521,7 @@ func TestYAMLRoundTrip(t *testing.T) {
 
 	c := Default()
 	c.DataDir = "/var/lib/bridge"
-	c.Database = Database{URL: "postgres://u:p@db:5432/app?sslmode=disable", Table: "app.outbox", ConnMaxLifetime: 10 * time.Minute, ConnMaxIdleTime: 30 * time.Second,
+	c.Database = Database{URL: "postgres://u:p@db:5432/app?sslmode=disable", Table: "app.outbox", TablesRefresh: 45 * time.Second, ConnMaxLifetime: 10 * time.Minute, ConnMaxIdleTime: 30 * time.Second,
 		ConnectTimeout: 5 * time.Second}
 	c.NATS = NATS{
 		URL: "nats://a:4222,nats://b:4222", Listen: "0.0.0.0:4222", User: "u", Password: "true",

@@ -190,6 +190,14 @@ func FailureLevel(err error) slog.Level {
 	return slog.LevelError
 }
 
+// IsMissingTable reports whether err says that the table, or the schema
+// that qualifies its name, does not exist (PostgreSQL 42P01 or 3F000,
+// MySQL 1146 or 1049): dropped, or never made.
+func IsMissingTable(err error) bool {
+	c := classify(err)
+	return c == errorUndefinedTable || c == errorUndefinedSchema
+}
+
 // IsLockTimeout reports whether err is a lock wait that gave up
 // (errorLockTimeout).
 func IsLockTimeout(err error) bool { return classify(err) == errorLockTimeout }

@@ -77,6 +77,9 @@ func (c *claimer) claimLoop(ctx context.Context, stop <-chan struct{}) {
 		case err != nil && source.Closed(stop):
 			return
 		case err != nil:
+			if s.cfg.OnMissingTable != nil && outbox.IsMissingTable(err) {
+				s.cfg.OnMissingTable()
+			}
 			failures++
 			wait := min(s.cfg.PollInterval*time.Duration(1<<min(failures, 6)), 30*time.Second)
 			s.logger.Log(ctx, outbox.FailureLevel(err), "relay tick failed", slog.Any("error", err), slog.Duration("retry_in", wait))

@@ -56,6 +56,7 @@ type Group struct {
 	initial   []*outbox.Store
 
 	out        chan *message.Message
+	refreshNow chan struct{} // a table turned out missing (kick)
 	closing    chan struct{}
 	closeOnce  sync.Once
 	done       chan struct{}
@@ -108,12 +109,22 @@ func NewGroup(db *outbox.DB, stores []*outbox.Store, unopened map[string]string,
 	}
 	return &Group{
 		db: db, names: cfg.Names, refresh: cfg.Refresh, budget: cfg.Budget, build: cfg.Build, reg: cfg.Registerer,
-		logger:   logger.With(slog.String("component", "outbox")),
-		members:  map[string]*member{},
-		unopened: unopened,
-		initial:  stores,
-		closing:  make(chan struct{}),
-		done:     make(chan struct{}),
+		logger:     logger.With(slog.String("component", "outbox")),
+		members:    map[string]*member{},
+		unopened:   unopened,
+		initial:    stores,
+		refreshNow: make(chan struct{}, 1),
+		closing:    make(chan struct{}),
+		done:       make(chan struct{}),
+	}
+}
+
+// kick makes the group resolve its tables again now: a claim found its
+// table missing (dropped), which the next refresh would let go anyway.
+func (g *Group) kick() {
+	select {
+	case g.refreshNow <- struct{}{}:
+	default:
 	}
 }
 
@@ -128,10 +139,13 @@ func (g *Group) Subscribe(ctx context.Context, _ string) (<-chan *message.Messag
 		return nil, errors.New("outbox group: Subscribe called twice")
 	}
 	g.out = make(chan *message.Message)
-	for _, store := range g.initial {
+	g.mu.Lock()
+	initial := g.initial
+	g.initial = nil
+	g.mu.Unlock()
+	for _, store := range initial {
 		g.add(ctx, store)
 	}
-	g.initial = nil
 	g.signalRefreshed()
 	refreshed := make(chan struct{})
 	go func() {
@@ -179,9 +193,12 @@ func (g *Group) Tables() []string {
 }
 
 func (g *Group) tablesLocked() []string {
-	out := make([]string, 0, len(g.members))
+	out := make([]string, 0, len(g.members)+len(g.initial))
 	for _, m := range g.members {
 		out = append(out, m.Store.Table())
+	}
+	for _, s := range g.initial { // before Subscribe
+		out = append(out, s.Table())
 	}
 	slices.Sort(out)
 	return out
@@ -215,9 +232,11 @@ func (g *Group) refreshLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			g.resolve(ctx)
-			g.signalRefreshed()
+		case <-g.refreshNow:
+			t.Reset(g.refresh)
 		}
+		g.resolve(ctx)
+		g.signalRefreshed()
 	}
 }
 

@@ -105,6 +105,11 @@ type SubscriberConfig struct {
 	// Defaults to nil: the subscriber's own MaxInFlight and
 	// MaxInFlightBytes.
 	Budget *Budget
+	// OnMissingTable, when set, is called when a claim fails because the
+	// table or its schema does not exist (outbox.IsMissingTable): a Group
+	// then resolves its tables again at once, and lets a dropped table go.
+	// Defaults to nil.
+	OnMissingTable func()
 	// Tracer records an "outbox claim" span for every row whose headers
 	// carry a W3C traceparent, as a child of that trace, and puts the trace
 	// into the message's context. Defaults to a no-op tracer.

@@ -33,11 +33,15 @@ func ProvideSubscriber(store *outbox.Store, cfg *config.Config, logger *slog.Log
 	return NewSubscriber(store, logger, subscriberConfig(cfg, gate, limit, tracer, reconciler))
 }
 
+// MissingTable is called when a table of a group turns out missing
+// (SubscriberConfig.OnMissingTable).
+type MissingTable func()
+
 // provideMemberSubscriber is ProvideSubscriber for one table of a group,
 // sharing budget with the others.
-func provideMemberSubscriber(store *outbox.Store, cfg *config.Config, logger *slog.Logger, gate ClaimGate, limit outbox.PayloadLimit, tracer trace.Tracer, reconciler source.Reconciler, budget *Budget) (*Subscriber, error) {
+func provideMemberSubscriber(store *outbox.Store, cfg *config.Config, logger *slog.Logger, gate ClaimGate, limit outbox.PayloadLimit, tracer trace.Tracer, reconciler source.Reconciler, budget *Budget, missing MissingTable) (*Subscriber, error) {
 	c := subscriberConfig(cfg, gate, limit, tracer, reconciler)
-	c.Budget = budget
+	c.Budget, c.OnMissingTable = budget, missing
 	return NewSubscriber(store, logger, c)
 }
 
@@ -90,12 +94,14 @@ func ProvideForwarder(sub *Subscriber, store *outbox.Store, pub *sink.Publisher,
 func provideGroup(ctx context.Context, d source.Deps, tables groupTables, tracer trace.Tracer) *Group {
 	cfg := d.Config
 	budget := NewBudget(cfg.Relay.MaxInFlight, int64(cfg.Relay.MaxInFlightBytes))
-	return NewGroup(d.DB, tables.stores, tables.unopened, d.Logger, GroupConfig{
+	var g *Group
+	g = NewGroup(d.DB, tables.stores, tables.unopened, d.Logger, GroupConfig{
 		Names: cfg.Database.Tables, Refresh: cfg.Database.TablesRefresh, Budget: budget, Registerer: d.Registry,
 		Build: func(ctx context.Context, store *outbox.Store) (*memberParts, func(), error) {
-			return buildMember(ctx, d, store, tracer, budget)
+			return buildMember(ctx, d, store, tracer, budget, g.kick)
 		},
 	})
+	return g
 }
 
 // ProvideGroupForwarder builds the router over the group (forwarder.Provide).
