@@ -162,6 +162,12 @@ func (g *Group) Subscribe(ctx context.Context, _ string) (<-chan *message.Messag
 		g.mu.Lock()
 		members := g.members
 		g.members = map[string]*member{}
+		if g.inherited == nil {
+			g.inherited = map[string]*memberParts{}
+		}
+		for key, m := range members { // for the group of the next relay (Inherit)
+			g.inherited[key] = m.memberParts
+		}
 		g.mu.Unlock()
 		for _, m := range members {
 			g.letGo(m)
