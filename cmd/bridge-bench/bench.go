@@ -145,6 +145,13 @@ func bench(ctx context.Context, s settings) (*results, error) {
 			return nil, fmt.Errorf("producers: %w", err)
 		}
 	}
+	if slices.Contains(phases, "tables") {
+		t, err := e.manyTables(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("tables: %w", err)
+		}
+		res.Tables = &t
+	}
 	if slices.Contains(phases, "idle") {
 		idle, err := e.idle(ctx)
 		if err != nil {
@@ -391,16 +398,18 @@ func (e *env) databaseVersion(ctx context.Context) string {
 	return v
 }
 
-// fill commits n rows with distinct keys and subjects <prefix>.<0..15>;
+// fill commits n rows with keys <prefix>-<1..n> (distinct across the
+// tables of the tables phase, which share a stream and its duplicate
+// window) and subjects <prefix>.<0..15>;
 // with --ordering-keys K, row g gets the ordering key o-<g mod K>.
 func (e *env) fill(ctx context.Context, store *outbox.Store, prefix string, n int) error {
 	q := `INSERT INTO ` + store.Table() + ` (idempotency_key, subject, payload, headers, ordering_key)
-		SELECT 'k-' || g, $1 || '.' || (g % 16), $2, '{}', CASE WHEN $4::int > 0 THEN 'o-' || (g % $4::int) END
+		SELECT $1 || '-' || g, $1 || '.' || (g % 16), $2, '{}', CASE WHEN $4::int > 0 THEN 'o-' || (g % $4::int) END
 		FROM generate_series(1, $3::int) AS g`
 	if e.db.Dialect() == outbox.DialectSQLite {
 		q = `INSERT INTO ` + store.Table() + ` (idempotency_key, subject, payload, headers, ordering_key)
 		WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < ?3)
-		SELECT 'k-' || g, ?1 || '.' || (g % 16), ?2, '{}', CASE WHEN ?4 > 0 THEN 'o-' || (g % ?4) END FROM s`
+		SELECT ?1 || '-' || g, ?1 || '.' || (g % 16), ?2, '{}', CASE WHEN ?4 > 0 THEN 'o-' || (g % ?4) END FROM s`
 	}
 	if e.db.Dialect() == outbox.DialectMySQL {
 		return e.fillMySQL(ctx, store, prefix, n)
@@ -421,13 +430,13 @@ func (e *env) fill(ctx context.Context, store *outbox.Store, prefix string, n in
 func (e *env) fillMySQL(ctx context.Context, store *outbox.Store, prefix string, n int) error {
 	digits := "(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)"
 	q := `INSERT INTO ` + store.Table() + ` (idempotency_key, subject, payload, headers, ordering_key)
-		SELECT CONCAT('k-', g), CONCAT(?, '.', g % 16), ?, '{}', IF(? > 0, CONCAT('o-', g % ?), NULL)
+		SELECT CONCAT(?, '-', g), CONCAT(?, '.', g % 16), ?, '{}', IF(? > 0, CONCAT('o-', g % ?), NULL)
 		FROM (SELECT ? + a.d + 10*b.d + 100*c.d + 1000*e.d + 10000*f.d AS g
 			FROM ` + digits + ` a, ` + digits + ` b, ` + digits + ` c, ` + digits + ` e, ` + digits + ` f) s
 		WHERE g <= ? ORDER BY g`
 	keys := max(e.s.OrderingKeys, 1)
 	for first := 1; first <= n; first += 100_000 {
-		if _, err := e.db.SQL.ExecContext(ctx, q, prefix, e.payload, e.s.OrderingKeys, keys, first, n); err != nil {
+		if _, err := e.db.SQL.ExecContext(ctx, q, prefix, prefix, e.payload, e.s.OrderingKeys, keys, first, n); err != nil {
 			return fmt.Errorf("insert rows %d to %d: %w", first, min(first+99_999, n), err)
 		}
 	}
@@ -508,24 +517,26 @@ func waitEmpty(ctx context.Context, store *outbox.Store, n int, relays []*child)
 // table, from the database clock; with fromMark (the postgres-wal source,
 // which claims nothing), from the first mark.
 func span(ctx context.Context, store *outbox.Store, fromMark bool) (time.Duration, error) {
-	var first, last any
 	from := "first_claimed_at"
 	if fromMark {
 		from = "relayed_at"
 	}
-	err := store.DB().SQL.QueryRowContext(ctx, "SELECT min("+from+"), max(relayed_at) FROM "+store.Table()).Scan(&first, &last)
-	if err != nil {
-		return 0, err
+	a, b, err := spanTimes(ctx, store, from)
+	return b.Sub(a), err
+}
+
+// spanTimes returns the earliest value of column from and the last
+// relayed_at of a table (database clock).
+func spanTimes(ctx context.Context, store *outbox.Store, from string) (first, last time.Time, err error) {
+	var a, b any
+	if err = store.DB().SQL.QueryRowContext(ctx, "SELECT min("+from+"), max(relayed_at) FROM "+store.Table()).Scan(&a, &b); err != nil {
+		return first, last, err
 	}
-	a, err := asTime(first)
-	if err != nil {
-		return 0, err
+	if first, err = asTime(a); err != nil {
+		return first, last, err
 	}
-	b, err := asTime(last)
-	if err != nil {
-		return 0, err
-	}
-	return b.Sub(a), nil
+	last, err = asTime(b)
+	return first, last, err
 }
 
 // asTime reads a time as the drivers return it: a time.Time (pgx), or text

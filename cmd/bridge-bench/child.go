@@ -22,6 +22,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/daemon"
 	"github.com/outbox-bridge/bridge/internal/health"
+	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
 // childCommand is the hidden first argument that makes this binary run the
@@ -71,6 +72,9 @@ func runChild(args []string) int {
 
 	cfg := config.Default()
 	cfg.Database.URL, cfg.Database.Table, cfg.NATS.URL = *dbURL, *table, *natsURL
+	if outbox.IsTablePattern(*table) { // the tables phase: one relay over many tables
+		cfg.Database.Table, cfg.Database.Tables = config.TableDefault, []string{*table}
+	}
 	cfg.Relay.BatchSize, cfg.Relay.MaxInFlight = *batch, *inflight
 	cfg.Relay.DeleteOnRelay = *deleteOnRelay
 	cfg.Source = *source

@@ -15,6 +15,8 @@
 //	producers the service's commit rate (an order row and an outbox row per
 //	          transaction) with the bridge's table against a minimal outbox
 //	          table, 8 and 64 writers, interleaved runs; no relay
+//	tables    the same rows in one table and spread over 100, one relay over
+//	          them (database.tables), interleaved runs
 //	idle      the database CPU an idle relay costs, over 60 s
 //
 // The relay runs in a child process (this binary, re-executed) so that its
@@ -64,6 +66,8 @@ type settings struct {
 	ProducerRounds   int           `json:"producer_rounds,omitempty"`
 	ProducerDuration time.Duration `json:"-"`
 	IdleDuration     time.Duration `json:"-"`
+	TablesCount      int           `json:"tables_count,omitempty"`
+	TablesRounds     int           `json:"tables_rounds,omitempty"`
 	CPUProfile       string        `json:"-"`
 	MemProfile       string        `json:"-"`
 }
@@ -129,6 +133,8 @@ type results struct {
 	// table's.
 	ProducerRuns []producerRun     `json:"producer_runs,omitempty"`
 	Producers    []producerSummary `json:"producers,omitempty"`
+	// The tables phase (absent when it did not run).
+	Tables *tablesResult `json:"tables,omitempty"`
 	// The idle phase (absent when it did not run).
 	Idle     *idleResult `json:"idle,omitempty"`
 	Settings settings    `json:"settings"`
@@ -169,11 +175,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	relays := fs.String("relays", "1", "relays draining the bridge phase's table together, each a child process (scale-out); a comma-separated list of counts (e.g. 1,2,4) runs the bridge phase once per count, each on a fresh table of the same rows, in this run, and reports each against the others and the limit phase")
 	fs.IntVar(&s.BatchSize, "batch-size", 500, "relay.batch_size of the relay")
 	fs.IntVar(&s.MaxInFlight, "max-in-flight", 2000, "relay.max_in_flight of the relay")
-	fs.StringVar(&s.Phases, "phases", "limit,bridge,latency,baseline", "comma-separated phases to run: limit, bridge, database, latency, latency-high, baseline, producers, idle")
+	fs.StringVar(&s.Phases, "phases", "limit,bridge,latency,baseline", "comma-separated phases to run: limit, bridge, database, latency, latency-high, baseline, producers, tables, idle")
 	writers := fs.String("producers-writers", "8,64", "comma-separated writer counts of the producers phase")
 	fs.IntVar(&s.ProducerRounds, "producers-rounds", 3, "rounds of the producers phase (each round runs every table kind at every writer count, interleaved)")
 	fs.DurationVar(&s.ProducerDuration, "producers-duration", 5*time.Second, "length of each run of the producers phase")
 	fs.DurationVar(&s.IdleDuration, "idle-duration", 60*time.Second, "length of the idle phase's measurement")
+	fs.IntVar(&s.TablesCount, "tables-count", 100, "tables of the tables phase's runs over many tables (the --n rows spread over them)")
+	fs.IntVar(&s.TablesRounds, "tables-rounds", 2, "rounds of the tables phase (each round: one table, then --tables-count tables)")
 	fs.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	fs.BoolVar(&s.DeleteOnRelay, "delete-on-relay", false, "run the relay with relay.delete_on_relay: rows are deleted at their PubAck instead of marked done")
 	fs.IntVar(&s.OrderingKeys, "ordering-keys", 0, "spread the rows of the bridge phase over this many ordering keys (row i gets key o-<i mod K>; 0: no ordering key)")
@@ -217,6 +225,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		s.ProducerWriters = append(s.ProducerWriters, n)
+	}
+	if s.TablesCount < 2 || s.TablesRounds < 1 {
+		fmt.Fprintf(stderr, "bridge-bench: --tables-count %d, --tables-rounds %d: need 2 or more tables and 1 or more rounds\n", s.TablesCount, s.TablesRounds)
+		return 2
 	}
 	if s.ProducerRounds < 1 || s.ProducerDuration <= 0 || s.IdleDuration <= 0 {
 		fmt.Fprintf(stderr, "bridge-bench: --producers-rounds %d, --producers-duration %s, --idle-duration %s: must be 1 or more, and positive durations\n", s.ProducerRounds, s.ProducerDuration, s.IdleDuration)
@@ -362,6 +374,16 @@ func printTable(w io.Writer, r *results) {
 		for _, p := range r.Producers {
 			fmt.Fprintf(w, "  %2d writers  %-14s median %7.0f tps  %.2f× minimal (rounds %.2f–%.2f)  runs %v\n",
 				p.Writers, p.Variant, p.MedianTPS, p.RatioToMinimal, p.RoundRatioRange[0], p.RoundRatioRange[1], roundAll(p.TPS))
+		}
+	}
+	if r.Tables != nil {
+		fmt.Fprintf(w, "\ntables (the same rows in 1 table and in %d, one relay, %d rounds interleaved): %.2f× (medians)\n", s.TablesCount, s.TablesRounds, r.Tables.Ratio)
+		for _, t := range r.Tables.Runs {
+			db := "not measured"
+			if t.DatabaseCPUUsPerRow != nil {
+				db = fmt.Sprintf("%.1f µs", *t.DatabaseCPUUsPerRow)
+			}
+			fmt.Fprintf(w, "  %3d table(s) %8.0f rows/s  CPU per row: relay %.1f µs, database %s, NATS %.1f µs\n", t.Tables, t.RowsPerS, t.RelayCPUUsPerRow, db, t.NATSCPUUsPerRow)
 		}
 	}
 	if r.Idle != nil {

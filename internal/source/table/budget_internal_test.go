@@ -9,13 +9,13 @@ import (
 // TestBudgetSharesBetweenTablesWithWork: a table alone may take the whole
 // budget; once another table holds rows, each may hold its share and no
 // more (the budget over the tables holding rows, counting the one that
-// asks), so that one table's backlog, huge rows or stuck rows leave the
+// asks, or one batch when that is more), so that one table's backlog, huge rows or stuck rows leave the
 // others room; a table refused room is woken by the next settlement of
 // any table; a table holding nothing always gets at least one row.
 func TestBudgetSharesBetweenTablesWithWork(t *testing.T) {
 	b := NewBudget(2000, 1000)
 	member := func() *Subscriber {
-		s := &Subscriber{wake: make(chan struct{}, 1)}
+		s := &Subscriber{wake: make(chan struct{}, 1), cfg: SubscriberConfig{BatchSize: 100}}
 		b.join(s)
 		return s
 	}
@@ -49,11 +49,12 @@ func TestBudgetSharesBetweenTablesWithWork(t *testing.T) {
 	rows, _ = b.room(small)
 	require.Equal(t, 490, rows, "the small table's share less what it holds, within what the budget has left")
 
-	// 200 tables with work: a share of 10 rows each.
+	// 200 tables with work: a share of 10 rows each, or a batch when
+	// that is more.
 	many := NewBudget(2000, 1<<20)
 	var subs []*Subscriber
 	for range 200 {
-		s := &Subscriber{wake: make(chan struct{}, 1)}
+		s := &Subscriber{wake: make(chan struct{}, 1), cfg: SubscriberConfig{BatchSize: 5}}
 		s.outstanding.Store(1)
 		many.join(s)
 		subs = append(subs, s)
@@ -63,4 +64,7 @@ func TestBudgetSharesBetweenTablesWithWork(t *testing.T) {
 	many.leave(subs[0])
 	rows, _ = many.room(subs[1])
 	require.Equal(t, 9, rows, "2000/199 = 10, less the one held")
+	subs[2].cfg.BatchSize = 50
+	rows, _ = many.room(subs[2])
+	require.Equal(t, 49, rows, "a batch of 50, more than the share, less the one held")
 }
