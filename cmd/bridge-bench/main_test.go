@@ -165,3 +165,28 @@ func TestCPUOfCommandsKeepsEndedChildren(t *testing.T) {
 	// Other processes with this name (another test binary) only add.
 	assert.GreaterOrEqual(t, cpuOfCommands(comm)-before, spent-20*time.Millisecond)
 }
+
+// TestTablesPhase: --phases tables relays the same rows from one table and
+// from several, one relay over their pattern, and reports each run and the
+// ratio. A run fails unless the stream holds every row (the tables' keys
+// once collided in the stream's duplicate window: one table's worth
+// arrived, and the phase waited forever).
+func TestTablesPhase(t *testing.T) {
+	for kind, url := range map[string]string{"postgres": bridgetest.PostgresURL(t), "mysql": bridgetest.MySQLURL(t)} {
+		t.Run(kind, func(t *testing.T) {
+			code, stdout, stderr := runBench(t, "--database-url", url, "-n", "300", "--phases", "tables", "--tables-count", "3", "--tables-rounds", "1", "--json")
+			require.Equal(t, 0, code, stderr)
+			var r struct {
+				Tables tablesResult `json:"tables"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(stdout), &r), stdout)
+			require.Len(t, r.Tables.Runs, 2)
+			assert.Equal(t, 1, r.Tables.Runs[0].Tables)
+			assert.Equal(t, 3, r.Tables.Runs[1].Tables)
+			for _, run := range r.Tables.Runs {
+				assert.Positive(t, run.RowsPerS)
+			}
+			assert.InDelta(t, r.Tables.Runs[1].RowsPerS/r.Tables.Runs[0].RowsPerS, r.Tables.Ratio, 1e-9)
+		})
+	}
+}
