@@ -256,6 +256,11 @@ type executor interface {
 	// MayClaim reports whether a claim may take a row: false only when it
 	// would take none; true may still find none (see Store.MayClaim).
 	MayClaim(ctx context.Context) (bool, error)
+	// MayClaimQuery is MayClaim's statement and arguments, for a probe of
+	// many tables in one statement (DB.MayClaimEach); ok is false where the
+	// database has none (SQLite claims without probing). Every table's
+	// arguments are the same.
+	MayClaimQuery() (query string, args []any, ok bool)
 	// Purge deletes up to p.Limit done rows relayed more than p.OlderThan
 	// ago and returns how many.
 	Purge(ctx context.Context, p *purgeParams) (int, error)

@@ -583,6 +583,9 @@ func (e *mysqlExecutor) MayClaim(ctx context.Context) (bool, error) {
 	return queryBool(ctx, e.db, e.q.mayClaim)
 }
 
+// MayClaimQuery is may_claim.sql, which takes no argument.
+func (e *mysqlExecutor) MayClaimQuery() (string, []any, bool) { return e.q.mayClaim, nil, true }
+
 // Purge passes the age in microseconds.
 func (e *mysqlExecutor) Purge(ctx context.Context, p *purgeParams) (int, error) {
 	n, err := execCount(ctx, e.db, e.q.purge, micros(p.OlderThan), p.Limit)

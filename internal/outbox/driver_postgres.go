@@ -308,6 +308,12 @@ func (e *postgresExecutor) MayClaim(ctx context.Context) (bool, error) {
 	return e.Stalled(ctx, &stalledParams{Age: -time.Microsecond})
 }
 
+// MayClaimQuery is MayClaim's statement: stalled.sql, a row available
+// since before a microsecond from now.
+func (e *postgresExecutor) MayClaimQuery() (string, []any, bool) {
+	return e.q.stalled, []any{micros(-time.Microsecond)}, true
+}
+
 // Purge passes the age in microseconds.
 func (e *postgresExecutor) Purge(ctx context.Context, p *purgeParams) (int, error) {
 	n, err := e.exec(ctx, e.q.purge, micros(p.OlderThan), p.Limit)

@@ -291,6 +291,10 @@ func (e *sqliteExecutor) MayClaim(ctx context.Context) (bool, error) {
 	return e.Stalled(ctx, &stalledParams{Age: -time.Millisecond})
 }
 
+// MayClaimQuery: none; SQLite claims without probing
+// (Capabilities.ProbeBeforeClaim).
+func (e *sqliteExecutor) MayClaimQuery() (string, []any, bool) { return "", nil, false }
+
 func (e *sqliteExecutor) Purge(ctx context.Context, p *purgeParams) (int, error) {
 	n, err := execCount(ctx, e.db, e.q.purge, sqliteAgo(p.OlderThan), p.Limit)
 	return int(n), err

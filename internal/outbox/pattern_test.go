@@ -2,8 +2,10 @@ package outbox_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -97,5 +99,53 @@ func TestMatchTables(t *testing.T) {
 		require.Equal(t, []string{prefix + "a", prefix + "b", prefix + "c"}, schemas)
 		_, err = db.MatchTables(ctx, "bad-*.outbox")
 		require.ErrorContains(t, err, "not an SQL identifier")
+	})
+}
+
+// TestMayClaimEach: one statement answers, table by table, what each
+// table's MayClaim answers: a pending row, none, a failed row still in
+// its backoff, a failed row past it; on SQLite, which claims without a
+// probe, ErrNoProbe. A missing table fails the statement, as a missing
+// table (IsMissingTable).
+func TestMayClaimEach(t *testing.T) {
+	bridgetest.OnEveryDatabase(t, func(t *testing.T, kind string) {
+		ctx := context.Background()
+		url, table, _ := bridgetest.Outbox(t, kind)
+		db, err := outbox.Open(ctx, url)
+		require.NoError(t, err)
+		t.Cleanup(func() { db.Close() })
+		var stores []*outbox.Store
+		for i := range 4 {
+			name := fmt.Sprintf("%s_%d", table, i)
+			_, err := outbox.Migrate(ctx, db, name)
+			require.NoError(t, err)
+			s, err := outbox.NewStore(db, name)
+			require.NoError(t, err)
+			stores = append(stores, s)
+		}
+		if kind == "sqlite" {
+			_, err := db.MayClaimEach(ctx, stores)
+			require.ErrorIs(t, err, outbox.ErrNoProbe)
+			return
+		}
+		bridgetest.Enqueue(t, stores[0], "pending", "")
+		for i, backoff := range map[int]time.Duration{2: time.Hour, 3: 0} {
+			id := bridgetest.Enqueue(t, stores[i], "failing", "")
+			require.Equal(t, []int64{id}, bridgetest.ClaimIDs(t, stores[i], "test"))
+			_, err := stores[i].MarkFailed(ctx, "test", []outbox.Failure{{ID: id, Attempt: 1, Err: "x", Backoff: backoff}})
+			require.NoError(t, err)
+		}
+		got, err := db.MayClaimEach(ctx, stores)
+		require.NoError(t, err)
+		require.Equal(t, []bool{true, false, false, true}, got)
+		for i, s := range stores {
+			one, err := s.MayClaim(ctx)
+			require.NoError(t, err)
+			require.Equal(t, one, got[i], "table %d: MayClaim alone", i)
+		}
+		missing, err := outbox.NewStore(db, table+"_gone")
+		require.NoError(t, err)
+		_, err = db.MayClaimEach(ctx, append(stores, missing))
+		require.True(t, outbox.IsMissingTable(err), "%v", err)
 	})
 }
