@@ -418,3 +418,47 @@ func TestBacklogAndPoisonStayWithTheirTable(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEqual(t, outbox.StatusDone, st, "the poison row")
 }
+
+// TestIdleTablesWaitForOneProbe: a relay over 30 idle tables (PostgreSQL
+// and MariaDB) asks about them in one statement per poll (the group's
+// Prober, outbox.DB.MayClaimEach) instead of each table probing on its
+// own: after each table's first claim, no table claims until it has a row
+// (before, each table ticked every poll interval: 30 tables, 250 ms, more
+// than 200 ticks in 2 s), while every poll asks about all 30. A row
+// committed then is relayed at once.
+func TestIdleTablesWaitForOneProbe(t *testing.T) {
+	for _, kind := range []string{"postgres", "mysql"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			const count = 30
+			tn := newTenants(t, kind, count)
+			n := bridgetest.StartNATS(t)
+			_, js := n.JetStream(t)
+			relay, cleanup := newRelay(t, tn.config(t, n))
+			group := relay.Source.(*table.GroupSource).Group
+			group.Refreshed = source.NewTestSignal[[]string]()
+			group.Signals.Claimed = source.NewTestSignal[int]()
+			require.NotNil(t, group.Prober())
+			group.Prober().Probed = source.NewTestSignal[int]()
+			runRelay(t, relay, cleanup)
+			require.Len(t, group.Refreshed.Wait(t), count)
+			for range count {
+				require.Zero(t, group.Signals.Claimed.Wait(t), "a table's first claim finds nothing")
+			}
+			// Every table parked: a poll asks about all of them.
+			for group.Prober().Probed.Wait(t) != count {
+			}
+			group.Signals.Claimed.Clear()
+			group.Prober().Probed.Clear()
+			time.Sleep(2 * time.Second)
+			require.Empty(t, group.Signals.Claimed.C(), "an idle table claimed on its own")
+			polls := len(group.Prober().Probed.C())
+			require.GreaterOrEqual(t, polls, 4, "the prober polls about every poll interval (250 ms)")
+			for range polls {
+				require.Equal(t, count, group.Prober().Probed.Wait(t), "every poll asks about every idle table")
+			}
+			tn.enqueue(t, 7, 1)
+			bridgetest.WaitMessages(t, js, "EVENTS", 1, 5*time.Second)
+		})
+	}
+}

@@ -256,10 +256,12 @@ type executor interface {
 	// MayClaim reports whether a claim may take a row: false only when it
 	// would take none; true may still find none (see Store.MayClaim).
 	MayClaim(ctx context.Context) (bool, error)
-	// MayClaimQuery is MayClaim's statement and arguments, for a probe of
-	// many tables in one statement (DB.MayClaimEach); ok is false where the
-	// database has none (SQLite claims without probing). Every table's
-	// arguments are the same.
+	// MayClaimQuery is a statement that answers as MayClaim does (true
+	// whenever MayClaim would; it may also answer true when the claimable
+	// rows all wait behind their key's head), and its arguments, for a
+	// probe of many tables in one statement (DB.MayClaimEach); ok is false
+	// where the database has none (SQLite claims without probing). Every
+	// table's arguments are the same.
 	MayClaimQuery() (query string, args []any, ok bool)
 	// Purge deletes up to p.Limit done rows relayed more than p.OlderThan
 	// ago and returns how many.

@@ -38,6 +38,7 @@ type Group struct {
 	names   []string
 	refresh time.Duration
 	budget  *Budget
+	prober  *Prober
 	build   func(ctx context.Context, store *outbox.Store) (*memberParts, func(), error)
 	reg     prometheus.Registerer
 	logger  *slog.Logger
@@ -93,6 +94,9 @@ type GroupConfig struct {
 	Refresh time.Duration
 	// Budget is shared by the tables' subscribers.
 	Budget *Budget
+	// Prober is their one wake-up (nil: each polls on its own), run while
+	// the group is subscribed.
+	Prober *Prober
 	// Build builds one table's parts over its store.
 	Build func(ctx context.Context, store *outbox.Store) (*memberParts, func(), error)
 	// Registerer receives each table's metrics, labelled table=<name>,
@@ -108,7 +112,7 @@ func NewGroup(db *outbox.DB, stores []*outbox.Store, unopened map[string]string,
 		unopened = map[string]string{}
 	}
 	return &Group{
-		db: db, names: cfg.Names, refresh: cfg.Refresh, budget: cfg.Budget, build: cfg.Build, reg: cfg.Registerer,
+		db: db, names: cfg.Names, refresh: cfg.Refresh, budget: cfg.Budget, prober: cfg.Prober, build: cfg.Build, reg: cfg.Registerer,
 		logger:     logger.With(slog.String("component", "outbox")),
 		members:    map[string]*member{},
 		unopened:   unopened,
@@ -152,6 +156,14 @@ func (g *Group) Subscribe(ctx context.Context, _ string) (<-chan *message.Messag
 		defer close(refreshed)
 		g.refreshLoop(ctx)
 	}()
+	probing, stopProbing := context.WithCancel(context.WithoutCancel(ctx))
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		if g.prober != nil {
+			g.prober.Run(probing)
+		}
+	}()
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -159,6 +171,8 @@ func (g *Group) Subscribe(ctx context.Context, _ string) (<-chan *message.Messag
 		case <-g.closing:
 		}
 		<-refreshed
+		stopProbing() // the subscribers' claims stop next; a parked one waits for nothing
+		<-probed
 		g.mu.Lock()
 		members := g.members
 		g.members = map[string]*member{}
@@ -209,6 +223,10 @@ func (g *Group) tablesLocked() []string {
 	slices.Sort(out)
 	return out
 }
+
+// Prober is the group's one wake-up of its idle tables; nil where the
+// database has no claim probe (SQLite), whose tables each poll.
+func (g *Group) Prober() *Prober { return g.prober }
 
 // Each calls f with each table relayed now and its subscriber, in the
 // order of the tables' names.
@@ -373,6 +391,9 @@ func (g *Group) letGo(m *member) {
 		_ = m.Subscriber.Close()
 		<-m.stallDone
 		g.budget.leave(m.Subscriber)
+		if g.prober != nil {
+			g.prober.unpark(m.Subscriber)
+		}
 		m.unregister()
 		m.cleanup()
 	}()

@@ -35,8 +35,8 @@ func build(ctx context.Context, d source.Deps, store *outbox.Store) (*Source, fu
 }
 
 // buildMember assembles one table of a group over store, sharing what the
-// relay built, the group's tracer and its budget.
-func buildMember(ctx context.Context, d source.Deps, store *outbox.Store, tracer trace.Tracer, budget *Budget, missing MissingTable) (*memberParts, func(), error) {
+// relay built, the group's tracer, its budget and its prober.
+func buildMember(ctx context.Context, d source.Deps, store *outbox.Store, tracer trace.Tracer, shared groupShared) (*memberParts, func(), error) {
 	wire.Build(
 		wire.FieldsOf(new(source.Deps), "Config", "Logger", "Conn", "JetStream", "Denials", "Pinger", "Keeper", "Routes"),
 		provideMemberSubscriber,

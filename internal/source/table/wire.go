@@ -33,15 +33,20 @@ func ProvideSubscriber(store *outbox.Store, cfg *config.Config, logger *slog.Log
 	return NewSubscriber(store, logger, subscriberConfig(cfg, gate, limit, tracer, reconciler))
 }
 
-// MissingTable is called when a table of a group turns out missing
-// (SubscriberConfig.OnMissingTable).
-type MissingTable func()
+// groupShared is what the tables of a group share: the in-flight budget,
+// the prober (nil where the database has no claim probe: SQLite) and what
+// to call when a table turns out missing (SubscriberConfig).
+type groupShared struct {
+	budget  *Budget
+	prober  *Prober
+	missing func()
+}
 
 // provideMemberSubscriber is ProvideSubscriber for one table of a group,
 // sharing budget with the others.
-func provideMemberSubscriber(store *outbox.Store, cfg *config.Config, logger *slog.Logger, gate ClaimGate, limit outbox.PayloadLimit, tracer trace.Tracer, reconciler source.Reconciler, budget *Budget, missing MissingTable) (*Subscriber, error) {
+func provideMemberSubscriber(store *outbox.Store, cfg *config.Config, logger *slog.Logger, gate ClaimGate, limit outbox.PayloadLimit, tracer trace.Tracer, reconciler source.Reconciler, shared groupShared) (*Subscriber, error) {
 	c := subscriberConfig(cfg, gate, limit, tracer, reconciler)
-	c.Budget, c.OnMissingTable = budget, missing
+	c.Budget, c.Prober, c.OnMissingTable = shared.budget, shared.prober, shared.missing
 	return NewSubscriber(store, logger, c)
 }
 
@@ -93,12 +98,17 @@ func ProvideForwarder(sub *Subscriber, store *outbox.Store, pub *sink.Publisher,
 // and max_in_flight_bytes, the tables' metrics in d's registry.
 func provideGroup(ctx context.Context, d source.Deps, tables groupTables, tracer trace.Tracer) *Group {
 	cfg := d.Config
-	budget := NewBudget(cfg.Relay.MaxInFlight, int64(cfg.Relay.MaxInFlightBytes))
+	shared := groupShared{budget: NewBudget(cfg.Relay.MaxInFlight, int64(cfg.Relay.MaxInFlightBytes))}
+	if d.DB.Capabilities().ProbeBeforeClaim {
+		shared.prober = NewProber(d.DB, cfg.Relay.PollInterval, d.Logger.With(slog.String("component", "outbox")))
+	}
 	var g *Group
 	g = NewGroup(d.DB, tables.stores, tables.unopened, d.Logger, GroupConfig{
-		Names: cfg.Database.Tables, Refresh: cfg.Database.TablesRefresh, Budget: budget, Registerer: d.Registry,
+		Names: cfg.Database.Tables, Refresh: cfg.Database.TablesRefresh, Budget: shared.budget, Prober: shared.prober, Registerer: d.Registry,
 		Build: func(ctx context.Context, store *outbox.Store) (*memberParts, func(), error) {
-			return buildMember(ctx, d, store, tracer, budget, g.kick)
+			s := shared
+			s.missing = g.kick
+			return buildMember(ctx, d, store, tracer, s)
 		},
 	})
 	return g

@@ -72,8 +72,8 @@ func build(ctx context.Context, d source.Deps, store *outbox.Store) (*Source, fu
 }
 
 // buildMember assembles one table of a group over store, sharing what the
-// relay built, the group's tracer and its budget.
-func buildMember(ctx context.Context, d source.Deps, store *outbox.Store, tracer trace.Tracer, budget *Budget, missing MissingTable) (*memberParts, func(), error) {
+// relay built, the group's tracer, its budget and its prober.
+func buildMember(ctx context.Context, d source.Deps, store *outbox.Store, tracer trace.Tracer, shared groupShared) (*memberParts, func(), error) {
 	config := d.Config
 	logger := d.Logger
 	pinger := d.Pinger
@@ -85,7 +85,7 @@ func buildMember(ctx context.Context, d source.Deps, store *outbox.Store, tracer
 	routes := d.Routes
 	keeper := d.Keeper
 	reconciler := source.ProvideReconciler(jetStream, routes, store, keeper, config, logger)
-	subscriber, err := provideMemberSubscriber(store, config, logger, tableClaimGate, payloadLimit, tracer, reconciler, budget, missing)
+	subscriber, err := provideMemberSubscriber(store, config, logger, tableClaimGate, payloadLimit, tracer, reconciler, shared)
 	if err != nil {
 		return nil, nil, err
 	}
