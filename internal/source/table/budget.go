@@ -2,6 +2,7 @@ package table
 
 import (
 	"sync"
+	"time"
 )
 
 // Budget is the in-flight budget of one relay over many tables
@@ -10,7 +11,10 @@ import (
 // (SubscriberConfig.Budget), and the turn their claims take.
 //
 // Each table may hold at most its share: the budget divided by the tables
-// holding rows now, counting the one that asks, or one batch
+// with work (holding rows now, or having claimed some within activeWindow:
+// a table of steady single rows holds one for milliseconds, and its next
+// row would otherwise queue behind a backlog table's whole budget in the
+// NATS connection and the stream), counting the one that asks, or one batch
 // (relay.batch_size) when that is more, so that claims stay full-sized
 // however many tables have work (bridge-bench's tables phase: with shares
 // of 20 rows, 100 tables relayed 0.71× the rate of one); a table holding
@@ -60,11 +64,12 @@ func (b *Budget) room(s *Subscriber) (int, int64) {
 	defer b.mu.Unlock()
 	var rows, active int
 	var bytes int64
+	recent := time.Now().Add(-activeWindow).UnixNano()
 	for m := range b.members {
 		held := m.outstanding.Load()
 		rows += int(held)
 		bytes += m.outstandingBytes.Load()
-		if held > 0 && m != s {
+		if m != s && (held > 0 || m.claimer.lastClaim.Load() > recent) {
 			active++
 		}
 	}
@@ -122,6 +127,13 @@ func (b *Budget) endTurn() {
 		<-b.turn
 	}
 }
+
+// activeWindow is how recently a table must have claimed rows to count as
+// one with work (Budget.room). Beside a 100,000-row backlog, steady rows of
+// four other tables waited 249 ms at p99 (23 ms alone) while only the
+// tables holding rows counted, the backlog table then holding up to half
+// of relay.max_in_flight.
+const activeWindow = time.Second
 
 // room is how many rows and bytes the next claim may take: the budget's
 // share when the subscriber shares one, its own bounds otherwise.

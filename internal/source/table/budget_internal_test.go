@@ -2,6 +2,7 @@ package table
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -15,7 +16,7 @@ import (
 func TestBudgetSharesBetweenTablesWithWork(t *testing.T) {
 	b := NewBudget(2000, 1000)
 	member := func() *Subscriber {
-		s := &Subscriber{wake: make(chan struct{}, 1), cfg: SubscriberConfig{BatchSize: 100}}
+		s := &Subscriber{wake: make(chan struct{}, 1), cfg: SubscriberConfig{BatchSize: 100}, claimer: &claimer{}}
 		b.join(s)
 		return s
 	}
@@ -54,7 +55,7 @@ func TestBudgetSharesBetweenTablesWithWork(t *testing.T) {
 	many := NewBudget(2000, 1<<20)
 	var subs []*Subscriber
 	for range 200 {
-		s := &Subscriber{wake: make(chan struct{}, 1), cfg: SubscriberConfig{BatchSize: 5}}
+		s := &Subscriber{wake: make(chan struct{}, 1), cfg: SubscriberConfig{BatchSize: 5}, claimer: &claimer{}}
 		s.outstanding.Store(1)
 		many.join(s)
 		subs = append(subs, s)
@@ -67,4 +68,20 @@ func TestBudgetSharesBetweenTablesWithWork(t *testing.T) {
 	subs[2].cfg.BatchSize = 50
 	rows, _ = many.room(subs[2])
 	require.Equal(t, 49, rows, "a batch of 50, more than the share, less the one held")
+
+	// A table that claimed a moment ago counts as one with work although
+	// it holds nothing now (its rows settled at once).
+	recent := NewBudget(2000, 1<<20)
+	busy := &Subscriber{wake: make(chan struct{}, 1), cfg: SubscriberConfig{BatchSize: 100}, claimer: &claimer{}}
+	steady := &Subscriber{wake: make(chan struct{}, 1), cfg: SubscriberConfig{BatchSize: 100}, claimer: &claimer{}}
+	recent.join(busy)
+	recent.join(steady)
+	rows, _ = recent.room(busy)
+	require.Equal(t, 2000, rows, "the other table never claimed")
+	steady.claimer.lastClaim.Store(time.Now().UnixNano())
+	rows, _ = recent.room(busy)
+	require.Equal(t, 1000, rows, "the other table claimed within activeWindow")
+	steady.claimer.lastClaim.Store(time.Now().Add(-2 * activeWindow).UnixNano())
+	rows, _ = recent.room(busy)
+	require.Equal(t, 2000, rows, "the other table's last claim is older than activeWindow")
 }
