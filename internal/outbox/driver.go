@@ -76,8 +76,10 @@ type driver interface {
 	// tables lists the base tables of db (MatchTables): of every schema
 	// but the system's, schema-qualified, when qualified; otherwise of
 	// the session's current schema, unqualified; each with whether it has
-	// the column idempotency_key.
-	tables(ctx context.Context, db *sql.DB, qualified bool) ([]listedTable, error)
+	// the column idempotency_key. schemaLike, when qualified, is a LIKE
+	// pattern the schemas it lists may be narrowed to (a superset of
+	// those the caller's pattern matches); a driver may list more.
+	tables(ctx context.Context, db *sql.DB, qualified bool, schemaLike string) ([]listedTable, error)
 	// schemas lists the schemas of db but the system's (MatchSchemas).
 	schemas(ctx context.Context, db *sql.DB) ([]string, error)
 }

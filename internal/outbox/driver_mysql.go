@@ -145,15 +145,21 @@ type mysqlQueries struct {
 // mysqlSystemSchemas are the server's own databases.
 const mysqlSystemSchemas = `('mysql', 'information_schema', 'performance_schema', 'sys')`
 
-func (mysqlDriver) tables(ctx context.Context, db *sql.DB, qualified bool) ([]listedTable, error) {
-	schema, where := "''", "t.table_schema = DATABASE()"
+// tables narrows the listing to the schemas LIKE schemaLike: MariaDB reads
+// information_schema by opening the directories and table definitions of
+// the databases it lists, which took more than 5 s over about 150
+// databases on a busy 2-core machine, and it uses a constant LIKE on
+// table_schema to open only those that match.
+func (mysqlDriver) tables(ctx context.Context, db *sql.DB, qualified bool, schemaLike string) ([]listedTable, error) {
+	schema, where, args := "''", "t.table_schema = DATABASE()", []any(nil)
 	if qualified {
-		schema, where = "t.table_schema", "t.table_schema NOT IN "+mysqlSystemSchemas
+		schema, where = "t.table_schema", "t.table_schema NOT IN "+mysqlSystemSchemas+" AND t.table_schema LIKE ?"
+		args = []any{schemaLike}
 	}
 	return listTables(ctx, db, `SELECT `+schema+`, t.table_name,
 			EXISTS (SELECT 1 FROM information_schema.columns k
 				WHERE k.table_schema = t.table_schema AND k.table_name = t.table_name AND k.column_name = 'idempotency_key')
-		FROM information_schema.tables t WHERE t.table_type = 'BASE TABLE' AND `+where)
+		FROM information_schema.tables t WHERE t.table_type = 'BASE TABLE' AND `+where, args...)
 }
 
 func (mysqlDriver) schemas(ctx context.Context, db *sql.DB) ([]string, error) {

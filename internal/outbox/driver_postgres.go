@@ -113,7 +113,7 @@ type postgresQueries struct {
 	stalled, mayClaim, purge         string
 }
 
-func (postgresDriver) tables(ctx context.Context, db *sql.DB, qualified bool) ([]listedTable, error) {
+func (postgresDriver) tables(ctx context.Context, db *sql.DB, qualified bool, _ string) ([]listedTable, error) {
 	schema, where := "''", "n.nspname = current_schema()"
 	if qualified {
 		schema, where = "n.nspname", `n.nspname NOT LIKE 'pg\_%' AND n.nspname <> 'information_schema'`

@@ -104,7 +104,7 @@ type sqliteQueries struct {
 
 // tables lists the tables of the main database; SQLite outboxes have no
 // schema (qualified is refused by the configuration).
-func (sqliteDriver) tables(ctx context.Context, db *sql.DB, _ bool) ([]listedTable, error) {
+func (sqliteDriver) tables(ctx context.Context, db *sql.DB, _ bool, _ string) ([]listedTable, error) {
 	return listTables(ctx, db, `SELECT '', m.name, EXISTS (SELECT 1 FROM pragma_table_info(m.name) p WHERE p.name = 'idempotency_key')
 		FROM sqlite_master m WHERE m.type = 'table'`)
 }

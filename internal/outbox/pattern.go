@@ -75,7 +75,7 @@ func (db *DB) MatchTables(ctx context.Context, pattern string) ([]string, error)
 	if !qualified {
 		schemaPat, tablePat = "", schemaPat
 	}
-	all, err := db.driver.tables(ctx, db.SQL, qualified)
+	all, err := db.driver.tables(ctx, db.SQL, qualified, likePattern(schemaPat))
 	if err != nil {
 		return nil, fmt.Errorf("list the tables that %q may match: %w", pattern, err)
 	}
@@ -155,9 +155,16 @@ type listedTable struct {
 
 // listTables runs query (rows of schema, name, has idempotency_key) and
 // returns its rows.
-func listTables(ctx context.Context, db *sql.DB, query string) ([]listedTable, error) {
-	return queryAll(ctx, db, query, func(rows *sql.Rows, t *listedTable) error { return rows.Scan(&t.schema, &t.name, &t.hasKey) })
+func listTables(ctx context.Context, db *sql.DB, query string, args ...any) ([]listedTable, error) {
+	return queryAll(ctx, db, query, func(rows *sql.Rows, t *listedTable) error { return rows.Scan(&t.schema, &t.name, &t.hasKey) }, args...)
 }
+
+// likePattern is an SQL LIKE pattern matching at least what the glob
+// pattern (* for any run of characters) matches: * becomes %, and _ stays
+// a LIKE wildcard of one character, which matches _ too (escaping it would
+// depend on the server's NO_BACKSLASH_ESCAPES). Names the relay accepts
+// hold no %.
+func likePattern(glob string) string { return strings.ReplaceAll(glob, "*", "%") }
 
 // listStrings runs query (rows of one text column) and returns its rows.
 func listStrings(ctx context.Context, db *sql.DB, query string) ([]string, error) {
@@ -165,8 +172,8 @@ func listStrings(ctx context.Context, db *sql.DB, query string) ([]string, error
 }
 
 // queryAll runs query and returns its rows, each read by scan.
-func queryAll[T any](ctx context.Context, db *sql.DB, query string, scan func(*sql.Rows, *T) error) ([]T, error) {
-	rows, err := db.QueryContext(ctx, query)
+func queryAll[T any](ctx context.Context, db *sql.DB, query string, scan func(*sql.Rows, *T) error, args ...any) ([]T, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
