@@ -107,8 +107,8 @@ type SubscriberConfig struct {
 	Budget *Budget
 	// Prober, when set, is the one wake-up of the tables of a relay: after
 	// a claim that was not full the subscriber waits for it (or for a
-	// settlement, or claimProbeSpan poll intervals) instead of probing its
-	// table itself. Defaults to nil: the subscriber probes (MayClaim) and
+	// settlement, or parkedClaimSpan poll intervals) instead of probing
+	// its table itself. Defaults to nil: the subscriber probes (MayClaim) and
 	// polls on its own.
 	Prober *Prober
 	// OnMissingTable, when set, is called when a claim fails because the
