@@ -462,3 +462,48 @@ func TestIdleTablesWaitForOneProbe(t *testing.T) {
 		})
 	}
 }
+
+// TestManyTablesStopDrainsAndKeepsTenantsApart: two tenants write the same
+// idempotency keys; with dedup.namespace '{schema}' each tenant's rows
+// have ids of their own (<schema>/<key>) and all are stored. The relay is
+// stopped while it relays a 20,000-row batch: it drains as one table's
+// relay does, leaving no row in flight (found by a saboteur: each table's
+// subscriber gave up its rows at once on Close, their marks unwritten).
+func TestManyTablesStopDrainsAndKeepsTenantsApart(t *testing.T) {
+	t.Parallel()
+	tn := newTenants(t, "postgres", 2)
+	n := bridgetest.StartNATS(t)
+	_, js := n.JetStream(t)
+	cfg := tn.config(t, n)
+	cfg.Dedup.Namespace = "{schema}"
+	relay, cleanup := newRelay(t, cfg)
+	moved := source.NewTestSignal[int]()
+	bridge.Moved(relay, moved)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	t.Cleanup(cleanup)
+
+	for i := range 2 {
+		s := tn.store(t, i)
+		for j := range 5 {
+			_, err := s.Enqueue(context.Background(), outbox.Entry{IdempotencyKey: fmt.Sprintf("order-%d", j), Subject: "events.same", Payload: []byte("x")})
+			require.NoError(t, err)
+		}
+	}
+	bridgetest.WaitMessages(t, js, "EVENTS", 10, 10*time.Second)
+	ids := map[string]bool{}
+	for _, m := range bridgetest.Messages(t, js, "EVENTS") {
+		ids[m.Headers().Get(jetstream.MsgIDHeader)] = true
+	}
+	require.True(t, ids[tn.schema(0)+"/order-3"] && ids[tn.schema(1)+"/order-3"], "ids %v", ids)
+
+	tn.exec(t, fmt.Sprintf(`INSERT INTO %s (idempotency_key, subject, payload, headers)
+		SELECT 'many-' || g, 'events.many', 'x', '{}' FROM generate_series(1, 20000) g`, tn.table(0)))
+	moved.WaitUntil(t, func() bool { return bridge.Observe(relay).Relayed > 10+500 }, "the batch is being relayed")
+	stop()
+	require.NoError(t, <-done)
+	var inFlight int
+	require.NoError(t, tn.db.SQL.QueryRow("SELECT count(*) FROM "+tn.table(0)+" WHERE status = 'in_flight'").Scan(&inFlight))
+	require.Zero(t, inFlight, "rows left in flight by a stop over many tables")
+}

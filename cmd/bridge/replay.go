@@ -174,7 +174,7 @@ could not be sent (logged; e.g. a subject the destination does not capture).`,
 				fmt.Fprintln(stderr)
 				prog := newProgress(stderr)
 				res, err := replay.Run(ctx, replay.Config{
-					Store: store, JS: js, Publisher: pub, Logger: logger, Namespace: cfg.Dedup.Namespace,
+					Store: store, JS: js, Publisher: pub, Logger: logger, Namespace: cfg.NamespaceFor(store.Table()),
 					Checkpoint: cp, CheckpointFile: checkpoint, BatchSize: cfg.Relay.BatchSize,
 					MaxBytes: int64(cfg.Relay.MaxInFlightBytes), Rate: rateLimit, DryRun: dryRun, Progress: prog.update,
 				})

@@ -247,7 +247,7 @@ func checkRelayedStreams(ctx context.Context, cfg *config.Config, store *outbox.
 	defer cleanup()
 	// Not ConnectedUrlRedacted: it leaves a token in the URL.
 	server := secret.RedactNATSURLs(js.Conn().ConnectedUrl())
-	checks, err := replay.CheckStreams(ctx, store, js, cfg.Dedup.Namespace)
+	checks, err := replay.CheckStreams(ctx, store, js, cfg.NamespaceFor(store.Table()))
 	return server, checks, err
 }
 

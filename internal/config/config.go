@@ -310,7 +310,10 @@ type Relay struct {
 // Dedup configures message ids and the duplicate-window guard.
 type Dedup struct {
 	// Namespace prefixes every Nats-Msg-Id as "<namespace>/": at most 64 visible ASCII
-	// characters. Defaults to empty (no prefix).
+	// characters, in which {schema} and {table} stand for the schema and the
+	// (schema-qualified) name of the row's outbox table: '{schema}' gives each tenant of
+	// a relay over many tables ids of its own (NamespaceFor). Defaults to empty (no
+	// prefix).
 	Namespace string `koanf:"namespace"`
 
 	// Guard is the duplicate-window check at start: "refuse", "warn" or "off".
@@ -569,4 +572,31 @@ func (c *Config) DatabaseSession() outbox.Session {
 		MaxIdleTime:    c.Database.ConnMaxIdleTime,
 		ConnectTimeout: c.Database.ConnectTimeout,
 	}
+}
+
+// NamespaceFor is dedup.namespace for the rows of table (as the relay names it,
+// "schema.name" or "name"): {schema} replaced by its schema part (empty when the
+// name has none) and {table} by the name as given.
+func (c *Config) NamespaceFor(table string) string {
+	ns := c.Dedup.Namespace
+	if !strings.Contains(ns, "{") {
+		return ns
+	}
+	schema, _, qualified := strings.Cut(table, ".")
+	if !qualified {
+		schema = ""
+	}
+	return strings.NewReplacer(NamespaceSchema, schema, NamespaceTable, table).Replace(ns)
+}
+
+// The placeholders of dedup.namespace (NamespaceFor).
+const (
+	NamespaceSchema = "{schema}"
+	NamespaceTable  = "{table}"
+)
+
+// NamespacePerTable reports whether dedup.namespace gives each table ids of its
+// own ({schema} or {table} in it).
+func (c *Config) NamespacePerTable() bool {
+	return strings.Contains(c.Dedup.Namespace, NamespaceSchema) || strings.Contains(c.Dedup.Namespace, NamespaceTable)
 }

@@ -657,3 +657,24 @@ func TestRowsDeletedByProducerOnlyWithTheWAL(t *testing.T) {
 	e := requireConfigError(t, err, "wal.rows_deleted_by_producer")
 	require.Contains(t, e.Error(), "only with source postgres-wal")
 }
+
+// TestNamespaceFor: {schema} and {table} in dedup.namespace give each
+// outbox table ids of its own; without them every table has the same
+// namespace; watermill-forwarder, whose messages come from no outbox
+// table, refuses them.
+func TestNamespaceFor(t *testing.T) {
+	t.Parallel()
+	c := Default()
+	c.Dedup.Namespace = "svc-{schema}"
+	require.True(t, c.NamespacePerTable())
+	require.Equal(t, "svc-tenant_a", c.NamespaceFor("tenant_a.outbox"))
+	require.Equal(t, "svc-", c.NamespaceFor("outbox"), "no schema part")
+	c.Dedup.Namespace = "{table}"
+	require.Equal(t, "tenant_a.outbox", c.NamespaceFor("tenant_a.outbox"))
+	c.Dedup.Namespace = "orders"
+	require.False(t, c.NamespacePerTable())
+	require.Equal(t, "orders", c.NamespaceFor("tenant_a.outbox"))
+	require.NoError(t, c.Validate())
+	c.Dedup.Namespace, c.Source = "{schema}", SourceWatermillForwarder
+	requireConfigError(t, c.Validate(), "dedup.namespace")
+}

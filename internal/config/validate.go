@@ -451,6 +451,9 @@ func (c *Config) validateDedup() error {
 		strings.ContainsFunc(d.Namespace, func(r rune) bool { return r < 0x21 || r > 0x7e }) {
 		return &Error{Key: "dedup.namespace", Value: d.Namespace, Allowed: "must be empty or at most 64 visible ASCII characters"}
 	}
+	if c.NamespacePerTable() && c.Source == SourceWatermillForwarder {
+		return &Error{Key: "dedup.namespace", Value: d.Namespace, Allowed: "must not hold {schema} or {table} with source: watermill-forwarder, whose messages come from no outbox table"}
+	}
 	if err := oneOf("dedup.guard", d.Guard, GuardRefuse, GuardWarn, GuardOff); err != nil {
 		return err
 	}

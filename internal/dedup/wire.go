@@ -41,8 +41,14 @@ type RelayedStreams func(ctx context.Context, subject string) (string, error)
 // resolve come from routes and relayed; lookups the cluster does not
 // answer are the keeper's stream outages.
 func ProvideReconciler(js jetstream.JetStream, routes *Routes, relayed RelayedStreams, keeper *broker.Keeper, cfg *config.Config, logger *slog.Logger) *Reconciler {
+	return ProvideTableReconciler(js, routes, relayed, keeper, cfg, cfg.Dedup.Namespace, logger)
+}
+
+// ProvideTableReconciler is ProvideReconciler for the rows of one outbox
+// table, whose ids carry namespace (config.Config.NamespaceFor).
+func ProvideTableReconciler(js jetstream.JetStream, routes *Routes, relayed RelayedStreams, keeper *broker.Keeper, cfg *config.Config, namespace string, logger *slog.Logger) *Reconciler {
 	return NewReconciler(js, logger.With(slog.String("component", "dedup")), ReconcilerConfig{
-		Namespace:      cfg.Dedup.Namespace,
+		Namespace:      namespace,
 		PublishTimeout: cfg.Relay.PublishTimeout,
 		Horizon:        cfg.Relay.InflightTimeout + cfg.Relay.PublishTimeout,
 		MaxMessages:    cfg.Dedup.ReconcileMaxMessages,

@@ -109,7 +109,7 @@ func OpenTable[S Source](build func(context.Context, Deps, *outbox.Store) (S, fu
 // (dedup.ProvideReconciler): the stream of a subject is looked up on a
 // relayed row of that subject in store.
 func ProvideReconciler(js jetstream.JetStream, routes *dedup.Routes, store *outbox.Store, keeper *broker.Keeper, cfg *config.Config, logger *slog.Logger) *dedup.Reconciler {
-	return dedup.ProvideReconciler(js, routes, store.RelayedStream, keeper, cfg, logger)
+	return dedup.ProvideTableReconciler(js, routes, store.RelayedStream, keeper, cfg, cfg.NamespaceFor(store.Table()), logger)
 }
 
 // ProvidePayloadLimit is the max_payload of the NATS server nc is

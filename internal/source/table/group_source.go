@@ -49,6 +49,10 @@ func openGroup(ctx context.Context, db *outbox.DB, cfg *config.Config, logger *s
 	if err != nil {
 		return nil, err
 	}
+	if !cfg.NamespacePerTable() {
+		logger.Warn("the tables share each stream's duplicate window: a row whose idempotency key another table also uses is taken for a duplicate and not stored; unless keys are unique across the tables, set dedup.namespace to '{schema}' or '{table}' (each table's ids its own)",
+			slog.String("tables", strings.Join(cfg.Database.Tables, ",")), slog.String("dedup.namespace", cfg.Dedup.Namespace))
+	}
 	for _, p := range unmatched {
 		logger.Warn("no outbox table matches the pattern yet; it is resolved again every database.tables_refresh",
 			slog.String("table", p), slog.Duration("tables_refresh", cfg.Database.TablesRefresh))

@@ -335,6 +335,11 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 // Close is called; then it closes out when closeOut is set (a Group's
 // members share one channel, which the Group closes).
 func (s *Subscriber) start(ctx context.Context, out chan *message.Message, closeOut bool) {
+	// Close waits for the drain of a started subscriber; before, a
+	// Group's members were not marked, and Close gave up their rows at
+	// once: marks unwritten, rows in flight until their lease expired
+	// (found by a saboteur: SIGTERM over many tables).
+	s.subscribed.Store(true)
 	s.claimer.out = out
 	s.completer.Start(s.hardCtx)
 	if s.retention != nil {

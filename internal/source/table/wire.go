@@ -30,7 +30,9 @@ type ClaimGate func() bool
 // It runs retention (relay.retention) unless relay.delete_on_relay is set.
 // It drains for shutdown_timeout less 3 s, leaving the router time to stop.
 func ProvideSubscriber(store *outbox.Store, cfg *config.Config, logger *slog.Logger, gate ClaimGate, limit outbox.PayloadLimit, tracer trace.Tracer, reconciler source.Reconciler) (*Subscriber, error) {
-	return NewSubscriber(store, logger, subscriberConfig(cfg, gate, limit, tracer, reconciler))
+	c := subscriberConfig(cfg, gate, limit, tracer, reconciler)
+	c.Namespace = cfg.NamespaceFor(store.Table())
+	return NewSubscriber(store, logger, c)
 }
 
 // groupShared is what the tables of a group share: the in-flight budget,
@@ -46,6 +48,7 @@ type groupShared struct {
 // sharing budget with the others.
 func provideMemberSubscriber(store *outbox.Store, cfg *config.Config, logger *slog.Logger, gate ClaimGate, limit outbox.PayloadLimit, tracer trace.Tracer, reconciler source.Reconciler, shared groupShared) (*Subscriber, error) {
 	c := subscriberConfig(cfg, gate, limit, tracer, reconciler)
+	c.Namespace = cfg.NamespaceFor(store.Table())
 	c.Budget, c.Prober, c.OnMissingTable = shared.budget, shared.prober, shared.missing
 	return NewSubscriber(store, logger, c)
 }
@@ -66,7 +69,6 @@ func subscriberConfig(cfg *config.Config, gate ClaimGate, limit outbox.PayloadLi
 		BackoffMax:       r.BackoffMax,
 		DeleteOnRelay:    r.DeleteOnRelay,
 		Retention:        keptFor(r),
-		Namespace:        cfg.Dedup.Namespace,
 		DrainTimeout:     max(cfg.ShutdownTimeout-3*time.Second, cfg.ShutdownTimeout/2),
 		CanClaim:         gate,
 		Tracer:           tracer,
