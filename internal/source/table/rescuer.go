@@ -34,8 +34,9 @@ func RescueIntervalFor(inflightTimeout time.Duration) time.Duration {
 // It runs whether or not its relay claims (a full in-flight window, NATS
 // down): the rows it moves may be claimed by another relay.
 //
-// A failed requeue is logged and tried again at the next interval; it does
-// not count against readiness, which follows the claims and settlement
+// A failed requeue is logged and tried again after the interval, and
+// after twice as long for each further failure in a row (rescueRetry); it
+// does not count against readiness, which follows the claims and settlement
 // writes.
 type rescuer struct {
 	source.StartStop
@@ -61,23 +62,41 @@ func newRescuer(store *outbox.Store, cfg *SubscriberConfig, requeued *atomic.Int
 func (r *rescuer) Start(ctx context.Context) { r.StartLoop(ctx, r.run) }
 
 func (r *rescuer) run(ctx context.Context) {
-	ticker := time.NewTicker(r.interval)
-	defer ticker.Stop()
+	var failures int
 	for {
-		r.rescue(ctx)
+		wait := r.interval
+		if r.rescue(ctx, &failures) {
+			failures = 0
+		} else {
+			wait = rescueRetry(r.interval, failures)
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
-		case <-ticker.C:
+		case <-t.C:
 		}
 	}
+}
+
+// rescueRetryMax bounds the wait after failed in-flight recoveries.
+const rescueRetryMax = time.Minute
+
+// rescueRetry is the wait after failures failed recoveries in a row: the
+// interval, doubled per failure after the first, up to rescueRetryMax; a
+// table the relay may not write (a privilege revoked) otherwise logged a
+// warning every interval for as long as it lasted (found by a saboteur).
+func rescueRetry(interval time.Duration, failures int) time.Duration {
+	return min(interval<<min(max(failures-1, 0), 10), max(rescueRetryMax, interval))
 }
 
 // rescue requeues the rows whose lease ended. A driver may move a bounded
 // number of rows per call (MySQL: mysqlBatchMax), so it calls again at once
 // while a call moved rows.
-func (r *rescuer) rescue(ctx context.Context) {
+func (r *rescuer) rescue(ctx context.Context, failures *int) (ok bool) {
 	var total int
+	ok = true
 	for ctx.Err() == nil {
 		var n int
 		err := runStatement(ctx, r.store.DB(), r.limit, &r.health, func(ctx context.Context) (err error) {
@@ -85,8 +104,10 @@ func (r *rescuer) rescue(ctx context.Context) {
 			return err
 		})
 		if err != nil {
+			ok = false
 			if ctx.Err() == nil {
-				r.logger.Warn("in-flight recovery failed; trying again later", slog.Any("error", err), slog.Duration("retry_in", r.interval))
+				*failures++
+				r.logger.Warn("in-flight recovery failed; trying again later", slog.Any("error", err), slog.Duration("retry_in", rescueRetry(r.interval, *failures)))
 			}
 			break
 		}
@@ -100,4 +121,5 @@ func (r *rescuer) rescue(ctx context.Context) {
 		r.logger.Warn("requeued in-flight rows past their lease", slog.Int("rows", total), slog.Duration("inflight_timeout", r.timeout))
 	}
 	r.signals.Rescued.Signal(total)
+	return ok
 }
