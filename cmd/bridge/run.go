@@ -37,7 +37,9 @@ With several tables or patterns (--table repeated, database.tables; source: tabl
 one relay relays them all over one database pool and one NATS connection, sharing
 relay.max_in_flight between the tables that have work, and resolving the patterns
 again every database.tables_refresh: a new tenant's table is picked up, a dropped
-one let go. Metrics carry the label table.
+one let go. Metrics carry the label table. Tenants whose idempotency keys may
+repeat across tables set dedup.namespace '{schema}', so that each table's
+Nats-Msg-Ids are its own.
 
 With no configuration it runs the embedded default: SQLite outbox
 <data-dir>/outbox.db (migrated at start), an in-process NATS server with JetStream
