@@ -517,3 +517,31 @@ func TestManyTablesStopDrainsAndKeepsTenantsApart(t *testing.T) {
 	require.NoError(t, tn.db.SQL.QueryRow("SELECT count(*) FROM "+tn.table(0)+" WHERE status = 'in_flight'").Scan(&inFlight))
 	require.Zero(t, inFlight, "rows left in flight by a stop over many tables")
 }
+
+// TestManyTablesInheritAcrossARebuild: when the NATS connection of a relay
+// over many tables is closed for good, Serve builds the relay again, and
+// each table's counters go on from the old relay's (the group keeps its
+// tables' parts when it closes): 3 rows relayed before, 1 after, 4 counted.
+func TestManyTablesInheritAcrossARebuild(t *testing.T) {
+	// Not parallel: SetBuilt's hook is one for the process.
+	tn := newTenants(t, "postgres", 2)
+	n := bridgetest.StartNATS(t)
+	cfg := tn.config(t, n)
+	built := make(chan bridge.Daemon, 2)
+	defer bridge.SetBuilt(func(d bridge.Daemon) { built <- d })()
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- bridge.Serve(ctx, cfg, discardLogger()) }()
+	defer func() {
+		stop()
+		require.NoError(t, <-served)
+	}()
+	first := <-built
+	tn.enqueue(t, 0, 3)
+	bridgetest.WaitFor(t, 30*time.Second, func() bool { return bridge.Observe(first).Relayed == 3 }, "three rows relayed")
+	bridge.CloseNATS(first)
+	second := <-built
+	tn.enqueue(t, 1, 1)
+	bridgetest.WaitFor(t, 30*time.Second, func() bool { return bridge.Observe(second).Relayed == 4 },
+		"the new relay's tables go on from the old one's counts")
+}
