@@ -83,10 +83,7 @@ func (tn *tenants) table(i int) string  { return tn.schema(i) + ".outbox" }
 
 // add creates tenant i's schema and migrates its outbox table.
 func (tn *tenants) add(t *testing.T, i int) error {
-	word, cascade := "SCHEMA ", " CASCADE"
-	if tn.kind == "mysql" {
-		word, cascade = "DATABASE ", ""
-	}
+	word, cascade := tn.schemaWords()
 	if _, err := tn.db.SQL.Exec("CREATE " + word + tn.schema(i)); err != nil {
 		return err
 	}
@@ -95,12 +92,18 @@ func (tn *tenants) add(t *testing.T, i int) error {
 	return err
 }
 
+// schemaWords are what makes and drops a schema: PostgreSQL's SCHEMA
+// (dropped with CASCADE), MySQL's DATABASE.
+func (tn *tenants) schemaWords() (word, cascade string) {
+	if tn.kind == "mysql" {
+		return "DATABASE ", ""
+	}
+	return "SCHEMA ", " CASCADE"
+}
+
 // drop drops tenant i's schema and its table.
 func (tn *tenants) drop(t *testing.T, i int) {
-	word, cascade := "SCHEMA ", " CASCADE"
-	if tn.kind == "mysql" {
-		word, cascade = "DATABASE ", ""
-	}
+	word, cascade := tn.schemaWords()
 	tn.exec(t, "DROP "+word+tn.schema(i)+cascade)
 }
 
@@ -281,10 +284,10 @@ func TestOneRelayOverManyTables(t *testing.T) {
 			// A table the pattern matches that is not migrated (a version
 			// table with no version): degraded, named, the others relayed.
 			broken := tn.schema(count + 1)
-			word := map[string]string{"postgres": "SCHEMA ", "mysql": "DATABASE "}[kind]
+			word, cascade := tn.schemaWords()
 			tn.exec(t, "CREATE "+word+broken)
 			t.Cleanup(func() {
-				_, _ = tn.db.SQL.Exec("DROP " + word + broken + map[string]string{"postgres": " CASCADE"}[kind])
+				_, _ = tn.db.SQL.Exec("DROP " + word + broken + cascade)
 			})
 			tn.exec(t, "CREATE TABLE "+broken+".outbox (id integer, idempotency_key varchar(10))")
 			tn.exec(t, "CREATE TABLE "+broken+".outbox_migrations (id integer)")

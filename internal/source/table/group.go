@@ -224,6 +224,17 @@ func (g *Group) tablesLocked() []string {
 	return out
 }
 
+// running are the tables relayed now, in no order.
+func (g *Group) running() []*member {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	members := make([]*member, 0, len(g.members))
+	for _, m := range g.members {
+		members = append(members, m)
+	}
+	return members
+}
+
 // Prober is the group's one wake-up of its idle tables; nil where the
 // database has no claim probe (SQLite), whose tables each poll.
 func (g *Group) Prober() *Prober { return g.prober }
@@ -231,12 +242,7 @@ func (g *Group) Prober() *Prober { return g.prober }
 // Each calls f with each table relayed now and its subscriber, in the
 // order of the tables' names.
 func (g *Group) Each(f func(table string, sub *Subscriber)) {
-	g.mu.Lock()
-	members := make([]*member, 0, len(g.members))
-	for _, m := range g.members {
-		members = append(members, m)
-	}
-	g.mu.Unlock()
+	members := g.running()
 	slices.SortFunc(members, func(a, b *member) int { return strings.Compare(a.Store.Table(), b.Store.Table()) })
 	for _, m := range members {
 		f(m.Store.Table(), m.Subscriber)
@@ -433,16 +439,13 @@ const readyListMax = 10
 // when others relay (their rows are not helped by failing readiness), and
 // Degraded while no table is matched at all.
 func (g *Group) Ready(ctx context.Context) error {
+	members := g.running()
 	g.mu.Lock()
-	members := make([]*member, 0, len(g.members))
-	for _, m := range g.members {
-		members = append(members, m)
-	}
 	var failing []string
 	for key, why := range g.unopened {
 		failing = append(failing, key+": "+why)
 	}
-	total := len(g.members) + len(g.unopened)
+	total := len(members) + len(g.unopened)
 	g.mu.Unlock()
 	for _, m := range members {
 		if err := m.Subscriber.Ready(ctx); err != nil {
@@ -469,14 +472,8 @@ func (g *Group) Ready(ctx context.Context) error {
 // Alive fails when a table's stall watch does (StallWatch.Alive: the
 // relay stuck in itself, which a restart heals), naming the table.
 func (g *Group) Alive(ctx context.Context) error {
-	g.mu.Lock()
-	members := make([]*member, 0, len(g.members))
-	for _, m := range g.members {
-		members = append(members, m)
-	}
-	g.mu.Unlock()
 	var errs []error
-	for _, m := range members {
+	for _, m := range g.running() {
 		if err := m.Stall.Alive(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", m.Store.Table(), err))
 		}
