@@ -101,7 +101,7 @@ type checker struct {
 // checker returns the Subscriber's checker, between its queues.
 func (s *Subscriber) checker() *checker {
 	return &checker{
-		db: s.db.SQL, q: s.q, cfg: s.cfg, logger: s.logger, checked: &s.Counters.Checked, clockOffset: &s.clockOffset,
+		db: s.db.SQL, q: s.q, cfg: s.cfg, logger: s.logger, checked: &s.Counters.Checked, clockOffset: &s.stream.clockOffset,
 		in: s.checks, out: s.checked, closing: s.closing, writes: s.dbRetry(),
 	}
 }

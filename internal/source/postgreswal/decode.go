@@ -42,6 +42,9 @@ type relation struct {
 	// warned: the reader said so.
 	missing string
 	warned  bool
+	// member is the subscriber of the table, as of set (slotStream.memberOf).
+	set    *memberSet
+	member *Subscriber
 }
 
 type column struct {
@@ -68,9 +71,6 @@ func newRelation(m *pglogrepl.RelationMessage) *relation {
 	return r
 }
 
-// is reports whether the relation is the table t (as resolved by
-// resolveTable).
-func (r *relation) is(t qualifiedName) bool { return r.schema == t.schema && r.name == t.name }
 
 // decoded is one inserted row of the outbox table.
 type decoded struct {

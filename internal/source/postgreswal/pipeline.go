@@ -276,7 +276,7 @@ func (p *pipeline) handle(ev event) {
 		e.charged, e.size = true, size
 		if e.state != queued {
 			p.drop(e) // published, dead or set aside before the restart
-		} else if p.comesBack(e); uint64(p.txLSN) < s.checkBelow.Load() { // back from being set aside, when it was
+		} else if p.comesBack(e); uint64(p.txLSN) < s.stream.checkBelow.Load() { // back from being set aside, when it was
 			// Committed before the session began: another run may have
 			// relayed it (check.go).
 			e.state = checking
@@ -406,7 +406,7 @@ func (p *pipeline) applyChecks() {
 			e.state = queued
 			// Another run may have published it at any time after its
 			// commit: a retry reconciles from there.
-			e.firstEmit = e.txTime.Add(-time.Duration(s.clockOffset.Load()))
+			e.firstEmit = e.txTime.Add(-time.Duration(s.stream.clockOffset.Load()))
 		}
 	}
 }
@@ -602,7 +602,7 @@ func (p *pipeline) retryAfter(e *entry, reason string, wait time.Duration, class
 func (p *pipeline) failedMark(e *entry, reason string, backoff time.Duration) markItem {
 	m := markItem{e: e, kind: markFailed, id: e.row.ID, xid: e.xid, attempts: e.attempts, reason: reason, backoff: backoff}
 	if !e.firstEmit.IsZero() {
-		m.first = e.firstEmit.Add(time.Duration(p.s.clockOffset.Load()))
+		m.first = e.firstEmit.Add(time.Duration(p.s.stream.clockOffset.Load()))
 	}
 	return m
 }
@@ -902,7 +902,7 @@ func (p *pipeline) appendSwept() {
 		if !e.row.FirstClaimedAt.IsZero() {
 			// Published before (set aside, or by a relay of source: table):
 			// a failure from here on reconciles from that publish on.
-			e.firstEmit = e.row.FirstClaimedAt.Add(-time.Duration(p.s.clockOffset.Load()))
+			e.firstEmit = e.row.FirstClaimedAt.Add(-time.Duration(p.s.stream.clockOffset.Load()))
 		}
 		if a, ok := p.adopt[e.row.ID]; ok && a.lost && a.state == queued {
 			// A row the slot will not deliver again (notComing): it

@@ -72,7 +72,7 @@ func (s *Subscriber) publicationLoop() {
 		if err == nil {
 			s.setPublicationFault(publicationFault(s.cfg.Names, p))
 		}
-		if err == nil && p.exists && p.insert && p.hasTable && s.slotFault.Load() != nil && s.state.Load().streaming {
+		if err == nil && p.exists && p.insert && p.hasTable && s.stream.slotFault.Load() != nil && s.stream.state.Load().streaming {
 			// The server refused the slot, and a session streams again
 			// (the slot made again): a transaction of its own, a logical
 			// message the reader ignores, shows whether the server
@@ -96,7 +96,7 @@ func (s *Subscriber) setPublicationFault(fault string) {
 	}
 	switch {
 	case fault == was:
-	case fault == "" && s.slotFault.Load() != nil:
+	case fault == "" && s.stream.slotFault.Load() != nil:
 		s.logger.Warn("publication exists again, but the server still refuses the slot's changes for it: run `bridge migrate`, which makes the slot again",
 			slog.String("publication", s.cfg.Publication))
 	case fault == "":
@@ -116,7 +116,7 @@ func (s *Subscriber) PublicationFault() string {
 	if f := s.pubFault.Load(); f != nil && *f != "" {
 		return *f
 	}
-	if f := s.slotFault.Load(); f != nil {
+	if f := s.stream.slotFault.Load(); f != nil {
 		return *f
 	}
 	return ""

@@ -66,7 +66,7 @@ func (w *stallSource) Stalled(ctx context.Context, after time.Duration) (bool, s
 	s := w.s
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	st := s.state.Load()
+	st := s.stream.state.Load()
 	if st.streaming && s.windowLag() >= after {
 		cause := "rows read from the replication slot have waited for longer than relay.stall_after and this relay relayed none"
 		if s.waitingNATS.Load() {
@@ -105,7 +105,7 @@ func (w *stallSource) Stalled(ctx context.Context, after time.Duration) (bool, s
 // Excuse: see stallSource.
 func (w *stallSource) Excuse() string {
 	s := w.s
-	st := s.state.Load()
+	st := s.stream.state.Load()
 	switch {
 	case st.standby:
 		return "standby: another process holds the replication slot"
@@ -152,13 +152,13 @@ func (s *Subscriber) waitingRows(ctx context.Context, age time.Duration) ([]int6
 // describeHolder names the process that holds the slot, from
 // pg_replication_slots and pg_stat_activity: its pid, application_name
 // and client address where this role may read them.
-func (s *Subscriber) describeHolder() string {
+func (st *slotStream) describeHolder() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var pid sql.NullInt64
 	var app, client sql.NullString
-	err := s.db.SQL.QueryRowContext(ctx, `SELECT s.active_pid, a.application_name, host(a.client_addr)
-FROM pg_replication_slots s LEFT JOIN pg_stat_activity a ON a.pid = s.active_pid WHERE s.slot_name = $1`, s.cfg.Slot).Scan(&pid, &app, &client)
+	err := st.db.SQL.QueryRowContext(ctx, `SELECT s.active_pid, a.application_name, host(a.client_addr)
+FROM pg_replication_slots s LEFT JOIN pg_stat_activity a ON a.pid = s.active_pid WHERE s.slot_name = $1`, st.cfg.Slot).Scan(&pid, &app, &client)
 	if err != nil || !pid.Valid {
 		return "another process (not readable: " + strings.TrimSpace(fmt.Sprint(err)) + ")"
 	}

@@ -6,15 +6,21 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/source"
 )
 
@@ -33,6 +39,114 @@ const (
 	eventQueue    = 8
 )
 
+// slotStream is the reader of one replication slot and what it shares
+// with the subscribers it serves: one per table of its publication that
+// the relay relays (one table, or a Group's). It owns the replication
+// connection, the in-flight budget, the stream's state and the server's
+// clock; each subscriber has its own pipeline, window and marks, and the
+// slot's confirmed position is the least of theirs.
+type slotStream struct {
+	db     *outbox.DB
+	repl   *pgconn.Config
+	cfg    Config // Slot, Publication and StatusInterval
+	logger *slog.Logger
+	budget *budget
+
+	mu        sync.Mutex // serializes changes of members
+	members   atomic.Pointer[memberSet]
+	state     atomic.Pointer[streamState]
+	slotFault atomic.Pointer[string] // the server refused the slot's changes for the publication; nil: it decodes them
+	// checkBelow: rows of transactions committed before this LSN, the
+	// server's WAL position when the session acquired the slot, are
+	// checked against the table before they are published (check.go).
+	checkBelow  atomic.Uint64
+	clockOffset atomic.Int64 // server clock minus this process's clock, ns (from keepalives)
+	// start is the slot's confirmed position when the relay started; idle
+	// the last position handed to every subscriber: what the stream
+	// confirms while it serves none.
+	start, idle atomic.Uint64
+	stop        chan struct{} // closed once the subscribers are done: the reader sends the final position and stops
+}
+
+// memberSet are the subscribers a slotStream serves, by table.
+type memberSet struct {
+	all     []*Subscriber
+	byTable map[qualifiedName]*Subscriber
+}
+
+// newSlotStream returns the reader of cfg.Slot over cfg.Publication,
+// connecting with repl, from the slot's confirmed position start.
+func newSlotStream(db *outbox.DB, repl *pgconn.Config, cfg Config, start pglogrepl.LSN, logger *slog.Logger) *slotStream {
+	st := &slotStream{db: db, repl: repl, cfg: cfg, stop: make(chan struct{}),
+		budget: newBudget(int64(cfg.MaxInFlight), cfg.MaxInFlightBytes),
+		logger: logger.With(slog.String("component", "postgres-wal"), slog.String("slot", cfg.Slot))}
+	st.members.Store(&memberSet{byTable: map[qualifiedName]*Subscriber{}})
+	st.start.Store(uint64(start))
+	st.state.Store(&streamState{err: errors.New("not started")})
+	return st
+}
+
+// add makes the stream hand s the rows of its table. s starts at the
+// stream's confirmed position: nothing before it is s's to settle.
+func (st *slotStream) add(s *Subscriber) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	s.confirmed.Store(st.confirmed())
+	old := st.members.Load()
+	set := &memberSet{all: append(slices.Clip(old.all), s), byTable: maps.Clone(old.byTable)}
+	set.byTable[s.table] = s
+	st.members.Store(set)
+}
+
+// remove makes the stream forget s (its table let go): s no longer holds
+// the slot's position. Rows of its table read after this stay pending in
+// the table.
+func (st *slotStream) remove(s *Subscriber) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	old := st.members.Load()
+	set := &memberSet{byTable: maps.Clone(old.byTable)}
+	for _, m := range old.all {
+		if m != s {
+			set.all = append(set.all, m)
+		}
+	}
+	if set.byTable[s.table] == s {
+		delete(set.byTable, s.table)
+	}
+	if len(set.all) == 0 {
+		st.idle.Store(max(st.idle.Load(), s.confirmed.Load()))
+	}
+	st.members.Store(set)
+}
+
+// confirmed is the slot position the stream may confirm: the least of
+// its subscribers' (each confirms a position once every row of its table
+// before it is settled), or with none the last position handed to all.
+func (st *slotStream) confirmed() uint64 {
+	set := st.members.Load()
+	if len(set.all) == 0 {
+		return max(st.start.Load(), st.idle.Load())
+	}
+	c := uint64(math.MaxUint64)
+	for _, s := range set.all {
+		c = min(c, s.confirmed.Load())
+	}
+	return c
+}
+
+// memberOf returns the subscriber of rel's table; nil when the relay does
+// not relay it, or its subscriber stops.
+func (st *slotStream) memberOf(rel *relation) *Subscriber {
+	if set := st.members.Load(); rel.set != set {
+		rel.set, rel.member = set, set.byTable[qualifiedName{schema: rel.schema, name: rel.name}]
+	}
+	if rel.member == nil || rel.member.isClosing() {
+		return nil
+	}
+	return rel.member
+}
+
 // errStopped ends a session because the subscriber stops.
 var errStopped = errors.New("stopped")
 
@@ -45,17 +159,17 @@ var errStopped = errors.New("stopped")
 // server without it, a drop, max_slot_wal_keep_size), which only an
 // operator can fix (`bridge migrate`), it logs the fix at ERROR once,
 // fails readiness with it, and retries every 5 s.
-func (s *Subscriber) streamLoop() {
+func (st *slotStream) loop() {
 	backoff := 100 * time.Millisecond
 	sessions := 0
 	var logged string // the last waiting state logged
 	for {
-		started, err := s.session(sessions > 0)
+		started, err := st.session(sessions > 0)
 		if started {
 			sessions++
 			backoff, logged = 100*time.Millisecond, ""
 		}
-		if errors.Is(err, errStopped) || s.stopping() {
+		if errors.Is(err, errStopped) || st.stopping() {
 			return
 		}
 		var pgErr *pgconn.PgError
@@ -64,64 +178,66 @@ func (s *Subscriber) streamLoop() {
 		if isPublicationMissing(err) {
 			// Until the server decodes a transaction of the slot again:
 			// the publication's catalog row may exist again meanwhile.
-			fault := publicationDropped(s.cfg.Names)
-			s.slotFault.Store(&fault)
+			fault := publicationDropped(st.cfg.Names)
+			st.slotFault.Store(&fault)
 			err = fmt.Errorf("%w: %w; %s", ErrNoSlot, err, fault)
 		} else if operator {
 			err = fmt.Errorf("%w: %w; create the slot and the publication with `bridge migrate` (after `bridge slot drop` for an invalidated slot): the relay then starts on its own and publishes the rows still pending (the sweep)",
 				ErrNoSlot, err)
 		}
-		st := &streamState{standby: standby, err: err}
+		state := &streamState{standby: standby, err: err}
 		if standby {
-			st.holder = s.describeHolder()
+			state.holder = st.describeHolder()
 		}
-		s.readTableLag()
-		s.state.Store(st)
+		for _, m := range st.members.Load().all {
+			m.readTableLag()
+		}
+		st.state.Store(state)
 		wait := backoff
 		switch {
 		case standby:
 			wait = 5 * time.Second
 			if logged != "standby" {
-				s.logger.Info("replication slot in use by another process; waiting for it (standby)", slog.String("reason", pgErr.Message),
-					slog.String("holder", st.holder))
+				st.logger.Info("replication slot in use by another process; waiting for it (standby)", slog.String("reason", pgErr.Message),
+					slog.String("holder", state.holder))
 			}
 			logged = "standby"
 		case operator:
 			wait = 5 * time.Second
 			if logged != err.Error() {
-				s.logger.Error("replication stream cannot start; waiting for the slot", slog.Any("error", err), slog.Duration("retry_every", wait))
+				st.logger.Error("replication stream cannot start; waiting for the slot", slog.Any("error", err), slog.Duration("retry_every", wait))
 			}
 			logged = err.Error()
 		default:
 			logged = ""
-			s.logger.Warn("replication stream interrupted; starting it again", slog.Any("error", err), slog.Duration("retry_in", wait))
+			st.logger.Warn("replication stream interrupted; starting it again", slog.Any("error", err), slog.Duration("retry_in", wait))
 			backoff = min(backoff*2, 5*time.Second)
 		}
 		select {
 		case <-time.After(wait):
-		case <-s.stopReader:
+		case <-st.stop:
 			return
 		}
 	}
 }
 
-func (s *Subscriber) stopping() bool { return source.Closed(s.stopReader) }
+func (st *slotStream) stopping() bool { return source.Closed(st.stop) }
 
 // session streams from one replication connection until it fails or the
-// subscriber stops; started says whether replication started. After the
-// first session, the pipeline is told that the server sends again
-// everything after its confirmed position.
-func (s *Subscriber) session(again bool) (started bool, err error) {
+// subscribers stop; started says whether replication started. After the
+// first session, the pipelines are told that the server sends again
+// everything after the confirmed position.
+func (st *slotStream) session(again bool) (started bool, err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
 		select {
-		case <-s.stopReader:
+		case <-st.stop:
 			cancel()
 		case <-ctx.Done():
 		}
 	}()
-	conn, err := pgconn.ConnectConfig(ctx, s.repl)
+	conn, err := pgconn.ConnectConfig(ctx, st.repl)
 	if err != nil {
 		return false, fmt.Errorf("replication connection: %w", err)
 	}
@@ -130,30 +246,31 @@ func (s *Subscriber) session(again bool) (started bool, err error) {
 		defer cancel()
 		conn.Close(closeCtx)
 	}()
-	statusEvery := s.statusInterval(ctx, conn)
-	start := pglogrepl.LSN(s.confirmed.Load())
-	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: []string{
+	statusEvery := st.statusInterval(ctx, conn)
+	start := pglogrepl.LSN(st.confirmed())
+	err = pglogrepl.StartReplication(ctx, conn, st.cfg.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: []string{
 		"proto_version '1'",
-		"publication_names '" + s.cfg.Publication + "'",
+		"publication_names '" + st.cfg.Publication + "'",
 		"binary 'true'",   // PostgreSQL 14+: bytea as bytes, not hex text
 		"messages 'true'", // PostgreSQL 14+: the sweep's watermarks
 	}})
 	if err != nil {
-		return false, fmt.Errorf("start replication from slot %s at %s: %w", s.cfg.Slot, start, err)
+		return false, fmt.Errorf("start replication from slot %s at %s: %w", st.cfg.Slot, start, err)
 	}
 	// No earlier holder of the slot can have read past the server's WAL
 	// position now: the rows committed before it are checked (check.go).
-	s.checkBelow.Store(s.walPosition(ctx))
-	r := &reader{s: s, conn: conn, relations: map[uint32]*relation{}, types: pgtype.NewMap(), statusEvery: statusEvery}
+	st.checkBelow.Store(st.walPosition(ctx))
+	r := &reader{st: st, conn: conn, relations: map[uint32]*relation{}, types: pgtype.NewMap(), statusEvery: statusEvery,
+		batches: map[*Subscriber][]event{}, lastEnd: start}
 	defer r.discard()
 	if again {
-		r.push(event{kind: evRestart})
+		r.toAll(event{kind: evRestart})
 	}
-	s.state.Store(&streamState{streaming: true})
-	s.logger.Info("streaming from replication slot", slog.String("from", start.String()), slog.String("publication", s.cfg.Publication))
+	st.state.Store(&streamState{streaming: true})
+	st.logger.Info("streaming from replication slot", slog.String("from", start.String()), slog.String("publication", st.cfg.Publication))
 	err = r.run(ctx)
-	if s.stopping() {
-		r.sendStatus() // the final position, once the pipeline is done
+	if st.stopping() {
+		r.sendStatus() // the final position, once the pipelines are done
 		return true, errStopped
 	}
 	return true, err
@@ -169,8 +286,8 @@ func (s *Subscriber) session(again bool) (started bool, err error) {
 // pipeline does not take its events. When the setting cannot be read, a
 // third of PostgreSQL's least useful value, 1 s (the reader's own wait
 // for a message is readTimeout).
-func (s *Subscriber) statusInterval(ctx context.Context, conn *pgconn.PgConn) time.Duration {
-	every := s.cfg.StatusInterval
+func (st *slotStream) statusInterval(ctx context.Context, conn *pgconn.PgConn) time.Duration {
+	every := st.cfg.StatusInterval
 	res, err := conn.Exec(ctx, "SHOW wal_sender_timeout").ReadAll()
 	var text string
 	if err == nil && len(res) == 1 && len(res[0].Rows) == 1 && len(res[0].Rows[0]) == 1 {
@@ -179,7 +296,7 @@ func (s *Subscriber) statusInterval(ctx context.Context, conn *pgconn.PgConn) ti
 	timeout, perr := parseGUCDuration(text)
 	switch {
 	case err != nil || perr != nil:
-		s.logger.Warn("cannot read wal_sender_timeout; sending standby status every second", slog.String("value", text), slog.Any("error", cmp.Or(err, perr)))
+		st.logger.Warn("cannot read wal_sender_timeout; sending standby status every second", slog.String("value", text), slog.Any("error", cmp.Or(err, perr)))
 		return min(every, time.Second)
 	case timeout > 0:
 		every = min(every, timeout/3)
@@ -213,12 +330,12 @@ func parseGUCDuration(text string) (time.Duration, error) {
 // walPosition returns the server's current WAL position
 // (pg_current_wal_lsn()); when it cannot be read, the largest position:
 // every row of the session is checked.
-func (s *Subscriber) walPosition(ctx context.Context) uint64 {
+func (st *slotStream) walPosition(ctx context.Context) uint64 {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var text string
-	if err := s.db.SQL.QueryRowContext(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&text); err != nil {
-		s.logger.Warn("cannot read the server's WAL position; checking every row of this session against the table", slog.Any("error", err))
+	if err := st.db.SQL.QueryRowContext(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&text); err != nil {
+		st.logger.Warn("cannot read the server's WAL position; checking every row of this session against the table", slog.Any("error", err))
 		return math.MaxUint64
 	}
 	lsn, err := pglogrepl.ParseLSN(text)
@@ -228,15 +345,33 @@ func (s *Subscriber) walPosition(ctx context.Context) uint64 {
 	return uint64(lsn)
 }
 
-// reader decodes one session's messages into events.
+// reader decodes one session's messages into events and hands each
+// subscriber its own: the rows of its table, the begin and commit of
+// each transaction that holds one, and the positions and watermarks that
+// concern every table.
 type reader struct {
-	s         *Subscriber
+	st        *slotStream
 	conn      *pgconn.PgConn
 	relations map[uint32]*relation
 	types     *pgtype.Map
 	cols      []tupleColumn // scratch of parseInsert
 	inTx      bool
-	batch     []event // events not yet handed to the pipeline
+	// begin is the open transaction's begin, handed to a subscriber before
+	// its first row of the transaction; inTxOf are the subscribers it was
+	// handed to, which get its commit.
+	begin  event
+	inTxOf []*Subscriber
+	// batches are the events not yet handed to each subscriber; held
+	// counts them.
+	batches map[*Subscriber][]event
+	held    int
+	// lastEnd is the last position every subscriber may confirm: the end
+	// of the last commit read, or a keepalive's position between
+	// transactions. The subscribers without a row in the open transaction
+	// are handed it at most every statusMinInterval (positioned), so that
+	// a table whose rows are rare does not hold the slot's position.
+	lastEnd, lastHanded pglogrepl.LSN
+	positioned          time.Time
 
 	deadline       time.Time
 	statusEvery    time.Duration // the longest wait between two status updates (statusInterval)
@@ -253,7 +388,7 @@ func (r *reader) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return errStopped
 		}
-		if r.conn.Frontend().ReadBufferLen() == 0 || len(r.batch) >= eventBatchMax {
+		if r.conn.Frontend().ReadBufferLen() == 0 || r.held >= eventBatchMax {
 			if err := r.flush(ctx); err != nil {
 				return err
 			}
@@ -299,14 +434,15 @@ func (r *reader) copyData(ctx context.Context, data []byte) error {
 		if err != nil {
 			return fmt.Errorf("parse keepalive: %w", err)
 		}
-		r.s.clockOffset.Store(int64(time.Until(k.ServerTime)))
+		r.st.clockOffset.Store(int64(time.Until(k.ServerTime)))
 		r.replyRequested = r.replyRequested || k.ReplyRequested
 		// Between transactions everything before ServerWALEnd was sent.
 		// Inside one (a keepalive can come in the middle of a large
 		// transaction's changes), the transaction's commit may lie before
 		// it while its rest is still to come: not a position to confirm.
-		if !r.inTx {
-			r.push(event{kind: evPosition, lsn: k.ServerWALEnd})
+		if !r.inTx && k.ServerWALEnd > r.lastEnd {
+			r.lastEnd = k.ServerWALEnd
+			r.position(true)
 		}
 		return nil
 	case pglogrepl.XLogDataByteID:
@@ -328,31 +464,35 @@ func (r *reader) logical(ctx context.Context, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("parse pgoutput message: %w", err)
 	}
-	s := r.s
+	st := r.st
 	switch m := msg.(type) {
 	case *pglogrepl.RelationMessage:
 		r.relations[m.RelationID] = newRelation(m)
 	case *pglogrepl.BeginMessage:
 		r.inTx = true
-		r.push(event{kind: evBegin, lsn: m.FinalLSN, at: m.CommitTime, xid: m.Xid})
+		r.begin = event{kind: evBegin, lsn: m.FinalLSN, at: m.CommitTime, xid: m.Xid}
+		r.inTxOf = r.inTxOf[:0]
 	case *pglogrepl.CommitMessage:
 		r.inTx = false
-		r.push(event{kind: evCommit, lsn: m.TransactionEndLSN})
-		if s.slotFault.Load() != nil {
-			s.slotFault.Store(nil) // the server decodes the slot again
+		for _, sub := range r.inTxOf {
+			r.push(sub, event{kind: evCommit, lsn: m.TransactionEndLSN})
+		}
+		r.inTxOf = r.inTxOf[:0]
+		r.lastEnd = max(r.lastEnd, m.TransactionEndLSN)
+		if st.slotFault.Load() != nil {
+			st.slotFault.Store(nil) // the server decodes the slot again
 		}
 	case *pglogrepl.LogicalDecodingMessage:
-		if m.Prefix == s.cfg.watermarkPrefix() {
-			r.push(event{kind: evWatermark, token: string(m.Content)})
+		if m.Prefix == st.cfg.watermarkPrefix() {
+			r.toAll(event{kind: evWatermark, token: string(m.Content)})
 		}
 	}
 	return nil // updates, deletes and truncates are not published; origins and types do not matter
 }
 
-// insert reads an inserted row. A row of the outbox table to relay waits
-// for its share of the budget before it goes to the pipeline.
+// insert reads an inserted row. A row of a table this relay relays waits
+// for its share of the budget before it goes to the table's pipeline.
 func (r *reader) insert(ctx context.Context, data []byte) error {
-	s := r.s
 	rel, cols, err := parseInsert(data, r.cols)
 	r.cols = cols
 	if err != nil {
@@ -362,8 +502,12 @@ func (r *reader) insert(ctx context.Context, data []byte) error {
 	if !ok {
 		return fmt.Errorf("insert into relation %d before its description", rel)
 	}
-	if !relation.is(s.table) {
-		return nil // the publication was extended by hand
+	s := r.st.memberOf(relation)
+	if s == nil {
+		// Not a table this relay relays (yet): the publication was
+		// extended by hand, or the table is one a pattern will match at
+		// the next refresh, whose sweep then publishes its pending rows.
+		return nil
 	}
 	if relation.missing != "" {
 		// Sent without a column the relay reads: the publication had a
@@ -391,16 +535,20 @@ func (r *reader) insert(ctx context.Context, data []byte) error {
 	if err := r.take(ctx, rowSize(&d.row)); err != nil {
 		return err
 	}
-	r.push(event{kind: evRow, row: d})
+	if !slices.Contains(r.inTxOf, s) {
+		r.inTxOf = append(r.inTxOf, s)
+		r.push(s, r.begin)
+	}
+	r.push(s, event{kind: evRow, row: d})
 	return nil
 }
 
 // take waits until the budget has room for a row of size bytes and takes
 // it, keeping the connection alive and the confirmed position current
-// meanwhile. The events in hand go to the pipeline first: their rows may
+// meanwhile. The events in hand go to the pipelines first: their rows may
 // be what holds the room.
 func (r *reader) take(ctx context.Context, size int64) error {
-	b := r.s.budget
+	b := r.st.budget
 	if b.take(size, false) {
 		return nil
 	}
@@ -430,7 +578,7 @@ func (r *reader) take(ctx context.Context, size int64) error {
 // every statusEvery (Config.StatusInterval, or a third of the server's
 // wal_sender_timeout when that is shorter).
 func (r *reader) maybeSendStatus() error {
-	c := r.s.confirmed.Load()
+	c := r.st.confirmed()
 	since := time.Since(r.lastStatus)
 	if r.replyRequested || (c != r.lastSent && since >= statusMinInterval) || since >= r.statusEvery {
 		return r.sendStatus()
@@ -439,7 +587,7 @@ func (r *reader) maybeSendStatus() error {
 }
 
 func (r *reader) sendStatus() error {
-	c := r.s.confirmed.Load()
+	c := r.st.confirmed()
 	lsn := pglogrepl.LSN(c)
 	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), r.conn, pglogrepl.StandbyStatusUpdate{
 		WALWritePosition: lsn, WALFlushPosition: lsn, WALApplyPosition: lsn, ClientTime: time.Now(),
@@ -451,21 +599,63 @@ func (r *reader) sendStatus() error {
 	return nil
 }
 
-// push adds ev to the batch in hand; see flush.
-func (r *reader) push(ev event) { r.batch = append(r.batch, ev) }
+// push adds ev to the events in hand for sub; see flush.
+func (r *reader) push(sub *Subscriber, ev event) {
+	r.batches[sub] = append(r.batches[sub], ev)
+	r.held++
+}
 
-// flush hands the batch in hand to the pipeline. While the pipeline does
-// not take it (its window is full, or it is draining), the reader keeps
-// the connection alive and the confirmed position current with status
-// updates.
-func (r *reader) flush(ctx context.Context) error {
-	if len(r.batch) == 0 {
-		return nil
+// toAll adds ev to the events in hand for every subscriber.
+func (r *reader) toAll(ev event) {
+	for _, sub := range r.st.members.Load().all {
+		r.push(sub, ev)
 	}
-	batch := r.batch
+}
+
+// position hands lastEnd to the subscribers without a row in the open
+// transaction: at once when now is set (a keepalive, which comes between
+// transactions), otherwise at most every statusMinInterval. Those with a
+// row in it move with its commit. With no subscriber left, lastEnd is
+// what the stream confirms (slotStream.confirmed).
+func (r *reader) position(now bool) {
+	if r.lastEnd <= r.lastHanded || !now && time.Since(r.positioned) < statusMinInterval {
+		return
+	}
+	for _, sub := range r.st.members.Load().all {
+		if !slices.Contains(r.inTxOf, sub) {
+			r.push(sub, event{kind: evPosition, lsn: r.lastEnd})
+		}
+	}
+	if len(r.inTxOf) == 0 {
+		r.st.idle.Store(uint64(r.lastEnd))
+	}
+	r.lastHanded, r.positioned = r.lastEnd, time.Now()
+}
+
+// flush hands the events in hand to the pipelines. While a pipeline does
+// not take them (its window is full, or it is draining), the reader keeps
+// the connection alive and the confirmed position current with status
+// updates; a subscriber that stopped (a table let go) no longer takes
+// events: its are dropped, its rows stay pending in its table.
+func (r *reader) flush(ctx context.Context) error {
+	r.position(false)
+	for sub, batch := range r.batches {
+		if len(batch) == 0 {
+			continue
+		}
+		if err := r.hand(ctx, sub, batch); err != nil {
+			return err
+		}
+		r.held -= len(batch)
+		r.batches[sub] = make([]event, 0, len(batch))
+	}
+	return nil
+}
+
+// hand gives sub a batch of events (see flush).
+func (r *reader) hand(ctx context.Context, sub *Subscriber, batch []event) error {
 	select {
-	case r.s.events <- batch:
-		r.batch = make([]event, 0, len(batch))
+	case sub.events <- batch:
 		return nil
 	default:
 	}
@@ -473,8 +663,10 @@ func (r *reader) flush(ctx context.Context) error {
 	defer tick.Stop()
 	for {
 		select {
-		case r.s.events <- batch:
-			r.batch = make([]event, 0, len(batch))
+		case sub.events <- batch:
+			return nil
+		case <-sub.closing:
+			r.giveBack(batch)
 			return nil
 		case <-tick.C:
 			if err := r.maybeSendStatus(); err != nil {
@@ -486,13 +678,20 @@ func (r *reader) flush(ctx context.Context) error {
 	}
 }
 
-// discard gives back the budget of the rows in the batch in hand, when
+// discard gives back the budget of the rows in the events in hand, when
 // the session ends: the next session reads them again.
 func (r *reader) discard() {
-	for _, ev := range r.batch {
+	for _, batch := range r.batches {
+		r.giveBack(batch)
+	}
+	r.batches, r.held = nil, 0
+}
+
+// giveBack gives back the budget of the rows among events.
+func (r *reader) giveBack(events []event) {
+	for _, ev := range events {
 		if ev.kind == evRow {
-			r.s.budget.give(1, rowSize(&ev.row.row))
+			r.st.budget.give(1, rowSize(&ev.row.row))
 		}
 	}
-	r.batch = nil
 }

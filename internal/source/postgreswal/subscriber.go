@@ -78,8 +78,11 @@ type Subscriber struct {
 	store  *outbox.Store
 	cfg    Config
 	logger *slog.Logger
-	repl   *pgconn.Config
 	table  qualifiedName
+	// stream reads the slot for this subscriber: its own (own), or its
+	// Group's, shared by the group's tables.
+	stream *slotStream
+	own    bool
 	// q are its statements on the outbox table
 	// (internal/outbox/queries/postgres/wal_*.sql).
 	q outbox.WALStatements
@@ -99,23 +102,19 @@ type Subscriber struct {
 	checked  *queue[checkResult]
 	sweeps   chan sweepRequest
 	sweepNow chan struct{} // a sweep round now: the backoff of a row set aside ended
-	budget   *budget
+	budget   *budget       // the stream's
 	// asides: the rows set aside that the table held at the start
 	// (loadAsides), then the pipeline's; asideSum: what Ready says of them.
 	asides   *asides
 	asideSum asideState
 
-	confirmed atomic.Uint64 // the slot position confirmed to the server (or to be)
-	// checkBelow: rows of transactions committed before this LSN, the
-	// server's WAL position when the session acquired the slot, are
-	// checked against the table before they are published (check.go).
-	checkBelow  atomic.Uint64
-	oldestTx    atomic.Int64 // commit time (unix ns) of the oldest unsettled row read from the slot; 0: none
-	clockOffset atomic.Int64 // server clock minus this process's clock, ns (from keepalives)
-	emitted     atomic.Int64 // messages awaiting their outcome
-	state       atomic.Pointer[streamState]
-	pubFault    atomic.Pointer[string] // the publication's fault with its fix (publication.go); nil or "": none
-	slotFault   atomic.Pointer[string] // the server refused the slot's changes for the publication; nil: it decodes them
+	// confirmed: the slot position this table's rows allow to confirm
+	// (every row of the table before it settled); the stream confirms the
+	// least of its subscribers'.
+	confirmed atomic.Uint64
+	oldestTx  atomic.Int64           // commit time (unix ns) of the oldest unsettled row read from the slot; 0: none
+	emitted   atomic.Int64           // messages awaiting their outcome
+	pubFault  atomic.Pointer[string] // the publication's fault with its fix (publication.go); nil or "": none
 
 	// What the stall watch reads (stall.go).
 	progress     atomic.Int64 // unix ns: a row last settled, or a hold of the queue ended (or NewSubscriber)
@@ -125,7 +124,6 @@ type Subscriber struct {
 
 	closing      chan struct{}
 	drainExpired chan struct{}
-	stopReader   chan struct{}
 	done         chan struct{}
 	closeOnce    sync.Once
 	subscribed   atomic.Bool
@@ -160,6 +158,23 @@ type tableLag struct {
 // defaults. store is the table's store (the sweep requeues rows that
 // relays of source: table left in flight).
 func NewSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, logger *slog.Logger, cfg Config) (*Subscriber, error) {
+	st, err := openSlotStream(ctx, db, logger, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s, err := newMember(ctx, st, store, logger, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.own = true
+	st.add(s)
+	return s, nil
+}
+
+// openSlotStream checks the replication URL, the server's wal_level and
+// that the publication and the slot exist (for cfg.Table), and returns the
+// reader of the slot from its confirmed position.
+func openSlotStream(ctx context.Context, db *outbox.DB, logger *slog.Logger, cfg Config) (*slotStream, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -189,10 +204,6 @@ func NewSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, logg
 	if err := Check(ctx, db, cfg.Names); err != nil {
 		return nil, err
 	}
-	table, err := resolveTable(ctx, db.SQL, cfg.Table)
-	if err != nil {
-		return nil, err
-	}
 	info, err := SlotStatus(ctx, db.SQL, cfg.Slot)
 	if err != nil {
 		return nil, err
@@ -201,13 +212,28 @@ func NewSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, logg
 	if err != nil {
 		return nil, fmt.Errorf("replication slot %s: confirmed position %q: %w", cfg.Slot, info.ConfirmedLSN, err)
 	}
+	return newSlotStream(db, repl, cfg, start, logger), nil
+}
+
+// newMember returns the subscriber of store's table (cfg.Table) on st,
+// not yet added to it.
+func newMember(ctx context.Context, st *slotStream, store *outbox.Store, logger *slog.Logger, cfg Config) (*Subscriber, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	db := st.db
+	table, err := resolveTable(ctx, db.SQL, cfg.Table)
+	if err != nil {
+		return nil, err
+	}
 	q, ok := store.WALStatements()
 	if !ok {
 		return nil, fmt.Errorf("source: postgres-wal needs a PostgreSQL outbox table, not %s", db.Dialect())
 	}
 	hardCtx, hardCancel := context.WithCancel(context.Background())
 	s := &Subscriber{
-		db: db, store: store, cfg: cfg, repl: repl, table: table, q: q,
+		db: db, store: store, cfg: cfg, table: table, q: q, stream: st,
 		logger:       logger.With(slog.String("component", "postgres-wal"), slog.String("table", cfg.Table), slog.String("slot", cfg.Slot)),
 		events:       make(chan []event, eventQueue),
 		outcomes:     make(chan outcome, cfg.MaxInFlight),
@@ -217,10 +243,9 @@ func NewSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, logg
 		checked:      newQueue[checkResult](),
 		sweeps:       make(chan sweepRequest),
 		sweepNow:     make(chan struct{}, 1),
-		budget:       newBudget(int64(cfg.MaxInFlight), cfg.MaxInFlightBytes),
+		budget:       st.budget,
 		closing:      make(chan struct{}),
 		drainExpired: make(chan struct{}),
-		stopReader:   make(chan struct{}),
 		done:         make(chan struct{}),
 		hardCtx:      hardCtx,
 		hardCancel:   hardCancel,
@@ -230,9 +255,8 @@ func NewSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, logg
 		return nil, err
 	}
 	s.asideSum.Store(s.asides.summary())
-	s.confirmed.Store(uint64(start))
+	s.confirmed.Store(st.confirmed())
 	s.progress.Store(time.Now().UnixNano())
-	s.state.Store(&streamState{err: errors.New("not started")})
 	return s, nil
 }
 
@@ -247,11 +271,27 @@ func (s *Subscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.M
 		return nil, source.ErrClosed
 	default:
 	}
+	if !s.own {
+		return nil, errors.New("postgres-wal subscriber: Subscribe called on a table of a Group; subscribe to the Group")
+	}
 	if !s.subscribed.CompareAndSwap(false, true) {
 		return nil, errors.New("postgres-wal subscriber: Subscribe called twice; one Subscriber serves one handler")
 	}
 	out := make(chan *message.Message)
-	readerDone := goDone(s.streamLoop)
+	readerDone := goDone(s.stream.loop)
+	s.serve(ctx, out, func() {
+		close(s.stream.stop)
+		<-readerDone
+	})
+	return out, nil
+}
+
+// serve runs the subscriber's pipeline, marker, checker, sweeper and
+// publication watch, emitting on out, until ctx ends or Close is called
+// and the drain is over; then it writes the last marks, confirms what
+// they settle and calls finished (the stream's final position is sent
+// then), and closes out.
+func (s *Subscriber) serve(ctx context.Context, out chan *message.Message, finished func()) {
 	markerDone := goDone(s.marker().run)
 	sweeperDone := goDone(s.sweeper().run)
 	publicationDone := goDone(s.publicationLoop)
@@ -282,13 +322,11 @@ func (s *Subscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.M
 		}
 		p.settle()
 		p.popSettled()
-		close(s.stopReader)
-		<-readerDone
+		finished()
 		<-sweeperDone
 		<-publicationDone
 		s.hardCancel()
 	}()
-	return out, nil
 }
 
 // Close stops reading, waits up to DrainTimeout for the emitted messages'
@@ -312,7 +350,7 @@ func (s *Subscriber) Ready(context.Context) error {
 	if fault := s.PublicationFault(); fault != "" {
 		return errors.New(fault)
 	}
-	st := s.state.Load()
+	st := s.stream.state.Load()
 	switch {
 	case st.streaming:
 		if text := setAsideReady(s.asideSum.Load()); text != "" {
@@ -359,7 +397,7 @@ func (s *Subscriber) backoff(attempt int) time.Duration {
 // the table (by id, its created_at; read every 5 s): whoever holds the
 // slot, if anyone, has not relayed it.
 func (s *Subscriber) LagSeconds() float64 {
-	if !s.state.Load().streaming {
+	if !s.stream.state.Load().streaming {
 		if l := s.tableLag.Load(); l != nil {
 			return (l.age + time.Since(l.at)).Seconds()
 		}
@@ -374,7 +412,7 @@ func (s *Subscriber) windowLag() time.Duration {
 	if oldest == 0 {
 		return 0
 	}
-	now := time.Now().UnixNano() + s.clockOffset.Load()
+	now := time.Now().UnixNano() + s.stream.clockOffset.Load()
 	return time.Duration(max(now-oldest, 0))
 }
 

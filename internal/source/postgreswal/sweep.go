@@ -87,8 +87,8 @@ type sweeper struct {
 // sweeper returns the Subscriber's sweeper.
 func (s *Subscriber) sweeper() *sweeper {
 	return &sweeper{
-		db: s.db.SQL, q: s.q, store: s.store, cfg: s.cfg, logger: s.logger, swept: &s.Counters.Swept, clockOffset: &s.clockOffset,
-		streaming: func() bool { return s.state.Load().streaming }, asides: &s.asideSum,
+		db: s.db.SQL, q: s.q, store: s.store, cfg: s.cfg, logger: s.logger, swept: &s.Counters.Swept, clockOffset: &s.stream.clockOffset,
+		streaming: func() bool { return s.stream.state.Load().streaming }, asides: &s.asideSum,
 		requests: s.sweeps, now: s.sweepNow, closing: s.closing, ctx: s.hardCtx,
 	}
 }
