@@ -71,7 +71,6 @@ func newRelation(m *pglogrepl.RelationMessage) *relation {
 	return r
 }
 
-
 // decoded is one inserted row of the outbox table.
 type decoded struct {
 	row    outbox.Row
