@@ -38,6 +38,8 @@ func Observe(d Daemon) Observed {
 		o.Relayed = s.Forwarder.Counters.Relayed.Load()
 	case *table.GroupSource:
 		s.Group.Each(func(_ string, sub *table.Subscriber) { o.Relayed += sub.Counters.Relayed.Load() })
+	case *postgreswal.GroupSource:
+		s.Group.Each(func(_ string, sub *postgreswal.Subscriber) { o.Relayed += sub.Counters.Relayed.Load() })
 	default:
 		panic(fmt.Sprintf("no such source: %T", r.Source))
 	}
@@ -60,6 +62,8 @@ func Moved(d Daemon, sig *source.TestSignal[int]) {
 	case *watermillforwarder.Source:
 		s.Forwarder.Signals.Settled = sig
 	case *table.GroupSource:
+		s.Group.Signals.Marked = sig
+	case *postgreswal.GroupSource:
 		s.Group.Signals.Marked = sig
 	default:
 		panic(fmt.Sprintf("no such source: %T", s))

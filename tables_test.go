@@ -45,8 +45,11 @@ func newTenants(t *testing.T, kind string, n int) *tenants {
 	ctx := context.Background()
 	tn := &tenants{kind: kind, prefix: "mt" + testdb.RandomHex(3) + "_", owner: "mt-" + testdb.RandomHex(4)}
 	admin := bridgetest.MySQLURL
-	if kind == "postgres" {
+	switch kind {
+	case "postgres":
 		admin = bridgetest.PostgresDatabase
+	case "postgres-logical":
+		admin = bridgetest.PostgresLogicalURL
 	}
 	base := admin(t)
 	db, err := outbox.Open(ctx, base)

@@ -47,7 +47,9 @@ pg_create_logical_replication_slot('<wal.slot>', 'pgoutput').
 Several tables (--table repeated) or a pattern: with * in the schema part only
 ('tenant_*.outbox'), the table is created or upgraded in every schema (MySQL:
 database) the pattern matches; with * in the table part ('app.*_outbox'), the
-bridge tables it matches are upgraded. Source: table only; --print takes one table.
+bridge tables it matches are upgraded; --print takes one table. With source:
+postgres-wal each table is added to the one publication wal.publication (one slot
+for them all), so that a relay over the same --table reads them all.
 
 With source: watermill-forwarder it creates the offsets table
 watermill_offsets_<watermill.forwarder_topic> instead (watermill-sql's own DDL).`,
@@ -65,8 +67,8 @@ watermill_offsets_<watermill.forwarder_topic> instead (watermill-sql's own DDL).
 				}
 				return printMigrations(cmd, cfg, after)
 			}
-			if len(cfg.Database.Tables) > 0 && cfg.Source != config.SourceTable {
-				return usage("--table %s: several tables or a pattern are migrated for source: table; with source: %s give one table",
+			if len(cfg.Database.Tables) > 0 && cfg.Source == config.SourceWatermillForwarder {
+				return usage("--table %s: several tables or a pattern are migrated for source: table or postgres-wal; with source: %s give one table",
 					strings.Join(cfg.Database.Tables, " --table "), cfg.Source)
 			}
 			if cfg.Source == config.SourceWatermillForwarder {
@@ -112,7 +114,7 @@ watermill_offsets_<watermill.forwarder_topic> instead (watermill-sql's own DDL).
 				return err
 			}
 			if cfg.Source == config.SourcePostgresWAL {
-				return migrateWAL(ctx, cmd, cfg, db)
+				return migrateWAL(ctx, cmd, cfg, db, tables)
 			}
 			return nil
 		},
@@ -186,30 +188,34 @@ func printMigrations(cmd *cobra.Command, cfg *config.Config, after int64) error 
 
 // migrateWAL repairs the publication and the replication slot of source:
 // postgres-wal where it can (postgreswal.Repair), and creates them when
-// missing.
-func migrateWAL(ctx context.Context, cmd *cobra.Command, cfg *config.Config, db *outbox.DB) error {
-	n := postgreswal.NamesOf(cfg)
+// missing, for each of tables: the first creates the publication and the
+// slot, the others are added to the publication.
+func migrateWAL(ctx context.Context, cmd *cobra.Command, cfg *config.Config, db *outbox.DB, tables []string) error {
 	out := cmd.OutOrStdout()
-	repaired, err := postgreswal.Repair(ctx, db.SQL, n)
-	if err != nil {
-		return classify(err)
-	}
-	for _, r := range repaired {
-		fmt.Fprintln(out, r)
-	}
-	pub, slot, err := postgreswal.Setup(ctx, db.SQL, n)
-	if err != nil {
-		return classify(err)
-	}
-	if pub {
-		fmt.Fprintf(out, "created publication %s of the inserts of %s\n", n.Publication, n.Table)
-	} else {
-		fmt.Fprintf(out, "publication %s of the inserts of %s exists\n", n.Publication, n.Table)
-	}
-	if slot {
-		fmt.Fprintf(out, "created replication slot %s (%s); it keeps WAL until the relay confirms it: run bridge run, or drop it with bridge slot drop\n", n.Slot, postgreswal.Plugin)
-	} else {
-		fmt.Fprintf(out, "replication slot %s exists\n", n.Slot)
+	for _, table := range tables {
+		n := postgreswal.NamesOf(cfg)
+		n.Table = table
+		repaired, err := postgreswal.Repair(ctx, db.SQL, n)
+		if err != nil {
+			return classify(err)
+		}
+		for _, r := range repaired {
+			fmt.Fprintln(out, r)
+		}
+		pub, slot, err := postgreswal.Setup(ctx, db.SQL, n)
+		if err != nil {
+			return classify(err)
+		}
+		if pub {
+			fmt.Fprintf(out, "created publication %s of the inserts of %s\n", n.Publication, n.Table)
+		} else {
+			fmt.Fprintf(out, "publication %s of the inserts of %s exists\n", n.Publication, n.Table)
+		}
+		if slot {
+			fmt.Fprintf(out, "created replication slot %s (%s); it keeps WAL until the relay confirms it: run bridge run, or drop it with bridge slot drop\n", n.Slot, postgreswal.Plugin)
+		} else if table == tables[len(tables)-1] {
+			fmt.Fprintf(out, "replication slot %s exists\n", n.Slot)
+		}
 	}
 	return nil
 }

@@ -33,11 +33,13 @@ source: postgres-wal, and when a port or store it must own is taken (1):
 http.listen, the embedded server's --nats-listen or its JetStream store (another
 relay on the same --data-dir).
 
-With several tables or patterns (--table repeated, database.tables; source: table)
-one relay relays them all over one database pool and one NATS connection, sharing
+With several tables or patterns (--table repeated, database.tables) one relay
+relays them all over one database pool and one NATS connection, sharing
 relay.max_in_flight between the tables that have work, and resolving the patterns
 again every database.tables_refresh: a new tenant's table is picked up, a dropped
-one let go. Metrics carry the label table. Tenants whose idempotency keys may
+one let go. With source: postgres-wal they share one replication slot and one
+publication (bridge migrate adds each table to it), read by one replication
+connection. Metrics carry the label table. Tenants whose idempotency keys may
 repeat across tables set dedup.namespace '{schema}', so that each table's
 Nats-Msg-Ids are its own.
 
@@ -56,8 +58,8 @@ on --nats-listen storing in <data-dir>/jetstream, and stream EVENTS on events.>.
 			if err := requireExplicitSQLiteOutbox(cfg); err != nil {
 				return err
 			}
-			if len(cfg.Database.Tables) > 0 && cfg.Source != config.SourceTable {
-				return usage("--table %s: source: %s relays one outbox table (database.table); several tables or a pattern are relayed by source: table",
+			if len(cfg.Database.Tables) > 0 && cfg.Source == config.SourceWatermillForwarder {
+				return usage("--table %s: source: %s relays one Watermill topic; several outbox tables or a pattern are relayed by source: table or postgres-wal",
 					strings.Join(cfg.Database.Tables, " --table "), cfg.Source)
 			}
 			if checkOnly {

@@ -100,8 +100,12 @@ func (s *Subscriber) setPublicationFault(fault string) {
 		s.logger.Warn("publication exists again, but the server still refuses the slot's changes for it: run `bridge migrate`, which makes the slot again",
 			slog.String("publication", s.cfg.Publication))
 	case fault == "":
-		s.logger.Info("publication repaired: it publishes the table's inserts again; the sweep publishes the rows the slot did not deliver",
+		s.logger.Info("publication repaired: it publishes the table's inserts again; the sweep publishes the rows the slot did not deliver, now",
 			slog.String("publication", s.cfg.Publication))
+		select {
+		case s.sweepNow <- struct{}{}:
+		default: // a sweep is asked for already
+		}
 	default:
 		s.logger.Error("publication fault", slog.String("publication", s.cfg.Publication), slog.String("error", fault))
 	}

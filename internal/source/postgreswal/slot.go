@@ -100,10 +100,11 @@ func setupPublication(ctx context.Context, db *sql.DB, n Names) (bool, error) {
 }
 
 // publication reports whether the publication exists and whether it
-// publishes the inserts of the table.
+// publishes the inserts of the table (of some table, when n.Table is "":
+// a group of tables whose patterns match none yet).
 func publication(ctx context.Context, db *sql.DB, n Names) (exists, inserts bool, err error) {
 	p, err := readPublication(ctx, db, n)
-	return p.exists, p.exists && p.insert && p.hasTable, err
+	return p.exists, p.exists && p.insert && (p.hasTable || n.Table == ""), err
 }
 
 // publicationState is the publication of the table as the catalog has it.

@@ -28,10 +28,6 @@ type Source struct {
 	Logger     *slog.Logger
 }
 
-// Open checks that the configured table exists and is migrated, before
-// the relay connects to NATS (source.OpenTable).
-var Open = source.OpenTable(build)
-
 // Run relays until ctx ends, then drains: reading stops, publishes in
 // progress finish, marks are written and the slot's position is
 // confirmed. A lost replication slot does not stop it: the subscriber

@@ -292,6 +292,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.M
 // they settle and calls finished (the stream's final position is sent
 // then), and closes out.
 func (s *Subscriber) serve(ctx context.Context, out chan *message.Message, finished func()) {
+	s.subscribed.Store(true)
 	markerDone := goDone(s.marker().run)
 	sweeperDone := goDone(s.sweeper().run)
 	publicationDone := goDone(s.publicationLoop)

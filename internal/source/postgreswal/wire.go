@@ -3,6 +3,7 @@ package postgreswal
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/google/wire"
@@ -35,9 +36,16 @@ func NamesOf(cfg *config.Config) Names {
 // rows published again long after their first publish are reconciled
 // against the stream first.
 func ProvideSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, nc *nats.Conn, reconciler source.Reconciler, cfg *config.Config, logger *slog.Logger) (*Subscriber, error) {
+	return NewSubscriber(ctx, db, store, logger, subscriberConfig(cfg, cfg.Database.Table, nc, reconciler))
+}
+
+// subscriberConfig is the Config of the subscriber of table.
+func subscriberConfig(cfg *config.Config, table string, nc *nats.Conn, reconciler source.Reconciler) Config {
 	r := cfg.Relay
-	return NewSubscriber(ctx, db, store, logger, Config{
-		Names:                 NamesOf(cfg),
+	names := NamesOf(cfg)
+	names.Table = table
+	return Config{
+		Names:                 names,
 		ReplicationURL:        cfg.ReplicationURLOrDefault(),
 		MaxInFlight:           r.MaxInFlight,
 		MaxInFlightBytes:      int64(r.MaxInFlightBytes),
@@ -47,7 +55,7 @@ func ProvideSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, 
 		BackoffInitial:        r.BackoffInitial,
 		BackoffMax:            r.BackoffMax,
 		DeleteOnRelay:         r.DeleteOnRelay,
-		Namespace:             cfg.NamespaceFor(cfg.Database.Table),
+		Namespace:             cfg.NamespaceFor(table),
 		DrainTimeout:          max(cfg.ShutdownTimeout-3*time.Second, cfg.ShutdownTimeout/2),
 		SweepInterval:         cfg.WAL.SweepInterval,
 		RowsDeletedByProducer: cfg.WAL.RowsDeletedByProducer,
@@ -56,7 +64,44 @@ func ProvideSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, 
 		Connected:             nc.IsConnected,
 		Reconciler:            reconciler,
 		SessionName:           outbox.SessionName(r.Owner),
+	}
+}
+
+// provideStream opens the reader of the slot of a group of tables
+// (openSlotStream), checked with the first table opened when there is one.
+func provideStream(ctx context.Context, db *outbox.DB, tables groupTables, nc *nats.Conn, cfg *config.Config, logger *slog.Logger) (*slotStream, error) {
+	first := ""
+	if len(tables.stores) > 0 {
+		first = tables.stores[0].Table()
+	}
+	return openSlotStream(ctx, db, logger, subscriberConfig(cfg, first, nc, nil))
+}
+
+// provideMemberSubscriber builds the subscriber of one table of a group,
+// on the group's stream.
+func provideMemberSubscriber(ctx context.Context, stream *slotStream, store *outbox.Store, nc *nats.Conn, reconciler source.Reconciler, cfg *config.Config, logger *slog.Logger) (*Subscriber, error) {
+	return newMember(ctx, stream, store, logger, subscriberConfig(cfg, store.Table(), nc, reconciler))
+}
+
+// provideGroup builds the group of the tables over stream; each table's
+// parts are built by buildMember.
+func provideGroup(ctx context.Context, d source.Deps, tables groupTables, stream *slotStream) *Group {
+	cfg := d.Config
+	retention := time.Duration(0)
+	if !cfg.Relay.DeleteOnRelay {
+		retention = cfg.Relay.Retention
+	}
+	return NewGroup(d.DB, stream, tables.stores, tables.unopened, d.Logger, GroupConfig{
+		Names: cfg.Database.Tables, Refresh: cfg.Database.TablesRefresh, Retention: retention, Registerer: d.Registry,
+		Build: func(ctx context.Context, store *outbox.Store) (*memberParts, func(), error) {
+			return buildMember(ctx, d, store, stream)
+		},
 	})
+}
+
+// ProvideGroupForwarder builds the router over the group (forwarder.Provide).
+func ProvideGroupForwarder(g *Group, pub *sink.Publisher, nc *nats.Conn, guard *dedup.Guard, keeper *broker.Keeper, tracer trace.Tracer, reg *prometheus.Registry, cfg *config.Config, logger *slog.Logger) (*forwarder.Forwarder, error) {
+	return forwarder.Provide(source.Coalesce(g, cfg.Relay.BatchSize), strings.Join(cfg.Database.Tables, ","), pub, nc, guard, keeper, tracer, reg, cfg, logger)
 }
 
 // ProvideStallWatch watches the subscriber (see Subscriber.StallSource)

@@ -64,3 +64,73 @@ func build(ctx context.Context, d source.Deps, store *outbox.Store) (*Source, fu
 		cleanup()
 	}, nil
 }
+
+// buildMember assembles one table of a group over store, on the group's
+// stream, sharing what the relay built.
+func buildMember(ctx context.Context, d source.Deps, store *outbox.Store, stream *slotStream) (*memberParts, func(), error) {
+	conn := d.Conn
+	jetStream := d.JetStream
+	routes := d.Routes
+	keeper := d.Keeper
+	config := d.Config
+	logger := d.Logger
+	reconciler := source.ProvideReconciler(jetStream, routes, store, keeper, config, logger)
+	subscriber, err := provideMemberSubscriber(ctx, stream, store, conn, reconciler, config, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	stallWatch := ProvideStallWatch(subscriber, keeper, config, logger)
+	tableCollector := outbox.ProvideTableCollector(store)
+	postgreswalMemberParts := &memberParts{
+		Store:      store,
+		Subscriber: subscriber,
+		Stall:      stallWatch,
+		Table:      tableCollector,
+		Reconciler: reconciler,
+	}
+	return postgreswalMemberParts, func() {
+	}, nil
+}
+
+// buildGroup assembles the postgres-wal source over several tables: one
+// slot, one publication, one reader.
+func buildGroup(ctx context.Context, d source.Deps, tables groupTables) (*GroupSource, func(), error) {
+	db := d.DB
+	conn := d.Conn
+	config := d.Config
+	logger := d.Logger
+	postgreswalSlotStream, err := provideStream(ctx, db, tables, conn, config, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	group := provideGroup(ctx, d, tables, postgreswalSlotStream)
+	jetStream := d.JetStream
+	marshaler := forwarder.NewPublisherMarshaler()
+	denials := d.Denials
+	pinger := d.Pinger
+	publisher, err := sink.ProvidePublisher(jetStream, conn, config, marshaler, denials, pinger)
+	if err != nil {
+		return nil, nil, err
+	}
+	guard := d.Guard
+	keeper := d.Keeper
+	tracer, cleanup, err := telemetry.ProvideTracer(ctx, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	registry := d.Registry
+	forwarderForwarder, err := ProvideGroupForwarder(group, publisher, conn, guard, keeper, tracer, registry, config, logger)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	groupSource := &GroupSource{
+		Forwarder: forwarderForwarder,
+		Group:     group,
+		DB:        db,
+		Config:    config,
+	}
+	return groupSource, func() {
+		cleanup()
+	}, nil
+}

@@ -430,9 +430,6 @@ func (g *Group) Inherit(prev *Group) {
 	g.mu.Unlock()
 }
 
-// readyListMax bounds the tables readiness names; the rest are counted.
-const readyListMax = 10
-
 // Ready reports the tables' claims and settlement writes
 // (Subscriber.Ready) and the tables matched that cannot be opened: an
 // error when every table fails, health.Degraded naming those that fail
@@ -455,18 +452,7 @@ func (g *Group) Ready(ctx context.Context) error {
 	if total == 0 {
 		return health.Degraded(fmt.Errorf("no outbox table matches %s yet (resolved again every database.tables_refresh, %s)", strings.Join(g.names, ", "), g.refresh))
 	}
-	if len(failing) == 0 {
-		return nil
-	}
-	slices.Sort(failing)
-	detail := fmt.Sprintf("%d of %d tables: %s", len(failing), total, strings.Join(failing[:min(len(failing), readyListMax)], "; "))
-	if len(failing) > readyListMax {
-		detail += fmt.Sprintf("; and %d more", len(failing)-readyListMax)
-	}
-	if len(failing) < total {
-		return health.Degraded(errors.New(detail))
-	}
-	return errors.New(detail)
+	return source.TablesReady(total, failing, nil)
 }
 
 // Alive fails when a table's stall watch does (StallWatch.Alive: the

@@ -45,37 +45,9 @@ var openOne = source.OpenTable(build)
 // pattern matched that cannot be opened does not stop the others: the
 // group names it and tries again at each refresh.
 func openGroup(ctx context.Context, db *outbox.DB, cfg *config.Config, logger *slog.Logger) (source.Build, error) {
-	tables, unmatched, err := db.ResolveTables(ctx, cfg.Database.Tables)
+	stores, unopened, err := source.OpenTables(ctx, db, cfg, logger)
 	if err != nil {
 		return nil, err
-	}
-	if !cfg.NamespacePerTable() {
-		logger.Warn("the tables share each stream's duplicate window: a row whose idempotency key another table also uses is taken for a duplicate and not stored; unless keys are unique across the tables, set dedup.namespace to '{schema}' or '{table}' (each table's ids its own)",
-			slog.String("tables", strings.Join(cfg.Database.Tables, ",")), slog.String("dedup.namespace", cfg.Dedup.Namespace))
-	}
-	for _, p := range unmatched {
-		logger.Warn("no outbox table matches the pattern yet; it is resolved again every database.tables_refresh",
-			slog.String("table", p), slog.Duration("tables_refresh", cfg.Database.TablesRefresh))
-	}
-	named := map[string]bool{}
-	for _, n := range cfg.Database.Tables {
-		if !outbox.IsTablePattern(n) {
-			named[db.FoldName(n)] = true
-		}
-	}
-	var stores []*outbox.Store
-	unopened := map[string]string{}
-	for _, t := range tables {
-		store, err := outbox.OpenStore(ctx, db, t, logger)
-		switch {
-		case err != nil && named[db.FoldName(t)]:
-			return nil, err
-		case err != nil:
-			logger.Warn("outbox table matched and not relayed: it cannot be opened; trying again at each refresh", slog.String("table", t), slog.Any("error", err))
-			unopened[db.FoldName(t)] = err.Error()
-		default:
-			stores = append(stores, store)
-		}
 	}
 	return source.BuildOf(func(ctx context.Context, d source.Deps) (*GroupSource, func(), error) {
 		return buildGroup(ctx, d, groupTables{stores: stores, unopened: unopened})
