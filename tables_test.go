@@ -236,21 +236,7 @@ func TestOneRelayOverManyTables(t *testing.T) {
 
 			moved.WaitUntil(t, func() bool { return bridge.Observe(relay).Relayed == int64(count*20) }, "every row marked relayed")
 			// Each table's metrics, labelled.
-			families, err := relay.Probes.Gatherer.Gather()
-			require.NoError(t, err)
-			relayed := map[string]float64{}
-			for _, f := range families {
-				if f.GetName() != "bridge_rows_relayed_total" {
-					continue
-				}
-				for _, m := range f.GetMetric() {
-					for _, l := range m.GetLabel() {
-						if l.GetName() == "table" {
-							relayed[l.GetValue()] = m.GetCounter().GetValue()
-						}
-					}
-				}
-			}
+			relayed := relayedByTable(t, relay)
 			require.Len(t, relayed, count)
 			require.Equal(t, 20.0, relayed[tn.table(count-1)])
 

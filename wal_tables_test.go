@@ -171,6 +171,17 @@ func TestOneRelayOverManyTablesFromTheWAL(t *testing.T) {
 		return err == nil && lsn >= want
 	}, "the slot confirmed past the last commit")
 
+	relayed := relayedByTable(t, relay)
+	require.Len(t, relayed, count+2)
+	require.Equal(t, 15.0, relayed[outside])
+	require.Equal(t, 7.0, relayed[tn.table(count+1)])
+	bridgetest.WaitFor(t, 30*time.Second, func() bool { return group.Ready(context.Background()) == nil }, "ready: every table published")
+}
+
+// relayedByTable reads bridge_rows_relayed_total of each table from the
+// relay's metrics.
+func relayedByTable(t *testing.T, relay *bridge.Relay) map[string]float64 {
+	t.Helper()
 	families, err := relay.Probes.Gatherer.Gather()
 	require.NoError(t, err)
 	relayed := map[string]float64{}
@@ -186,8 +197,5 @@ func TestOneRelayOverManyTablesFromTheWAL(t *testing.T) {
 			}
 		}
 	}
-	require.Len(t, relayed, count+2)
-	require.Equal(t, 15.0, relayed[outside])
-	require.Equal(t, 7.0, relayed[tn.table(count+1)])
-	bridgetest.WaitFor(t, 30*time.Second, func() bool { return group.Ready(context.Background()) == nil }, "ready: every table published")
+	return relayed
 }
