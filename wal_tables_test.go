@@ -199,3 +199,46 @@ func relayedByTable(t *testing.T, relay *bridge.Relay) map[string]float64 {
 	}
 	return relayed
 }
+
+// TestADroppedTableLeavesTheSlotToTheOthers: one relay (postgres-wal) over
+// two tenants; one gets a backlog of 20,000 rows and is dropped while they
+// are relayed. The table is let go, and what its rows held of the shared
+// in-flight budget is given back: the other tenant's rows written after
+// are relayed. (Before, the rows left in the dropped table's window kept
+// the budget, and the reader, waiting for room, stopped reading the slot
+// for every table: found by a saboteur.)
+func TestADroppedTableLeavesTheSlotToTheOthers(t *testing.T) {
+	t.Parallel()
+	tn := newTenants(t, "postgres-logical", 2)
+	slot, pub := bridgetest.WALNames(t, tn.url)
+	names := postgreswal.Names{Slot: slot, Publication: pub}
+	tn.publish(t, names, 0)
+	tn.publish(t, names, 1)
+	n := bridgetest.StartNATS(t)
+	_, js := n.JetStream(t)
+	cfg := tn.config(t, n)
+	cfg.Source = config.SourcePostgresWAL
+	cfg.WAL.Slot, cfg.WAL.Publication = slot, pub
+	cfg.Dedup.Namespace = "{schema}"
+	cfg.Relay.MaxInFlight = 100
+	require.NoError(t, cfg.Validate())
+	logger := slog.New(slog.DiscardHandler)
+	hs, err := health.Listen(cfg.HTTP.Listen, logger)
+	require.NoError(t, err)
+	relay, cleanup, err := bridge.NewRelay(context.Background(), cfg, logger, hs)
+	require.NoError(t, err)
+	group := relay.Source.(*postgreswal.GroupSource).Group
+	group.Refreshed = source.NewTestSignal[[]string]()
+	runRelay(t, relay, cleanup)
+	require.Len(t, group.Refreshed.Wait(t), 2)
+
+	tn.exec(t, "INSERT INTO "+tn.table(0)+" (idempotency_key, subject, payload) SELECT 'bulk-' || g, 'events."+tn.schema(0)+"', 'x' FROM generate_series(1, 20000) g")
+	bridgetest.WaitFor(t, 60*time.Second, func() bool { return bridge.Observe(relay).Relayed > 500 }, "the backlog being relayed")
+	tn.drop(t, 0)
+	group.Refreshed.WaitUntilWithin(t, time.Minute, func() bool { return len(group.Tables()) == 1 }, "the dropped table let go")
+	info, err := js.Stream(context.Background(), "EVENTS")
+	require.NoError(t, err)
+	before := int(info.CachedInfo().State.Msgs)
+	require.NoError(t, tn.produce(t, []int{1}, 0, 20))
+	bridgetest.WaitMessages(t, js, "EVENTS", before+20, 30*time.Second)
+}

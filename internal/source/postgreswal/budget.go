@@ -79,3 +79,86 @@ func (b *budget) held() (rows, bytes int64) {
 	defer b.mu.Unlock()
 	return b.rows, b.bytes
 }
+
+// account is one subscriber's part of its stream's budget: what the
+// reader took for the rows it handed that subscriber, and the swept rows
+// the subscriber took itself. When the subscriber stops (a table let go,
+// or the relay stopping), close gives back all it still holds: rows in its
+// window, in batches it never took, in a sweep waiting for room. A table
+// let go would otherwise keep its part for good, and the reader, waiting
+// for room, would stop reading the slot for every other table.
+type account struct {
+	b *budget
+
+	mu          sync.Mutex
+	rows, bytes int64
+	closed      bool
+	sweeping    bool // it set the budget's swept
+}
+
+func newAccount(b *budget) *account { return &account{b: b} }
+
+// charge records that the reader took room for a row of size bytes for
+// this subscriber; false (the room given back) once it closed.
+func (a *account) charge(size int64) bool {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		a.b.give(1, size)
+		return false
+	}
+	a.rows++
+	a.bytes += size
+	a.mu.Unlock()
+	return true
+}
+
+// take takes room for a swept row of size bytes (budget.take with sweep).
+func (a *account) take(size int64, sweep bool) bool {
+	if !a.b.take(size, sweep) {
+		return false
+	}
+	return a.charge(size)
+}
+
+// setSwept is the budget's setSwept, remembered for close.
+func (a *account) setSwept(waiting bool) {
+	a.mu.Lock()
+	a.sweeping = waiting
+	a.mu.Unlock()
+	a.b.setSwept(waiting)
+}
+
+// give gives back room for rows rows and bytes bytes of this subscriber's;
+// nothing once it closed (close gave back all).
+func (a *account) give(rows, bytes int64) {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return
+	}
+	a.rows -= rows
+	a.bytes -= bytes
+	a.mu.Unlock()
+	a.b.give(rows, bytes)
+}
+
+// held returns the rows and bytes this subscriber holds.
+func (a *account) held() (rows, bytes int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.rows, a.bytes
+}
+
+// close gives back all the subscriber holds, and lets the reader's takes
+// succeed again if its swept rows were waiting for room. Idempotent.
+func (a *account) close() {
+	a.mu.Lock()
+	rows, bytes, sweeping := a.rows, a.bytes, a.sweeping
+	a.rows, a.bytes, a.sweeping, a.closed = 0, 0, false, true
+	a.mu.Unlock()
+	a.b.give(rows, bytes)
+	if sweeping {
+		a.b.setSwept(false)
+	}
+}

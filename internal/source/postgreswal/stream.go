@@ -535,6 +535,9 @@ func (r *reader) insert(ctx context.Context, data []byte) error {
 	if err := r.take(ctx, rowSize(&d.row)); err != nil {
 		return err
 	}
+	if !s.budget.charge(rowSize(&d.row)) {
+		return nil // it stopped meanwhile: the row stays pending in its table
+	}
 	if !slices.Contains(r.inTxOf, s) {
 		r.inTxOf = append(r.inTxOf, s)
 		r.push(s, r.begin)
@@ -666,7 +669,7 @@ func (r *reader) hand(ctx context.Context, sub *Subscriber, batch []event) error
 		case sub.events <- batch:
 			return nil
 		case <-sub.closing:
-			r.giveBack(batch)
+			r.giveBack(sub, batch)
 			return nil
 		case <-tick.C:
 			if err := r.maybeSendStatus(); err != nil {
@@ -681,17 +684,17 @@ func (r *reader) hand(ctx context.Context, sub *Subscriber, batch []event) error
 // discard gives back the budget of the rows in the events in hand, when
 // the session ends: the next session reads them again.
 func (r *reader) discard() {
-	for _, batch := range r.batches {
-		r.giveBack(batch)
+	for sub, batch := range r.batches {
+		r.giveBack(sub, batch)
 	}
 	r.batches, r.held = nil, 0
 }
 
-// giveBack gives back the budget of the rows among events.
-func (r *reader) giveBack(events []event) {
+// giveBack gives back the budget of the rows among events, taken for sub.
+func (r *reader) giveBack(sub *Subscriber, events []event) {
 	for _, ev := range events {
 		if ev.kind == evRow {
-			r.st.budget.give(1, rowSize(&ev.row.row))
+			sub.budget.give(1, rowSize(&ev.row.row))
 		}
 	}
 }

@@ -102,7 +102,7 @@ type Subscriber struct {
 	checked  *queue[checkResult]
 	sweeps   chan sweepRequest
 	sweepNow chan struct{} // a sweep round now: the backoff of a row set aside ended
-	budget   *budget       // the stream's
+	budget   *account      // its part of the stream's budget
 	// asides: the rows set aside that the table held at the start
 	// (loadAsides), then the pipeline's; asideSum: what Ready says of them.
 	asides   *asides
@@ -243,7 +243,7 @@ func newMember(ctx context.Context, st *slotStream, store *outbox.Store, logger 
 		checked:      newQueue[checkResult](),
 		sweeps:       make(chan sweepRequest),
 		sweepNow:     make(chan struct{}, 1),
-		budget:       st.budget,
+		budget:       newAccount(st.budget),
 		closing:      make(chan struct{}),
 		drainExpired: make(chan struct{}),
 		done:         make(chan struct{}),
@@ -323,6 +323,9 @@ func (s *Subscriber) serve(ctx context.Context, out chan *message.Message, finis
 		}
 		p.settle()
 		p.popSettled()
+		// What it still holds of the stream's budget (rows left in its
+		// window or never taken from the reader) is the stream's again.
+		s.budget.close()
 		finished()
 		<-sweeperDone
 		<-publicationDone
