@@ -421,6 +421,42 @@ func TestBacklogAndPoisonStayWithTheirTable(t *testing.T) {
 	require.NotEqual(t, outbox.StatusDone, st, "the poison row")
 }
 
+// TestBacklogsWeighTheirShares: two tenants with a backlog at once (12,000
+// and 1,200 rows): the relay counts their backlogs (table.Budget.Weigh,
+// outbox.DB.BacklogEach, up to outbox.BacklogCap) and weighs their shares
+// of relay.max_in_flight by them; every row is relayed once.
+func TestBacklogsWeighTheirShares(t *testing.T) {
+	t.Parallel()
+	const big, small = 12000, 1200
+	tn := newTenants(t, "postgres", 2)
+	for i, rows := range []int{big, small} {
+		tn.exec(t, fmt.Sprintf(`INSERT INTO %s (idempotency_key, subject, payload, headers)
+			SELECT 't%d-' || g, 'events.t%d', 'x', '{}' FROM generate_series(1, %d) g`, tn.table(i), i, i, rows))
+	}
+	n := bridgetest.StartNATS(t)
+	_, js := n.JetStream(t)
+	cfg := tn.config(t, n)
+	cfg.Relay.MaxInFlight, cfg.Relay.BatchSize = 2000, 100
+	relay, cleanup := newRelay(t, cfg)
+	budget := relay.Source.(*table.GroupSource).Group.Budget()
+	budget.Weighed = source.NewTestSignal[map[string]int64]()
+	runRelay(t, relay, cleanup)
+
+	weighed := budget.Weighed.Wait(t)
+	t.Logf("backlogs counted: %v", weighed)
+	require.Len(t, weighed, 2, "both tables counted")
+	require.Greater(t, weighed[tn.table(0)], weighed[tn.table(1)], "the bigger backlog weighs more")
+	require.LessOrEqual(t, weighed[tn.table(0)], int64(outbox.BacklogCap))
+	require.Positive(t, weighed[tn.table(1)])
+
+	bridgetest.WaitMessages(t, js, "EVENTS", big+small, 2*time.Minute)
+	stream, err := js.Stream(context.Background(), "EVENTS")
+	require.NoError(t, err)
+	info, err := stream.Info(context.Background(), jetstream.WithSubjectFilter("events.>"))
+	require.NoError(t, err)
+	require.Equal(t, map[string]uint64{"events.t0": big, "events.t1": small}, info.State.Subjects, "every row once")
+}
+
 // TestIdleTablesWaitForOneProbe: a relay over 30 idle tables (PostgreSQL
 // and MariaDB) asks about them in one statement per poll (the group's
 // Prober, outbox.DB.MayClaimEach) instead of each table probing on its

@@ -23,9 +23,10 @@ func newMigrateCommand() *cobra.Command {
 		Use:   "migrate",
 		Short: "Create or upgrade the outbox table (--print: show the SQL instead)",
 		Long: `Create or upgrade the outbox table (--table) in the configured database
-(--database-url) with its indexes (and, on PostgreSQL, the trigger that notifies the
-relay of new rows). Migrations are versioned and embedded; applied versions are
-recorded in the table <table>_migrations. Safe to run again.
+(--database-url) with its indexes. No trigger is added: the relay finds new rows by
+polling, and the producers' commits wait for nothing of it. Migrations are versioned
+and embedded; applied versions are recorded in the table <table>_migrations. Safe
+to run again.
 
 --print writes the SQL instead of running it, for a DBA who applies schema changes
 by hand: every migration for the kind of database --database-url names (postgres://,

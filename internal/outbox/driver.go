@@ -265,6 +265,9 @@ type executor interface {
 	// where the database has none (SQLite claims without probing). Every
 	// table's arguments are the same.
 	MayClaimQuery() (query string, args []any, ok bool)
+	// BacklogQuery is backlog.sql: one row, one column, the rows waiting
+	// to be relayed now, counted up to BacklogCap; it takes no argument.
+	BacklogQuery() string
 	// Purge deletes up to p.Limit done rows relayed more than p.OlderThan
 	// ago and returns how many.
 	Purge(ctx context.Context, p *purgeParams) (int, error)

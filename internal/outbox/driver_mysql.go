@@ -139,7 +139,7 @@ type mysqlQueries struct {
 	insert                                            string
 	retryDead, retryAllDead                           string
 	retryFailed, retryAllFailed                       string
-	stalled, mayClaim, purge                          string
+	stalled, mayClaim, backlog, purge                 string
 }
 
 // mysqlSystemSchemas are the server's own databases.
@@ -178,7 +178,7 @@ func (d mysqlDriver) executor(db *DB, t tableName) (executor, error) {
 		insert:    f.take("insert"),
 		retryDead: f.take("retry_dead"), retryAllDead: f.take("retry_all_dead"),
 		retryFailed: f.take("retry_failed"), retryAllFailed: f.take("retry_all_failed"),
-		stalled: f.take("stalled"), mayClaim: f.take("may_claim"), purge: f.take("purge"),
+		stalled: f.take("stalled"), mayClaim: f.take("may_claim"), backlog: f.take("backlog"), purge: f.take("purge"),
 	}}
 	return e, f.done()
 }
@@ -591,6 +591,9 @@ func (e *mysqlExecutor) MayClaim(ctx context.Context) (bool, error) {
 
 // MayClaimQuery is may_claim.sql, which takes no argument.
 func (e *mysqlExecutor) MayClaimQuery() (string, []any, bool) { return e.q.mayClaim, nil, true }
+
+// BacklogQuery is backlog.sql.
+func (e *mysqlExecutor) BacklogQuery() string { return e.q.backlog }
 
 // Purge passes the age in microseconds.
 func (e *mysqlExecutor) Purge(ctx context.Context, p *purgeParams) (int, error) {

@@ -105,12 +105,12 @@ type postgresExecutor struct {
 // postgresQueries are the statements of queries/postgres/, rendered for
 // one table; each file says its parameters.
 type postgresQueries struct {
-	claim, jump, requeue             string
-	markDone, deleteDone, markFailed string
-	insert                           string
-	retryDead, retryAllDead          string
-	retryFailed, retryAllFailed      string
-	stalled, mayClaim, purge         string
+	claim, jump, requeue              string
+	markDone, deleteDone, markFailed  string
+	insert                            string
+	retryDead, retryAllDead           string
+	retryFailed, retryAllFailed       string
+	stalled, mayClaim, backlog, purge string
 }
 
 func (postgresDriver) tables(ctx context.Context, db *sql.DB, qualified bool, _ string) ([]listedTable, error) {
@@ -139,7 +139,7 @@ func (d postgresDriver) executor(db *DB, t tableName) (executor, error) {
 		insert:    f.take("insert"),
 		retryDead: f.take("retry_dead"), retryAllDead: f.take("retry_all_dead"),
 		retryFailed: f.take("retry_failed"), retryAllFailed: f.take("retry_all_failed"),
-		stalled: f.take("stalled"), mayClaim: f.take("may_claim"), purge: f.take("purge"),
+		stalled: f.take("stalled"), mayClaim: f.take("may_claim"), backlog: f.take("backlog"), purge: f.take("purge"),
 	}, wal: takeWALStatements(f)}
 	return e, f.done()
 }
@@ -312,6 +312,9 @@ func (e *postgresExecutor) MayClaim(ctx context.Context) (bool, error) {
 // heads (stalled.sql), whose planning, repeated for every table of the
 // union, cost more than the probes it replaced; see the file.
 func (e *postgresExecutor) MayClaimQuery() (string, []any, bool) { return e.q.mayClaim, nil, true }
+
+// BacklogQuery is backlog.sql.
+func (e *postgresExecutor) BacklogQuery() string { return e.q.backlog }
 
 // Purge passes the age in microseconds.
 func (e *postgresExecutor) Purge(ctx context.Context, p *purgeParams) (int, error) {

@@ -99,7 +99,7 @@ type sqliteQueries struct {
 	insert                           string
 	retryDead, retryAllDead          string
 	retryFailed, retryAllFailed      string
-	stalled, purge                   string
+	stalled, backlog, purge          string
 }
 
 // tables lists the tables of the main database; SQLite outboxes have no
@@ -122,7 +122,7 @@ func (d sqliteDriver) executor(db *DB, t tableName) (executor, error) {
 		insert:    f.take("insert"),
 		retryDead: f.take("retry_dead"), retryAllDead: f.take("retry_all_dead"),
 		retryFailed: f.take("retry_failed"), retryAllFailed: f.take("retry_all_failed"),
-		stalled: f.take("stalled"), purge: f.take("purge"),
+		stalled: f.take("stalled"), backlog: f.take("backlog"), purge: f.take("purge"),
 	}}
 	return e, f.done()
 }
@@ -294,6 +294,9 @@ func (e *sqliteExecutor) MayClaim(ctx context.Context) (bool, error) {
 // MayClaimQuery: none; SQLite claims without probing
 // (Capabilities.ProbeBeforeClaim).
 func (e *sqliteExecutor) MayClaimQuery() (string, []any, bool) { return "", nil, false }
+
+// BacklogQuery is backlog.sql.
+func (e *sqliteExecutor) BacklogQuery() string { return e.q.backlog }
 
 func (e *sqliteExecutor) Purge(ctx context.Context, p *purgeParams) (int, error) {
 	n, err := execCount(ctx, e.db, e.q.purge, sqliteAgo(p.OlderThan), p.Limit)

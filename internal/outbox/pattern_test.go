@@ -149,3 +149,74 @@ func TestMayClaimEach(t *testing.T) {
 		require.True(t, outbox.IsMissingTable(err), "%v", err)
 	})
 }
+
+// TestBacklogEach: one statement counts, table by table, the rows waiting
+// to be relayed now: pending rows, keyed ones behind their key's head
+// too, and failed rows past their backoff; not a failed row still in its
+// backoff, nor one in flight. The count stops at BacklogCap. A missing
+// table fails the statement, as a missing table (IsMissingTable).
+func TestBacklogEach(t *testing.T) {
+	bridgetest.OnEveryDatabase(t, func(t *testing.T, kind string) {
+		ctx := context.Background()
+		url, table, _ := bridgetest.Outbox(t, kind)
+		db, err := outbox.Open(ctx, url)
+		require.NoError(t, err)
+		t.Cleanup(func() { db.Close() })
+		var stores []*outbox.Store
+		for i := range 4 {
+			name := fmt.Sprintf("%s_%d", table, i)
+			_, err := outbox.Migrate(ctx, db, name)
+			require.NoError(t, err)
+			s, err := outbox.NewStore(db, name)
+			require.NoError(t, err)
+			stores = append(stores, s)
+		}
+		bridgetest.Enqueue(t, stores[0], "unkeyed", "")
+		bridgetest.Enqueue(t, stores[0], "head", "k")
+		bridgetest.Enqueue(t, stores[0], "behind", "k")
+		for i, backoff := range map[int]time.Duration{2: time.Hour, 3: 0} {
+			id := bridgetest.Enqueue(t, stores[i], "failing", "")
+			require.Equal(t, []int64{id}, claimOne(t, stores[i]))
+			_, err := stores[i].MarkFailed(ctx, "test", []outbox.Failure{{ID: id, Attempt: 1, Err: "x", Backoff: backoff}})
+			require.NoError(t, err)
+			bridgetest.Enqueue(t, stores[i], "then", "")
+		}
+		got, err := db.BacklogEach(ctx, stores)
+		require.NoError(t, err)
+		require.Equal(t, []int64{3, 0, 1, 2}, got)
+		require.Len(t, claimOne(t, stores[3]), 1)
+		got, err = db.BacklogEach(ctx, stores)
+		require.NoError(t, err)
+		require.Equal(t, []int64{3, 0, 1, 1}, got, "a row in flight is not backlog")
+
+		var values []string
+		for i := range outbox.BacklogCap + 5 {
+			values = append(values, fmt.Sprintf("('cap-%d', 'events.t', '', '{}')", i))
+			if len(values) == 1000 || i == outbox.BacklogCap+4 {
+				_, err := db.SQL.ExecContext(ctx, "INSERT INTO "+stores[1].Table()+" (idempotency_key, subject, payload, headers) VALUES "+strings.Join(values, ", "))
+				require.NoError(t, err)
+				values = values[:0]
+			}
+		}
+		got, err = db.BacklogEach(ctx, stores)
+		require.NoError(t, err)
+		require.Equal(t, []int64{3, outbox.BacklogCap, 1, 1}, got, "counted up to BacklogCap")
+
+		missing, err := outbox.NewStore(db, table+"_gone")
+		require.NoError(t, err)
+		_, err = db.BacklogEach(ctx, append(stores, missing))
+		require.True(t, outbox.IsMissingTable(err), "%v", err)
+	})
+}
+
+// claimOne claims the oldest row of s and returns its id.
+func claimOne(t *testing.T, s *outbox.Store) []int64 {
+	t.Helper()
+	rows, err := s.ClaimBatch(context.Background(), outbox.ClaimParams{Owner: "test", Limit: 1})
+	require.NoError(t, err)
+	ids := make([]int64, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+	}
+	return ids
+}

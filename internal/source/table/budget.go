@@ -1,8 +1,15 @@
 package table
 
 import (
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 // Budget is the in-flight budget of one relay over many tables
@@ -18,13 +25,28 @@ import (
 // (relay.batch_size) when that is more, so that claims stay full-sized
 // however many tables have work (bridge-bench's tables phase: with shares
 // of 20 rows, 100 tables relayed 0.71× the rate of one); a table holding
-// no row gets at least one, even over the byte share. So a table with a huge backlog, huge rows or rows stuck in flight
-// holds its share and no more, and a table that starts to have work gets
-// its share as the others settle. Claims (and the probes before them) take
-// turns: one at a time, in the order they asked (a Go channel's waiting
-// senders are served first in, first out), so that a table with work waits
-// at most one claim of every other table.
+// no row gets at least one, even over the byte share. So a table with a
+// huge backlog, huge rows or rows stuck in flight holds its share and no
+// more, and a table that starts to have work gets its share as the others
+// settle.
+//
+// Among the tables with a backlog (their last claim was full), the shares
+// are weighted by backlog: their equal shares together are split in
+// proportion to each one's backlog, as Weigh last counted it (up to
+// outbox.BacklogCap rows), still with the floor of one batch. A table of
+// 100,000 rows waiting so holds more of the budget than one of 2,000,
+// and both drain at about the same time; the tables without a backlog
+// keep their equal share, and the latency it buys their next rows. Until
+// every backlogged table is counted, their shares are equal.
+//
+// Claims (and the probes before them) take turns: one at a time, in the
+// order they asked (a Go channel's waiting senders are served first in,
+// first out), so that a table with work waits at most one claim of every
+// other table.
 type Budget struct {
+	// Weighed receives the backlogs Weigh counted, by table name.
+	Weighed *source.TestSignal[map[string]int64]
+
 	rows  int
 	bytes int64
 	turn  chan struct{}
@@ -57,26 +79,28 @@ func (b *Budget) leave(s *Subscriber) {
 }
 
 // room returns how many rows and bytes s may claim now: what is left of
-// its share, and of the whole budget. When either is used up, s is woken
-// (Subscriber.Wake) by the next settlement of any table.
+// its share (Budget), and of the whole budget. When either is used up, s
+// is woken (Subscriber.Wake) by the next settlement of any table.
 func (b *Budget) room(s *Subscriber) (int, int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var rows, active int
+	var rows int
 	var bytes int64
+	var w weights
 	recent := time.Now().Add(-activeWindow).UnixNano()
 	for m := range b.members {
 		held := m.outstanding.Load()
 		rows += int(held)
 		bytes += m.outstandingBytes.Load()
 		if m != s && (held > 0 || m.claimer.lastClaim.Load() > recent) {
-			active++
+			w.add(m)
 		}
 	}
-	active++ // s
+	w.add(s)
+	shareRows, shareBytes := w.share(s, b.rows, b.bytes)
 	own, ownBytes := int(s.outstanding.Load()), s.outstandingBytes.Load()
-	room := min(max(b.rows/active, s.cfg.BatchSize, 1)-own, b.rows-rows)
-	byteRoom := min(max(b.bytes/int64(active), 1)-ownBytes, b.bytes-bytes)
+	room := min(max(shareRows, s.cfg.BatchSize, 1)-own, b.rows-rows)
+	byteRoom := min(max(shareBytes, 1)-ownBytes, b.bytes-bytes)
 	if own == 0 && room > 0 {
 		byteRoom = max(byteRoom, 1) // a table holding nothing takes at least one row
 	}
@@ -86,6 +110,117 @@ func (b *Budget) room(s *Subscriber) (int, int64) {
 	}
 	return room, byteRoom
 }
+
+// weights tallies the tables with work for their shares.
+type weights struct {
+	active     int   // tables with work
+	backlogged int   // of which with a backlog (their last claim full)
+	backlog    int64 // the backlogged tables' counted backlogs, summed
+	uncounted  bool  // a backlogged table's backlog is not counted yet
+}
+
+func (w *weights) add(m *Subscriber) {
+	w.active++
+	if m.claimer.backlogged.Load() {
+		w.backlogged++
+		n := m.claimer.backlog.Load()
+		w.backlog += n
+		w.uncounted = w.uncounted || n <= 0
+	}
+}
+
+// share is s's share of rows and bytes, before the floor of one batch:
+// the budget over the tables with work; with two or more backlogged
+// tables, all counted, each backlogged one's share is their equal shares
+// together, split by backlog.
+func (w *weights) share(s *Subscriber, rows int, bytes int64) (int, int64) {
+	shareRows, shareBytes := int64(rows/w.active), bytes/int64(w.active)
+	if w.backlogged < 2 || w.uncounted || !s.claimer.backlogged.Load() {
+		return int(shareRows), shareBytes
+	}
+	n, k := s.claimer.backlog.Load(), int64(w.backlogged)
+	return int(shareRows * k * n / w.backlog), shareBytes * k * n / w.backlog
+}
+
+// Weigh counts the backlog of the tables that have one (their last claim
+// was full), every weighInterval until ctx ends, and within weighCheck of
+// a table's claims filling up, in one statement
+// (outbox.DB.BacklogEach), while the shares may depend on it: two tables
+// or more with a backlog, and a budget of more than a batch for each
+// (with less, every one of their shares is one batch, whatever the
+// weights). So it counts at most relay.max_in_flight / relay.batch_size
+// tables (4 by default) per round. A count that fails leaves the weights
+// as they were: the claims' own errors name what is wrong.
+func (b *Budget) Weigh(ctx context.Context, db *outbox.DB, logger *slog.Logger) {
+	t := time.NewTicker(weighCheck)
+	defer t.Stop()
+	var last time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		subs := b.weighable()
+		if len(subs) == 0 || (time.Since(last) < weighInterval && !slices.ContainsFunc(subs, uncounted)) {
+			continue
+		}
+		last = time.Now()
+		// In the order of the tables' names: the same statement round
+		// after round while the same tables have a backlog.
+		slices.SortFunc(subs, func(a, b *Subscriber) int { return strings.Compare(a.store.Table(), b.store.Table()) })
+		stores := make([]*outbox.Store, len(subs))
+		for i, s := range subs {
+			stores[i] = s.store
+		}
+		cctx, cancel := context.WithTimeout(ctx, subs[0].cfg.statementTimeout())
+		counts, err := db.BacklogEach(cctx, stores)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				logger.Debug("count of the backlogged tables' backlogs failed; their shares stay as they were", slog.Int("tables", len(subs)), slog.Any("error", err))
+			}
+			continue
+		}
+		weighed := make(map[string]int64, len(subs))
+		for i, s := range subs {
+			if s.claimer.backlogged.Load() {
+				s.claimer.backlog.Store(max(counts[i], 1))
+			}
+			weighed[s.store.Table()] = counts[i]
+		}
+		b.Weighed.Signal(weighed)
+	}
+}
+
+// weighable returns the tables whose backlog Weigh should count now.
+func (b *Budget) weighable() []*Subscriber {
+	b.mu.Lock()
+	var subs []*Subscriber
+	batches := 0
+	for m := range b.members {
+		if m.claimer.backlogged.Load() {
+			subs = append(subs, m)
+			batches += max(m.cfg.BatchSize, 1)
+		}
+	}
+	b.mu.Unlock()
+	if len(subs) < 2 || b.rows <= batches {
+		return nil
+	}
+	return subs
+}
+
+// uncounted reports whether s has a backlog not counted yet.
+func uncounted(s *Subscriber) bool { return s.claimer.backlog.Load() <= 0 }
+
+// weighInterval is how often Weigh counts the backlogs; weighCheck is how
+// soon it counts a table's backlog not counted yet (a table whose claims
+// just filled up).
+const (
+	weighInterval = 2 * time.Second
+	weighCheck    = 200 * time.Millisecond
+)
 
 // freed wakes the tables that were refused room; a settlement of any
 // table calls it.

@@ -85,3 +85,61 @@ func TestBudgetSharesBetweenTablesWithWork(t *testing.T) {
 	rows, _ = recent.room(busy)
 	require.Equal(t, 2000, rows, "the other table's last claim is older than activeWindow")
 }
+
+// TestBudgetWeighsBacklogs: among the tables with a backlog (their last
+// claim full), the shares are weighted by the backlogs counted: their
+// equal shares together, split in proportion, with the floor of one batch;
+// a table without a backlog keeps its equal share; until every backlogged
+// table is counted, the shares are equal. Weigh counts only while the
+// weights can matter: two backlogged tables or more, and a budget of more
+// than a batch each.
+func TestBudgetWeighsBacklogs(t *testing.T) {
+	b := NewBudget(3000, 3<<20)
+	member := func(backlog int64) *Subscriber {
+		s := &Subscriber{wake: make(chan struct{}, 1), cfg: SubscriberConfig{BatchSize: 100}, claimer: &claimer{}}
+		s.claimer.lastClaim.Store(time.Now().UnixNano())
+		if backlog >= 0 {
+			s.claimer.backlogged.Store(true)
+			s.claimer.backlog.Store(backlog)
+		}
+		b.join(s)
+		return s
+	}
+	big, small, light := member(9000), member(0), member(-1)
+
+	rows, bytes := b.room(big)
+	require.Equal(t, 1000, rows, "the small table's backlog is not counted yet: equal shares")
+	require.EqualValues(t, 1<<20, bytes)
+	require.Len(t, b.weighable(), 2)
+
+	small.claimer.backlog.Store(1000)
+	rows, bytes = b.room(big)
+	require.Equal(t, 1800, rows, "two equal shares (2000), 9,000 of 10,000 rows waiting")
+	require.EqualValues(t, (2<<20)*9/10, bytes)
+	rows, _ = b.room(small)
+	require.Equal(t, 200, rows, "2000 × 1,000 / 10,000")
+	rows, _ = b.room(light)
+	require.Equal(t, 1000, rows, "a table without a backlog keeps its equal share")
+
+	small.claimer.backlog.Store(10)
+	rows, _ = b.room(small)
+	require.Equal(t, 100, rows, "the floor of one batch")
+
+	light.claimer.backlogged.Store(true)
+	light.claimer.backlog.Store(0)
+	rows, _ = b.room(big)
+	require.Equal(t, 1000, rows, "a table newly backlogged, not counted yet: equal shares")
+	b.leave(light)
+	b.leave(small)
+	rows, _ = b.room(big)
+	require.Equal(t, 3000, rows, "alone with work, weights do not matter")
+	require.Empty(t, b.weighable(), "one backlogged table: nothing to weigh")
+
+	tight := NewBudget(1000, 1<<20)
+	for range 2 {
+		s := &Subscriber{wake: make(chan struct{}, 1), cfg: SubscriberConfig{BatchSize: 500}, claimer: &claimer{}}
+		s.claimer.backlogged.Store(true)
+		tight.join(s)
+	}
+	require.Empty(t, tight.weighable(), "a batch each is the whole budget: every share is one batch whatever the weights")
+}

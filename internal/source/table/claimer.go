@@ -37,6 +37,12 @@ type claimer struct {
 	// lastClaim is the unix nanoseconds of the last claim that took rows
 	// (or of NewSubscriber).
 	lastClaim atomic.Int64
+	// backlogged: the last claim statement was full, so more rows may
+	// wait. backlog is the table's backlog as last counted
+	// (Budget.Weigh), 0 when not counted since the table became
+	// backlogged. Both weigh the table's share of a shared budget.
+	backlogged atomic.Bool
+	backlog    atomic.Int64
 
 	// probe: the last claim was not full, so the next tick asks first
 	// whether any row is claimable (see tick). lastFullRun is when the
@@ -206,6 +212,9 @@ func (c *claimer) tick(ctx context.Context, stop <-chan struct{}) (full bool, to
 		return false, 0, err
 	}
 	c.probe = len(rows) < limit
+	if c.backlogged.Swap(len(rows) == limit) && len(rows) < limit {
+		c.backlog.Store(0) // drained: counted again should it fill up
+	}
 	var size int64
 	for i := range rows {
 		size += rows[i].Size()

@@ -123,6 +123,9 @@ func NewGroup(db *outbox.DB, stores []*outbox.Store, unopened map[string]string,
 	}
 }
 
+// Budget is the in-flight budget the tables share.
+func (g *Group) Budget() *Budget { return g.budget }
+
 // kick makes the group resolve its tables again now: a claim found its
 // table missing (dropped), which the next refresh would let go anyway.
 func (g *Group) kick() {
@@ -160,9 +163,14 @@ func (g *Group) Subscribe(ctx context.Context, _ string) (<-chan *message.Messag
 	probed := make(chan struct{})
 	go func() {
 		defer close(probed)
+		var weighing sync.WaitGroup
+		if g.budget != nil {
+			weighing.Go(func() { g.budget.Weigh(probing, g.db, g.logger) })
+		}
 		if g.prober != nil {
 			g.prober.Run(probing)
 		}
+		weighing.Wait()
 	}()
 	go func() {
 		select {
