@@ -110,19 +110,7 @@ func TestMatchTables(t *testing.T) {
 func TestMayClaimEach(t *testing.T) {
 	bridgetest.OnEveryDatabase(t, func(t *testing.T, kind string) {
 		ctx := context.Background()
-		url, table, _ := bridgetest.Outbox(t, kind)
-		db, err := outbox.Open(ctx, url)
-		require.NoError(t, err)
-		t.Cleanup(func() { db.Close() })
-		var stores []*outbox.Store
-		for i := range 4 {
-			name := fmt.Sprintf("%s_%d", table, i)
-			_, err := outbox.Migrate(ctx, db, name)
-			require.NoError(t, err)
-			s, err := outbox.NewStore(db, name)
-			require.NoError(t, err)
-			stores = append(stores, s)
-		}
+		db, table, stores := migrateTables(t, kind, 4)
 		if kind == "sqlite" {
 			_, err := db.MayClaimEach(ctx, stores)
 			require.ErrorIs(t, err, outbox.ErrNoProbe)
@@ -158,19 +146,7 @@ func TestMayClaimEach(t *testing.T) {
 func TestBacklogEach(t *testing.T) {
 	bridgetest.OnEveryDatabase(t, func(t *testing.T, kind string) {
 		ctx := context.Background()
-		url, table, _ := bridgetest.Outbox(t, kind)
-		db, err := outbox.Open(ctx, url)
-		require.NoError(t, err)
-		t.Cleanup(func() { db.Close() })
-		var stores []*outbox.Store
-		for i := range 4 {
-			name := fmt.Sprintf("%s_%d", table, i)
-			_, err := outbox.Migrate(ctx, db, name)
-			require.NoError(t, err)
-			s, err := outbox.NewStore(db, name)
-			require.NoError(t, err)
-			stores = append(stores, s)
-		}
+		db, table, stores := migrateTables(t, kind, 4)
 		bridgetest.Enqueue(t, stores[0], "unkeyed", "")
 		bridgetest.Enqueue(t, stores[0], "head", "k")
 		bridgetest.Enqueue(t, stores[0], "behind", "k")
@@ -219,4 +195,24 @@ func claimOne(t *testing.T, s *outbox.Store) []int64 {
 		ids[i] = r.ID
 	}
 	return ids
+}
+
+// migrateTables opens the test database of kind and migrates n outbox
+// tables in it, named after table with _0, _1, … appended.
+func migrateTables(t *testing.T, kind string, n int) (db *outbox.DB, table string, stores []*outbox.Store) {
+	t.Helper()
+	ctx := context.Background()
+	url, table, _ := bridgetest.Outbox(t, kind)
+	db, err := outbox.Open(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	for i := range n {
+		name := fmt.Sprintf("%s_%d", table, i)
+		_, err := outbox.Migrate(ctx, db, name)
+		require.NoError(t, err)
+		s, err := outbox.NewStore(db, name)
+		require.NoError(t, err)
+		stores = append(stores, s)
+	}
+	return db, table, stores
 }

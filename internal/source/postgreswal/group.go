@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,28 +37,22 @@ import (
 // does not list makes readiness name it with the fix (`bridge migrate`).
 type Group struct {
 	db        *outbox.DB
+	set       *source.TableSet[*member, *memberParts]
 	stream    *slotStream
-	names     []string
-	refresh   time.Duration
 	retention time.Duration
 	build     func(ctx context.Context, store *outbox.Store) (*memberParts, func(), error)
 	reg       prometheus.Registerer
 	logger    *slog.Logger
 
-	// Refreshed receives the tables relayed after each resolution, sorted.
+	// Refreshed receives the tables relayed after each resolution, sorted
+	// (set it before Subscribe).
 	Refreshed *source.TestSignal[[]string]
 	// Signals are given to every table's subscriber as it starts (set them
 	// before Subscribe; one signal is shared by all the tables).
 	Signals struct{ Marked *source.TestSignal[int] }
 
-	mu        sync.Mutex
-	members   map[string]*member // by outbox.DB.FoldName
-	unopened  map[string]string  // tables matched that could not be opened → why
-	inherited map[string]*memberParts
-	initial   []*outbox.Store
-	closed    bool           // no table is added once the group closes
-	serving   sync.WaitGroup // tables whose pipelines have not written their last marks
-	leaving   sync.WaitGroup // tables being let go
+	serving sync.WaitGroup // tables whose pipelines have not written their last marks
+	leaving sync.WaitGroup // tables being let go
 
 	out        chan *message.Message
 	closing    chan struct{}
@@ -83,12 +75,11 @@ type memberParts struct {
 // member is one table of a running Group.
 type member struct {
 	*memberParts
-	cleanup    func()
-	reg        prometheus.Registerer
-	collectors []prometheus.Collector
-	stop       context.CancelFunc
-	forwarded  <-chan struct{} // its messages all went to the group's channel
-	services   <-chan struct{} // its stall watch and retention returned
+	cleanup   func()
+	metrics   *source.TableMetrics
+	stop      context.CancelFunc
+	forwarded <-chan struct{} // its messages all went to the group's channel
+	services  <-chan struct{} // its stall watch and retention returned
 }
 
 // GroupConfig configures a Group.
@@ -113,18 +104,19 @@ type GroupConfig struct {
 // matches; unopened are the tables matched at start that could not be
 // opened, with why.
 func NewGroup(db *outbox.DB, stream *slotStream, stores []*outbox.Store, unopened map[string]string, logger *slog.Logger, cfg GroupConfig) *Group {
-	if unopened == nil {
-		unopened = map[string]string{}
+	g := &Group{
+		db: db, stream: stream, retention: cfg.Retention, build: cfg.Build, reg: cfg.Registerer,
+		logger:  logger.With(slog.String("component", "postgres-wal"), slog.String("slot", stream.cfg.Slot)),
+		closing: make(chan struct{}),
+		done:    make(chan struct{}),
 	}
-	return &Group{
-		db: db, stream: stream, names: cfg.Names, refresh: cfg.Refresh, retention: cfg.Retention, build: cfg.Build, reg: cfg.Registerer,
-		logger:   logger.With(slog.String("component", "postgres-wal"), slog.String("slot", stream.cfg.Slot)),
-		members:  map[string]*member{},
-		unopened: unopened,
-		initial:  stores,
-		closing:  make(chan struct{}),
-		done:     make(chan struct{}),
-	}
+	g.set = source.NewTableSet(db, cfg.Names, cfg.Refresh, stores, unopened, g.logger, source.TableHooks[*member, *memberParts]{
+		Table: func(m *member) string { return m.Store.Table() },
+		Parts: func(m *member) *memberParts { return m.memberParts },
+		Add:   g.add,
+		LetGo: g.letGo,
+	})
+	return g
 }
 
 // Subscribe starts reading the slot and relaying every table, and returns
@@ -140,16 +132,10 @@ func (g *Group) Subscribe(ctx context.Context, _ string) (<-chan *message.Messag
 		return nil, errors.New("postgres-wal group: Subscribe called twice")
 	}
 	g.out = make(chan *message.Message)
-	g.mu.Lock()
-	initial := g.initial
-	g.initial = nil
-	g.mu.Unlock()
-	for _, store := range initial {
-		g.add(ctx, store, false)
-	}
-	g.Refreshed.Signal(g.Tables())
+	g.set.Refreshed = g.Refreshed
+	g.set.Start(ctx)
 	readerDone := goDone(g.stream.loop)
-	refreshed := goDone(func() { g.refreshLoop(ctx) })
+	refreshed := goDone(func() { g.set.RefreshLoop(ctx, g.closing) })
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -157,17 +143,7 @@ func (g *Group) Subscribe(ctx context.Context, _ string) (<-chan *message.Messag
 		case <-g.closing:
 		}
 		<-refreshed
-		g.mu.Lock()
-		g.closed = true
-		members := g.members
-		g.members = map[string]*member{}
-		if g.inherited == nil {
-			g.inherited = map[string]*memberParts{}
-		}
-		for key, m := range members { // for the group of the next relay (Inherit)
-			g.inherited[key] = m.memberParts
-		}
-		g.mu.Unlock()
+		members := g.set.Close()
 		for _, m := range members {
 			m.Subscriber.beginClose()
 		}
@@ -199,118 +175,13 @@ func (g *Group) Close() error {
 func (g *Group) beginClose() { g.closeOnce.Do(func() { close(g.closing) }) }
 
 // Tables are the tables relayed now, sorted.
-func (g *Group) Tables() []string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	out := make([]string, 0, len(g.members)+len(g.initial))
-	for _, m := range g.members {
-		out = append(out, m.Store.Table())
-	}
-	for _, s := range g.initial { // before Subscribe
-		out = append(out, s.Table())
-	}
-	slices.Sort(out)
-	return out
-}
+func (g *Group) Tables() []string { return g.set.Tables() }
 
 // Each calls f with each table relayed now and its subscriber, in the
 // order of the tables' names.
 func (g *Group) Each(f func(table string, sub *Subscriber)) {
-	members := g.running()
-	slices.SortFunc(members, func(a, b *member) int { return strings.Compare(a.Store.Table(), b.Store.Table()) })
-	for _, m := range members {
+	for _, m := range g.set.Members() {
 		f(m.Store.Table(), m.Subscriber)
-	}
-}
-
-// running are the tables relayed now, in no order.
-func (g *Group) running() []*member {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	members := make([]*member, 0, len(g.members))
-	for _, m := range g.members {
-		members = append(members, m)
-	}
-	return members
-}
-
-// refreshLoop resolves the patterns again every refresh until closing.
-func (g *Group) refreshLoop(ctx context.Context) {
-	t := time.NewTicker(g.refresh)
-	defer t.Stop()
-	for {
-		select {
-		case <-g.closing:
-			return
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		g.resolve(ctx)
-		g.Refreshed.Signal(g.Tables())
-	}
-}
-
-// resolve matches the patterns again: it relays the tables matched since
-// and lets go of those no longer matched.
-func (g *Group) resolve(ctx context.Context) {
-	rctx, cancel := context.WithTimeout(ctx, max(g.refresh, 30*time.Second))
-	defer cancel()
-	tables, _, err := g.db.ResolveTables(rctx, g.names)
-	if err != nil {
-		g.logger.Warn("outbox tables not resolved again; relaying those resolved before", slog.Any("error", err), slog.Duration("retry_in", g.refresh))
-		return
-	}
-	want := map[string]string{}
-	for _, t := range tables {
-		want[g.db.FoldName(t)] = t
-	}
-	g.mu.Lock()
-	var gone []*member
-	for key, m := range g.members {
-		if _, ok := want[key]; !ok {
-			gone = append(gone, m)
-			delete(g.members, key)
-		}
-	}
-	for key := range g.unopened {
-		if _, ok := want[key]; !ok {
-			delete(g.unopened, key)
-		}
-	}
-	var added []string
-	for key, t := range want {
-		if _, ok := g.members[key]; !ok {
-			added = append(added, t)
-		}
-	}
-	g.mu.Unlock()
-	for _, m := range gone {
-		g.logger.Info("outbox table let go: no longer matched", slog.String("table", m.Store.Table()))
-		g.letGo(m)
-	}
-	slices.Sort(added)
-	for _, t := range added {
-		store, err := outbox.OpenStore(rctx, g.db, t, g.logger)
-		if err != nil {
-			g.setUnopened(t, err)
-			continue
-		}
-		g.add(ctx, store, true)
-	}
-}
-
-// setUnopened records why table could not be opened, logging it the first
-// time it is seen or when the reason changed.
-func (g *Group) setUnopened(table string, err error) {
-	key, why := g.db.FoldName(table), err.Error()
-	g.mu.Lock()
-	prev, seen := g.unopened[key]
-	g.unopened[key] = why
-	g.mu.Unlock()
-	if !seen || prev != why {
-		g.logger.Warn("outbox table matched and not relayed: it cannot be opened; trying again at each refresh",
-			slog.String("table", table), slog.Any("error", err), slog.Duration("refresh", g.refresh))
 	}
 }
 
@@ -323,38 +194,30 @@ func (g *Group) add(ctx context.Context, store *outbox.Store, later bool) {
 	table := store.Table()
 	parts, cleanup, err := g.build(ctx, store)
 	if err != nil {
-		g.setUnopened(table, err)
+		g.set.SetUnopened(table, err)
 		return
 	}
-	m := &member{memberParts: parts, cleanup: cleanup}
-	key := g.db.FoldName(table)
-	m.reg = prometheus.WrapRegistererWith(prometheus.Labels{"table": table}, g.reg)
-	for _, c := range append(append(m.Subscriber.Collectors(), m.Table, m.Stall.Collector()), m.Reconciler.Collectors()...) {
-		if err := m.reg.Register(c); err != nil {
-			m.unregister()
-			cleanup()
-			g.setUnopened(table, fmt.Errorf("register its metrics: %w", err))
-			return
-		}
-		m.collectors = append(m.collectors, c)
+	metrics, err := source.RegisterTable(g.reg, table, append(append(parts.Subscriber.Collectors(), parts.Table, parts.Stall.Collector()), parts.Reconciler.Collectors()...))
+	if err != nil {
+		cleanup()
+		g.set.SetUnopened(table, err)
+		return
 	}
-	g.mu.Lock()
-	if g.closed {
-		g.mu.Unlock()
-		m.unregister()
+	m := &member{memberParts: parts, cleanup: cleanup, metrics: metrics}
+	admitted := g.set.Admit(table, m, func(prev *memberParts, ok bool) {
+		if ok {
+			m.Subscriber.Inherit(prev.Subscriber)
+			m.Stall.Inherit(prev.Stall)
+			m.Table.Inherit(prev.Table)
+			m.Reconciler.Inherit(prev.Reconciler)
+		}
+		g.serving.Add(1)
+	})
+	if !admitted {
+		metrics.Unregister()
 		cleanup()
 		return
 	}
-	if prev := g.inherited[key]; prev != nil {
-		m.Subscriber.Inherit(prev.Subscriber)
-		m.Stall.Inherit(prev.Stall)
-		m.Table.Inherit(prev.Table)
-		m.Reconciler.Inherit(prev.Reconciler)
-	}
-	g.members[key] = m
-	delete(g.unopened, key)
-	g.serving.Add(1)
-	g.mu.Unlock()
 
 	m.Subscriber.Signals = g.Signals
 	g.stream.add(m.Subscriber)
@@ -408,68 +271,32 @@ func (g *Group) finish(m *member, leave bool) {
 	if leave {
 		g.stream.remove(m.Subscriber)
 	}
-	m.unregister()
+	m.metrics.Unregister()
 	m.cleanup()
-}
-
-func (m *member) unregister() {
-	for _, c := range m.collectors {
-		m.reg.Unregister(c)
-	}
-	m.collectors = nil
 }
 
 // Inherit takes over, table by table, what prev (the group of the relay
 // this process ran before) counted: each table relayed again goes on from
 // its counters, its stall and its last counts. Call it before Subscribe.
-func (g *Group) Inherit(prev *Group) {
-	prev.mu.Lock()
-	parts := map[string]*memberParts{}
-	for key, p := range prev.inherited {
-		parts[key] = p
-	}
-	for key, m := range prev.members {
-		parts[key] = m.memberParts
-	}
-	prev.mu.Unlock()
-	g.mu.Lock()
-	g.inherited = parts
-	g.mu.Unlock()
-}
+func (g *Group) Inherit(prev *Group) { g.set.Inherit(prev.set) }
 
 // Ready is the readiness of the replication stream and of each table: an
 // error while the stream does not run (as Subscriber.Ready) or every table
 // fails; health.Degraded naming the tables that fail (their publication
-// fault, with the fix) or have rows set aside while others relay, and
-// while this relay is a standby.
+// fault, with the fix) or, while the stream runs, have rows set aside while
+// others relay, and while this relay is a standby.
 func (g *Group) Ready(ctx context.Context) error {
 	st := g.stream.state.Load()
 	if !st.streaming && !st.standby {
 		return fmt.Errorf("replication slot %s: not streaming: %w", g.stream.cfg.Slot, st.err)
 	}
-	members := g.running()
-	g.mu.Lock()
-	var failing, degraded []string
-	for key, why := range g.unopened {
-		failing = append(failing, key+": "+why)
-	}
-	total := len(members) + len(g.unopened)
-	g.mu.Unlock()
-	for _, m := range members {
-		switch err := m.Subscriber.Ready(ctx); {
-		case err == nil:
-		case health.IsDegraded(err):
-			if st.streaming {
-				degraded = append(degraded, m.Store.Table()+": "+err.Error())
-			}
-		default:
-			failing = append(failing, m.Store.Table()+": "+err.Error())
+	err := g.set.Ready(ctx, func(ctx context.Context, m *member) error {
+		err := m.Subscriber.Ready(ctx)
+		if health.IsDegraded(err) && !st.streaming {
+			return nil // a standby's tables: the standby says it
 		}
-	}
-	if total == 0 {
-		return health.Degraded(fmt.Errorf("no outbox table matches %s yet (resolved again every database.tables_refresh, %s)", strings.Join(g.names, ", "), g.refresh))
-	}
-	err := source.TablesReady(total, failing, degraded)
+		return err
+	})
 	if st.standby && (err == nil || health.IsDegraded(err)) {
 		standby := fmt.Errorf("standby: replication slot %s is held by %s; this relay waits for it", g.stream.cfg.Slot, st.holder)
 		return health.Degraded(errors.Join(standby, err))
@@ -480,11 +307,9 @@ func (g *Group) Ready(ctx context.Context) error {
 // Alive fails when a table's stall watch does (StallWatch.Alive), naming
 // the table.
 func (g *Group) Alive(ctx context.Context) error {
-	var errs []error
-	for _, m := range g.running() {
-		if err := m.Stall.Alive(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", m.Store.Table(), err))
-		}
-	}
-	return errors.Join(errs...)
+	return g.set.Alive(ctx, func(ctx context.Context, m *member) error { return m.Stall.Alive(ctx) })
 }
+
+// Collector exposes the gauge bridge_outbox_tables{state} (see
+// source.TableSet.Collector).
+func (g *Group) Collector() prometheus.Collector { return g.set.Collector() }

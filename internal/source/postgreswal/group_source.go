@@ -61,10 +61,10 @@ func (s *GroupSource) Describe() []slog.Attr {
 		slog.Int("tables_relayed", len(s.Group.Tables())), slog.String("slot", s.Config.WAL.Slot), slog.String("publication", s.Config.WAL.Publication)}
 }
 
-// Collectors: the slot's metrics; each table's own are registered while it
-// is relayed, labelled table.
+// Collectors: the slot's metrics and bridge_outbox_tables; each table's
+// own are registered while it is relayed, labelled table.
 func (s *GroupSource) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{NewSlotCollector(s.DB.SQL, s.Config.WAL.Slot, 5*time.Second)}
+	return []prometheus.Collector{NewSlotCollector(s.DB.SQL, s.Config.WAL.Slot, 5*time.Second), s.Group.Collector()}
 }
 
 // Checks: ready while the replication stream runs (degraded as a standby,
