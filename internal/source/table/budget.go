@@ -1,6 +1,7 @@
 package table
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"slices"
@@ -30,14 +31,18 @@ import (
 // more, and a table that starts to have work gets its share as the others
 // settle.
 //
-// Among the tables with a backlog (their last claim was full), the shares
-// are weighted by backlog: their equal shares together are split in
+// Among the tables with a backlog (their last claim was full), the row
+// shares are weighted by backlog: their equal shares together are split in
 // proportion to each one's backlog, as Weigh last counted it (up to
-// outbox.BacklogCap rows), still with the floor of one batch. A table of
-// 100,000 rows waiting so holds more of the budget than one of 2,000,
-// and both drain at about the same time; the tables without a backlog
-// keep their equal share, and the latency it buys their next rows. Until
-// every backlogged table is counted, their shares are equal.
+// outbox.BacklogCap rows), with the floor of one batch taken out of the
+// bigger tables' parts (weights.rowShare). A table with 10,000 rows or
+// more waiting so holds five times the rows of one with 2,000, and the
+// two drain in about the same time while the in-flight budget is what
+// bounds them. The tables without a backlog keep their equal share, and
+// the latency it buys their next rows. Until every backlogged table is
+// counted, the shares are equal. The byte shares are equal: a
+// backlogged table's claims stopped by their byte share are not full, and
+// weighting bytes by rows waiting would make the weights come and go.
 //
 // Claims (and the probes before them) take turns: one at a time, in the
 // order they asked (a Go channel's waiting senders are served first in,
@@ -84,23 +89,10 @@ func (b *Budget) leave(s *Subscriber) {
 func (b *Budget) room(s *Subscriber) (int, int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var rows int
-	var bytes int64
-	var w weights
-	recent := time.Now().Add(-activeWindow).UnixNano()
-	for m := range b.members {
-		held := m.outstanding.Load()
-		rows += int(held)
-		bytes += m.outstandingBytes.Load()
-		if m != s && (held > 0 || m.claimer.lastClaim.Load() > recent) {
-			w.add(m)
-		}
-	}
-	w.add(s)
-	shareRows, shareBytes := w.share(s, b.rows, b.bytes)
+	rows, bytes, w := b.tally(s)
 	own, ownBytes := int(s.outstanding.Load()), s.outstandingBytes.Load()
-	room := min(max(shareRows, s.cfg.BatchSize, 1)-own, b.rows-rows)
-	byteRoom := min(max(shareBytes, 1)-ownBytes, b.bytes-bytes)
+	room := min(max(w.rowShare(s, b.rows), s.cfg.BatchSize, 1)-own, b.rows-rows)
+	byteRoom := min(max(b.bytes/int64(w.active), 1)-ownBytes, b.bytes-bytes)
 	if own == 0 && room > 0 {
 		byteRoom = max(byteRoom, 1) // a table holding nothing takes at least one row
 	}
@@ -111,50 +103,97 @@ func (b *Budget) room(s *Subscriber) (int, int64) {
 	return room, byteRoom
 }
 
-// weights tallies the tables with work for their shares.
+// tally returns the rows and bytes the members hold and the weights of
+// the tables with work: those holding rows or having claimed within
+// activeWindow, and s (nil: none) however that is. Call it with b.mu held.
+func (b *Budget) tally(s *Subscriber) (rows int, bytes int64, w weights) {
+	recent := time.Now().Add(-activeWindow).UnixNano()
+	for m := range b.members {
+		held := m.outstanding.Load()
+		rows += int(held)
+		bytes += m.outstandingBytes.Load()
+		if m != s && (held > 0 || m.claimer.lastClaim.Load() > recent) {
+			w.add(m)
+		}
+	}
+	if s != nil {
+		w.add(s)
+	}
+	return rows, bytes, w
+}
+
+// weights are the tables with work, for their shares.
 type weights struct {
-	active     int   // tables with work
-	backlogged int   // of which with a backlog (their last claim full)
-	backlog    int64 // the backlogged tables' counted backlogs, summed
-	uncounted  bool  // a backlogged table's backlog is not counted yet
+	active    int         // tables with work
+	backlog   []backlogOf // of which those with a backlog (their last claim full)
+	floors    int         // their batches, summed
+	uncounted bool        // a backlogged table's backlog is not counted yet
+}
+
+// backlogOf is a table with a backlog and its weight.
+type backlogOf struct {
+	sub *Subscriber
+	n   int64 // its backlog as counted; < 0: not counted yet
 }
 
 func (w *weights) add(m *Subscriber) {
 	w.active++
-	if m.claimer.backlogged.Load() {
-		w.backlogged++
-		n := m.claimer.backlog.Load()
-		w.backlog += n
-		w.uncounted = w.uncounted || n <= 0
+	if n := m.claimer.backlog.Load(); n != 0 {
+		w.backlog = append(w.backlog, backlogOf{m, n})
+		w.floors += max(m.cfg.BatchSize, 1)
+		w.uncounted = w.uncounted || n < 0
 	}
 }
 
-// share is s's share of rows and bytes, before the floor of one batch:
-// the budget over the tables with work; with two or more backlogged
-// tables, all counted, each backlogged one's share is their equal shares
-// together, split by backlog.
-func (w *weights) share(s *Subscriber, rows int, bytes int64) (int, int64) {
-	shareRows, shareBytes := int64(rows/w.active), bytes/int64(w.active)
-	if w.backlogged < 2 || w.uncounted || !s.claimer.backlogged.Load() {
-		return int(shareRows), shareBytes
+// weighed reports whether the backlogs split the shares: two tables or
+// more with a backlog, and their equal shares together more than a batch
+// for each (with less, each gets its batch, whatever the weights).
+func (w *weights) weighed(rows int) bool {
+	return len(w.backlog) >= 2 && (rows/max(w.active, 1))*len(w.backlog) > w.floors
+}
+
+// rowShare is s's share of rows, before the floor of one batch: the
+// budget over the tables with work; when the backlogs weigh (weighed) and
+// are all counted, a backlogged table's share is from their equal shares
+// together (the pool), split by backlog: the tables in order of backlog,
+// smallest first, each taking its part of what is left of the pool, or
+// its batch when that is more, so that the floors come out of the bigger
+// tables' parts and not out of the tables without a backlog.
+func (w *weights) rowShare(s *Subscriber, rows int) int {
+	equal := rows / max(w.active, 1)
+	if !w.weighed(rows) || w.uncounted || s.claimer.backlog.Load() <= 0 {
+		return equal
 	}
-	n, k := s.claimer.backlog.Load(), int64(w.backlogged)
-	return int(shareRows * k * n / w.backlog), shareBytes * k * n / w.backlog
+	slices.SortFunc(w.backlog, func(a, b backlogOf) int { return cmp.Compare(a.n, b.n) })
+	left := int64(equal * len(w.backlog))
+	var total int64
+	for _, t := range w.backlog {
+		total += t.n
+	}
+	for _, t := range w.backlog {
+		part := max(left*t.n/max(total, 1), int64(max(t.sub.cfg.BatchSize, 1)))
+		if t.sub == s {
+			return int(part)
+		}
+		left, total = left-part, total-t.n
+	}
+	return equal // s was not counted among them: not reached
 }
 
 // Weigh counts the backlog of the tables that have one (their last claim
-// was full), every weighInterval until ctx ends, and within weighCheck of
-// a table's claims filling up, in one statement
-// (outbox.DB.BacklogEach), while the shares may depend on it: two tables
-// or more with a backlog, and a budget of more than a batch for each
-// (with less, every one of their shares is one batch, whatever the
-// weights). So it counts at most relay.max_in_flight / relay.batch_size
-// tables (4 by default) per round. A count that fails leaves the weights
-// as they were: the claims' own errors name what is wrong.
+// was full) in one statement (outbox.DB.BacklogEach), while the backlogs
+// weigh the shares (weights.weighed: two tables or more with a backlog,
+// and a budget of more than a batch for each, so fewer than
+// relay.max_in_flight / relay.batch_size tables, 3 by default):
+// within weighCheck of a table's claims filling up, then every
+// weighInterval, until ctx ends. A count that fails leaves the weights as
+// they were (a table not counted yet: equal shares) and is tried again
+// after weighInterval; the claims' own errors name what is wrong.
 func (b *Budget) Weigh(ctx context.Context, db *outbox.DB, logger *slog.Logger) {
 	t := time.NewTicker(weighCheck)
 	defer t.Stop()
 	var last time.Time
+	var failed bool
 	for {
 		select {
 		case <-ctx.Done():
@@ -162,7 +201,10 @@ func (b *Budget) Weigh(ctx context.Context, db *outbox.DB, logger *slog.Logger) 
 		case <-t.C:
 		}
 		subs := b.weighable()
-		if len(subs) == 0 || (time.Since(last) < weighInterval && !slices.ContainsFunc(subs, uncounted)) {
+		if len(subs) == 0 {
+			continue
+		}
+		if time.Since(last) < weighInterval && (failed || !slices.ContainsFunc(subs, uncounted)) {
 			continue
 		}
 		last = time.Now()
@@ -178,15 +220,19 @@ func (b *Budget) Weigh(ctx context.Context, db *outbox.DB, logger *slog.Logger) 
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
-				logger.Debug("count of the backlogged tables' backlogs failed; their shares stay as they were", slog.Int("tables", len(subs)), slog.Any("error", err))
+				level := slog.LevelDebug
+				if !failed {
+					level = slog.LevelWarn
+				}
+				logger.Log(ctx, level, "count of the backlogged tables' backlogs failed; their shares stay as they were", slog.Int("tables", len(subs)), slog.Any("error", err), slog.Duration("retry_in", weighInterval))
 			}
+			failed = true
 			continue
 		}
+		failed = false
 		weighed := make(map[string]int64, len(subs))
 		for i, s := range subs {
-			if s.claimer.backlogged.Load() {
-				s.claimer.backlog.Store(max(counts[i], 1))
-			}
+			s.claimer.setBacklog(counts[i])
 			weighed[s.store.Table()] = counts[i]
 		}
 		b.Weighed.Signal(weighed)
@@ -196,23 +242,20 @@ func (b *Budget) Weigh(ctx context.Context, db *outbox.DB, logger *slog.Logger) 
 // weighable returns the tables whose backlog Weigh should count now.
 func (b *Budget) weighable() []*Subscriber {
 	b.mu.Lock()
-	var subs []*Subscriber
-	batches := 0
-	for m := range b.members {
-		if m.claimer.backlogged.Load() {
-			subs = append(subs, m)
-			batches += max(m.cfg.BatchSize, 1)
-		}
-	}
-	b.mu.Unlock()
-	if len(subs) < 2 || b.rows <= batches {
+	defer b.mu.Unlock()
+	_, _, w := b.tally(nil)
+	if !w.weighed(b.rows) {
 		return nil
+	}
+	subs := make([]*Subscriber, len(w.backlog))
+	for i, t := range w.backlog {
+		subs[i] = t.sub
 	}
 	return subs
 }
 
 // uncounted reports whether s has a backlog not counted yet.
-func uncounted(s *Subscriber) bool { return s.claimer.backlog.Load() <= 0 }
+func uncounted(s *Subscriber) bool { return s.claimer.backlog.Load() < 0 }
 
 // weighInterval is how often Weigh counts the backlogs; weighCheck is how
 // soon it counts a table's backlog not counted yet (a table whose claims

@@ -87,46 +87,54 @@ func TestBudgetSharesBetweenTablesWithWork(t *testing.T) {
 }
 
 // TestBudgetWeighsBacklogs: among the tables with a backlog (their last
-// claim full), the shares are weighted by the backlogs counted: their
-// equal shares together, split in proportion, with the floor of one batch;
-// a table without a backlog keeps its equal share; until every backlogged
-// table is counted, the shares are equal. Weigh counts only while the
-// weights can matter: two backlogged tables or more, and a budget of more
-// than a batch each.
+// claim full), the row shares are weighted by the backlogs counted: their
+// equal shares together, split in proportion, the floor of one batch taken
+// from the bigger tables' parts and not from the tables without a
+// backlog, which keep their equal share; bytes are shared equally, however
+// large the byte budget; until every backlogged table is counted, the
+// shares are equal. Weigh counts only while the weights can matter: two
+// backlogged tables or more, and their equal shares more than a batch
+// each.
 func TestBudgetWeighsBacklogs(t *testing.T) {
 	b := NewBudget(3000, 3<<20)
-	member := func(backlog int64) *Subscriber {
-		s := &Subscriber{wake: make(chan struct{}, 1), cfg: SubscriberConfig{BatchSize: 100}, claimer: &claimer{}}
+	member := func(b *Budget, batch int, backlog int64) *Subscriber {
+		s := &Subscriber{wake: make(chan struct{}, 1), cfg: SubscriberConfig{BatchSize: batch}, claimer: &claimer{}}
 		s.claimer.lastClaim.Store(time.Now().UnixNano())
-		if backlog >= 0 {
-			s.claimer.backlogged.Store(true)
-			s.claimer.backlog.Store(backlog)
-		}
+		s.claimer.backlog.Store(backlog)
 		b.join(s)
 		return s
 	}
-	big, small, light := member(9000), member(0), member(-1)
+	big, small, light := member(b, 100, 9000), member(b, 100, -1), member(b, 100, 0)
 
 	rows, bytes := b.room(big)
 	require.Equal(t, 1000, rows, "the small table's backlog is not counted yet: equal shares")
 	require.EqualValues(t, 1<<20, bytes)
 	require.Len(t, b.weighable(), 2)
 
-	small.claimer.backlog.Store(1000)
+	small.claimer.setBacklog(1000)
 	rows, bytes = b.room(big)
 	require.Equal(t, 1800, rows, "two equal shares (2000), 9,000 of 10,000 rows waiting")
-	require.EqualValues(t, (2<<20)*9/10, bytes)
+	require.EqualValues(t, 1<<20, bytes, "bytes are shared equally")
 	rows, _ = b.room(small)
 	require.Equal(t, 200, rows, "2000 × 1,000 / 10,000")
 	rows, _ = b.room(light)
 	require.Equal(t, 1000, rows, "a table without a backlog keeps its equal share")
 
-	small.claimer.backlog.Store(10)
+	small.claimer.setBacklog(10)
 	rows, _ = b.room(small)
 	require.Equal(t, 100, rows, "the floor of one batch")
+	rows, _ = b.room(big)
+	require.Equal(t, 1900, rows, "the floor comes out of the bigger table's part")
 
-	light.claimer.backlogged.Store(true)
-	light.claimer.backlog.Store(0)
+	small.claimer.backlog.Store(0) // its claim was not full
+	small.claimer.setBacklog(500)
+	require.Zero(t, small.claimer.backlog.Load(), "a count that lands after the claims stopped being full is dropped")
+	rows, _ = b.room(big)
+	require.Equal(t, 1000, rows, "one backlogged table: equal shares")
+
+	light.claimer.backlog.Store(-1)
+	small.claimer.backlog.Store(-1)
+	small.claimer.setBacklog(1000)
 	rows, _ = b.room(big)
 	require.Equal(t, 1000, rows, "a table newly backlogged, not counted yet: equal shares")
 	b.leave(light)
@@ -135,11 +143,29 @@ func TestBudgetWeighsBacklogs(t *testing.T) {
 	require.Equal(t, 3000, rows, "alone with work, weights do not matter")
 	require.Empty(t, b.weighable(), "one backlogged table: nothing to weigh")
 
+	// Floors never eat into the shares of the tables without a backlog:
+	// backlogs of 10,000, 10 and 10 and a table without one, batches of
+	// 500, 4000 rows: equal shares of 1000, a pool of 3000 for the three.
+	floors := NewBudget(4000, 1<<20)
+	huge, tiny1, tiny2, steady := member(floors, 500, 10000), member(floors, 500, 10), member(floors, 500, 10), member(floors, 500, 0)
+	rows, _ = floors.room(huge)
+	require.Equal(t, 2000, rows, "the pool less the two floors")
+	huge.outstanding.Store(2000)
+	tiny1.outstanding.Store(500)
+	tiny2.outstanding.Store(500)
+	rows, _ = floors.room(steady)
+	require.Equal(t, 1000, rows, "the table without a backlog still has its equal share")
+
 	tight := NewBudget(1000, 1<<20)
-	for range 2 {
-		s := &Subscriber{wake: make(chan struct{}, 1), cfg: SubscriberConfig{BatchSize: 500}, claimer: &claimer{}}
-		s.claimer.backlogged.Store(true)
-		tight.join(s)
-	}
+	member(tight, 500, -1)
+	member(tight, 500, -1)
 	require.Empty(t, tight.weighable(), "a batch each is the whole budget: every share is one batch whatever the weights")
+
+	// A byte budget far beyond any table (set to mean "no byte limit")
+	// shares as any other: no overflow into a share of one byte.
+	vast := NewBudget(2000, 1<<62)
+	x, _ := member(vast, 100, 10000), member(vast, 100, 10000)
+	rows, bytes = vast.room(x)
+	require.Equal(t, 1000, rows)
+	require.EqualValues(t, int64(1)<<61, bytes)
 }

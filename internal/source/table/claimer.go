@@ -37,12 +37,11 @@ type claimer struct {
 	// lastClaim is the unix nanoseconds of the last claim that took rows
 	// (or of NewSubscriber).
 	lastClaim atomic.Int64
-	// backlogged: the last claim statement was full, so more rows may
-	// wait. backlog is the table's backlog as last counted
-	// (Budget.Weigh), 0 when not counted since the table became
-	// backlogged. Both weigh the table's share of a shared budget.
-	backlogged atomic.Bool
-	backlog    atomic.Int64
+	// backlog weighs the table's share of a shared budget: 0 while its
+	// last claim statement was not full; while it was (more rows may
+	// wait), the backlog as last counted (Budget.Weigh), or -1 when not
+	// counted since the claims filled up.
+	backlog atomic.Int64
 
 	// probe: the last claim was not full, so the next tick asks first
 	// whether any row is claimable (see tick). lastFullRun is when the
@@ -71,6 +70,17 @@ const claimProbeSpan = 40
 // claimProbeSpan, was a fifth of an idle relay's database CPU over 100
 // tables.
 const parkedClaimSpan = 6 * claimProbeSpan
+
+// setBacklog records n, the backlog counted, unless the table's claims
+// stopped being full meanwhile (backlog 0).
+func (c *claimer) setBacklog(n int64) {
+	for {
+		old := c.backlog.Load()
+		if old == 0 || c.backlog.CompareAndSwap(old, max(n, 1)) {
+			return
+		}
+	}
+}
 
 func newClaimer(sub *Subscriber) *claimer {
 	c := &claimer{sub: sub}
@@ -212,7 +222,9 @@ func (c *claimer) tick(ctx context.Context, stop <-chan struct{}) (full bool, to
 		return false, 0, err
 	}
 	c.probe = len(rows) < limit
-	if c.backlogged.Swap(len(rows) == limit) && len(rows) < limit {
+	if len(rows) == limit {
+		c.backlog.CompareAndSwap(0, -1) // filled up: to be counted
+	} else {
 		c.backlog.Store(0) // drained: counted again should it fill up
 	}
 	var size int64

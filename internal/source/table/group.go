@@ -196,7 +196,6 @@ func (g *Group) Each(f func(table string, sub *Subscriber)) {
 // Budget is the in-flight budget the tables share.
 func (g *Group) Budget() *Budget { return g.budget }
 
-
 // add builds and starts the relay of one table. A table whose parts
 // cannot be built or whose metrics cannot be registered is recorded as
 // unopened.
