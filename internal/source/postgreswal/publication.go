@@ -68,7 +68,8 @@ func (s *Subscriber) publicationLoop() {
 		case <-time.After(publicationCheckEvery):
 		}
 		ctx, cancel := context.WithTimeout(s.hardCtx, publicationCheckEvery)
-		p, err := readPublication(ctx, s.db.SQL, s.cfg.Names)
+		all, err := s.stream.publication(ctx)
+		p := all.of(s.table)
 		if err == nil {
 			s.setPublicationFault(publicationFault(s.cfg.Names, p))
 		}

@@ -123,49 +123,93 @@ type publicationState struct {
 // pg_publication_tables; a publication that does not exist is the zero
 // state.
 func readPublication(ctx context.Context, db *sql.DB, n Names) (publicationState, error) {
+	p, err := readPublicationTables(ctx, db, n.Publication)
+	if err != nil {
+		return publicationState{}, err
+	}
 	schema, table := splitTable(n.Table)
-	p := publicationState{exists: true}
-	err := db.QueryRowContext(ctx, `SELECT EXISTS (
-	SELECT 1 FROM pg_publication_tables t WHERE t.pubname = p.pubname
-	AND t.schemaname = coalesce($2::text, current_schema()) AND t.tablename = $3::text),
-	p.pubinsert, p.pubupdate, p.pubdelete, p.pubtruncate
-FROM pg_publication p WHERE p.pubname = $1`, n.Publication, schema, table).Scan(&p.hasTable, &p.insert, &p.update, &p.delete, &p.truncate)
-	if errors.Is(err, sql.ErrNoRows) {
-		return publicationState{}, nil
+	q := qualifiedName{schema: p.current, name: table}
+	if schema != nil {
+		q.schema = schema.(string)
+	}
+	return p.of(q), nil
+}
+
+// publicationTables is a publication as the catalog has it, with the
+// tables it publishes: one read serves every table of a stream
+// (slotStream.publication).
+type publicationTables struct {
+	exists bool
+	// What it publishes (pg_publication.pub*).
+	insert, update, delete, truncate bool
+	// current is the session's current_schema(), the schema of an
+	// unqualified table name.
+	current string
+	// tables are the tables it publishes (pg_publication_tables: FOR ALL
+	// TABLES and FOR TABLES IN SCHEMA included), each with how it filters
+	// the table's rows or columns ("" when it publishes them all; see
+	// publicationState.partial).
+	tables map[qualifiedName]string
+}
+
+// of is the publication's state for table q.
+func (p publicationTables) of(q qualifiedName) publicationState {
+	if !p.exists {
+		return publicationState{}
+	}
+	partial, has := p.tables[q]
+	return publicationState{exists: true, hasTable: has, insert: p.insert, update: p.update, delete: p.delete, truncate: p.truncate, partial: partial}
+}
+
+// readPublicationTables reads publication pub and its tables in one
+// statement. A row filter drops rows from the stream, a column list sends
+// rows without the columns the relay reads (PostgreSQL 15 and later:
+// pg_publication_tables.rowfilter and attnames; before, the statement
+// without them); either way the rows reach the relay only through the
+// sweep, late and out of commit order, or not whole.
+func readPublicationTables(ctx context.Context, db *sql.DB, pub string) (publicationTables, error) {
+	const head = `SELECT p.pubinsert, p.pubupdate, p.pubdelete, p.pubtruncate, coalesce(current_schema(), ''), t.schemaname, t.tablename`
+	const from = `
+FROM pg_publication p LEFT JOIN pg_publication_tables t ON t.pubname = p.pubname WHERE p.pubname = $1`
+	// (A publication without a table has one row, its table NULL, which
+	// format's %I refuses.)
+	filters := `, t.rowfilter, CASE WHEN t.tablename IS NULL THEN 0 ELSE (SELECT count(*) FROM pg_attribute a
+	WHERE a.attrelid = to_regclass(format('%I.%I', t.schemaname, t.tablename))
+	AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '') - coalesce(array_length(t.attnames, 1), 0) END`
+	rows, err := db.QueryContext(ctx, head+filters+from, pub)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42703" {
+		// undefined_column: before PostgreSQL 15, no column lists or
+		// row filters.
+		filters = `, NULL::text, 0`
+		rows, err = db.QueryContext(ctx, head+filters+from, pub)
 	}
 	if err != nil {
-		return publicationState{}, fmt.Errorf("look up publication %s: %w", n.Publication, err)
+		return publicationTables{}, fmt.Errorf("look up publication %s: %w", pub, err)
 	}
-	if p.hasTable {
-		if p.partial, err = publicationFilter(ctx, db, n, schema, table); err != nil {
-			return publicationState{}, err
+	defer rows.Close()
+	p := publicationTables{tables: map[qualifiedName]string{}}
+	for rows.Next() {
+		var schema, table, filter sql.NullString
+		var missing sql.NullInt64
+		if err := rows.Scan(&p.insert, &p.update, &p.delete, &p.truncate, &p.current, &schema, &table, &filter, &missing); err != nil {
+			return publicationTables{}, fmt.Errorf("look up publication %s: %w", pub, err)
 		}
+		p.exists = true
+		if schema.Valid {
+			p.tables[qualifiedName{schema: schema.String, name: table.String}] = partialOf(filter, missing.Int64)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return publicationTables{}, fmt.Errorf("look up publication %s: %w", pub, err)
 	}
 	return p, nil
 }
 
-// publicationFilter says how publication n filters the table's rows (a
-// WHERE clause) or columns (a column list), both PostgreSQL 15 and later
-// (pg_publication_tables.rowfilter and attnames); "" when it does not. A
-// row filter drops rows from the stream; a column list sends rows without
-// the columns the relay reads. Either way the rows reach the relay only
-// through the sweep, late and out of commit order, or not whole.
-func publicationFilter(ctx context.Context, db *sql.DB, n Names, schema any, table string) (string, error) {
-	var filter sql.NullString
-	var missing int
-	err := db.QueryRowContext(ctx, `SELECT t.rowfilter, (SELECT count(*) FROM pg_attribute a WHERE a.attrelid = to_regclass($4)
-	AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '') - coalesce(array_length(t.attnames, 1), 0)
-FROM pg_publication_tables t WHERE t.pubname = $1 AND t.schemaname = coalesce($2::text, current_schema()) AND t.tablename = $3::text`,
-		n.Publication, schema, table, n.Table).Scan(&filter, &missing)
-	var pgErr *pgconn.PgError
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return "", nil
-	case errors.As(err, &pgErr) && pgErr.Code == "42703":
-		return "", nil // undefined_column: before PostgreSQL 15, no column lists or row filters
-	case err != nil:
-		return "", fmt.Errorf("look up the columns and row filter of publication %s: %w", n.Publication, err)
-	}
+// partialOf says how a publication filters a table's rows (filter, its
+// WHERE clause) or columns (missing of them left out); "" when it does
+// not.
+func partialOf(filter sql.NullString, missing int64) string {
 	var what []string
 	if missing > 0 {
 		what = append(what, fmt.Sprintf("a column list without %d of the table's columns", missing))
@@ -173,7 +217,7 @@ FROM pg_publication_tables t WHERE t.pubname = $1 AND t.schemaname = coalesce($2
 	if filter.Valid {
 		what = append(what, "a row filter WHERE "+filter.String)
 	}
-	return strings.Join(what, " and "), nil
+	return strings.Join(what, " and ")
 }
 
 // qualifiedName is a table's schema and name as the catalog spells them.
