@@ -83,8 +83,8 @@ type slotStream struct {
 func (st *slotStream) publication(ctx context.Context) (publicationTables, error) {
 	st.pubMu.Lock()
 	defer st.pubMu.Unlock()
-	if st.pubErr == nil && !st.pubAt.IsZero() && time.Since(st.pubAt) < publicationReuse {
-		return st.pub, nil
+	if !st.pubAt.IsZero() && time.Since(st.pubAt) < publicationReuse {
+		return st.pub, st.pubErr // a failed read too: the database away fails them all alike
 	}
 	st.pub, st.pubErr = readPublicationTables(ctx, st.db.SQL, st.cfg.Publication)
 	st.pubAt = time.Now()
