@@ -457,6 +457,44 @@ func TestBacklogsWeighTheirShares(t *testing.T) {
 	require.Equal(t, map[string]uint64{"events.t0": big, "events.t1": small}, info.State.Subjects, "every row once")
 }
 
+// TestADroppedBusyTableLeavesTheOthersRelaying: one relay (source: table)
+// over two tenants; one is dropped while its 30,000-row backlog is
+// relayed, so the marks of its rows in flight fail and its drain gives
+// up. The table is let go and the relay goes on: the other tenant's rows
+// written after are relayed, and the relay stops cleanly. (Before, the
+// rows whose outcome came after the drain gave up were sent to the closed
+// settlement channel, and the panic ended the process: a newcomer's
+// trial.)
+func TestADroppedBusyTableLeavesTheOthersRelaying(t *testing.T) {
+	t.Parallel()
+	tn := newTenants(t, "postgres", 2)
+	n := bridgetest.StartNATS(t)
+	_, js := n.JetStream(t)
+	cfg := tn.config(t, n)
+	cfg.Dedup.Namespace = "{schema}"
+	cfg.ShutdownTimeout = 2 * time.Second // a drain of 1 s
+	require.NoError(t, cfg.Validate())
+	relay, cleanup := newRelay(t, cfg)
+	group := relay.Source.(*table.GroupSource).Group
+	group.Refreshed = source.NewTestSignal[[]string]()
+	runRelay(t, relay, cleanup)
+	require.Len(t, group.Refreshed.Wait(t), 2)
+
+	tn.exec(t, "INSERT INTO "+tn.table(0)+" (idempotency_key, subject, payload, headers) SELECT 'bulk-' || g, 'events."+tn.schema(0)+"', 'x', '{}' FROM generate_series(1, 30000) g")
+	bridgetest.WaitFor(t, 60*time.Second, func() bool { return bridge.Observe(relay).Relayed > 2000 }, "the backlog being relayed")
+	tn.drop(t, 0)
+	group.Refreshed.WaitUntilWithin(t, time.Minute, func() bool { return len(group.Tables()) == 1 }, "the dropped table let go")
+	time.Sleep(8 * time.Second) // the dropped table's drain gives up meanwhile (1 s, then 5 s for the writes)
+	stream, err := js.Stream(context.Background(), "EVENTS")
+	require.NoError(t, err)
+	before := int(stream.CachedInfo().State.Msgs)
+	store := tn.store(t, 1)
+	for i := range 20 {
+		bridgetest.Enqueue(t, store, fmt.Sprintf("after-%d", i), "")
+	}
+	bridgetest.WaitMessages(t, js, "EVENTS", before+20, 30*time.Second)
+}
+
 // TestIdleTablesWaitForOneProbe: a relay over 30 idle tables (PostgreSQL
 // and MariaDB) asks about them in one statement per poll (the group's
 // Prober, outbox.DB.MayClaimEach) instead of each table probing on its

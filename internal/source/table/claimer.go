@@ -357,7 +357,7 @@ func (c *claimer) reconcile(ctx context.Context, rows []outbox.Row, claimStart t
 	for _, row := range rows {
 		if why, ok := held[row.ID]; ok {
 			s.outstanding.Add(1)
-			s.settleCh <- settlement{row: row, err: "in doubt, not published again: " + why, held: true, holdFor: doubtHoldBack}
+			s.settle(settlement{row: row, err: "in doubt, not published again: " + why, held: true, holdFor: doubtHoldBack})
 			continue
 		}
 		stored, ok := found[row.ID]
@@ -368,7 +368,7 @@ func (c *claimer) reconcile(ctx context.Context, rows []outbox.Row, claimStart t
 		s.outstanding.Add(1)
 		st := settled(row)
 		st.done, st.stream, st.seq = true, stored.Stream, stored.Seq
-		s.settleCh <- st
+		s.settle(st)
 	}
 	return out
 }

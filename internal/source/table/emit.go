@@ -39,7 +39,7 @@ func (s *Subscriber) emit(rows []outbox.Row, claimed claimWindow, out chan<- *me
 			s.outstanding.Add(1)
 			st := settled(row)
 			st.err, st.permanent = err.Error(), true
-			s.settleCh <- st
+			s.settle(st)
 			continue
 		}
 		d, m := &deliveries[len(ds)], &msgs[len(ds)]
@@ -105,7 +105,7 @@ func (w *watched) reported(i int) {
 		st.holdFor = out.HoldFor
 	}
 	w.rows[i].Payload, d.Msg.Data = nil, nil
-	w.s.settleCh <- st
+	w.s.settle(st)
 }
 
 // watch waits until every row of an emitted batch is settled: the
@@ -168,7 +168,7 @@ func (s *Subscriber) watch(w *watched) {
 				st = unsent(i)
 			}
 			w.rows[i].Payload = nil
-			s.settleCh <- st
+			s.settle(st)
 		}
 	}
 }

@@ -40,20 +40,42 @@ func settled(row outbox.Row) settlement {
 	return settlement{row: row, size: size}
 }
 
+// settle queues st for the settle loop. Once the loop has ended (the
+// subscriber closed after its drain gave up: a batch whose outcome comes
+// later, a table dropped with rows in flight) st is dropped: its row stays
+// in flight until its lease expires, as the drain said, and the relay
+// goes on (a send on the closed channel here ended the process: a
+// newcomer's trial, a tenant dropped mid-backlog).
+func (s *Subscriber) settle(st settlement) {
+	select {
+	case s.settleCh <- st:
+	case <-s.settleEnded:
+	}
+}
+
 // settleLoop writes settlements in batches: it blocks for the first, takes
 // whatever else is already queued, writes them, and repeats. Under load
-// batches grow; when idle a settlement is written at once.
+// batches grow; when idle a settlement is written at once. Once settleStop
+// is closed it writes what is queued and returns.
 func (s *Subscriber) settleLoop() {
+	defer close(s.settleEnded)
 	batch := make([]settlement, 0, settleBatchMax)
-	for first := range s.settleCh {
+	for {
+		var first settlement
+		select {
+		case first = <-s.settleCh:
+		case <-s.settleStop:
+			select {
+			case first = <-s.settleCh:
+			default:
+				return // nothing queued
+			}
+		}
 		batch = append(batch[:0], first)
 	fill:
 		for len(batch) < settleBatchMax {
 			select {
-			case st, ok := <-s.settleCh:
-				if !ok {
-					break fill
-				}
+			case st := <-s.settleCh:
 				batch = append(batch, st)
 			default:
 				break fill
@@ -230,9 +252,10 @@ func (s *Subscriber) logFailures(failures []outbox.Failure) {
 }
 
 // completer is the service that writes settlements (settleLoop). It does
-// not end with its context: Stop closes the settlement channel, and the
-// loop returns once it has written every settlement queued before. Stop it
-// after the last settlement was queued (after the drain).
+// not end with its context: Stop tells the loop to stop, and the loop
+// returns once it has written every settlement queued before. Stop it
+// after the last settlement was queued (after the drain); one queued after
+// that is dropped (Subscriber.settle).
 type completer struct {
 	source.StartStop
 	sub       *Subscriber
@@ -244,9 +267,9 @@ func (c *completer) Start(ctx context.Context) {
 	c.StartLoop(ctx, func(context.Context) { c.sub.settleLoop() })
 }
 
-// Stop closes the settlement channel and waits for the settlements queued
-// to be written.
+// Stop ends the settle loop and waits for the settlements queued to be
+// written.
 func (c *completer) Stop() {
-	c.closeOnce.Do(func() { close(c.sub.settleCh) })
+	c.closeOnce.Do(func() { close(c.sub.settleStop) })
 	c.StartStop.Stop()
 }

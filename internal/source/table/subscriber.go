@@ -213,7 +213,9 @@ type Subscriber struct {
 	outstanding      atomic.Int64
 	outstandingBytes atomic.Int64
 	wake             chan struct{}
-	settleCh         chan settlement
+	settleCh         chan settlement // what settle queues for the settle loop
+	settleStop       chan struct{}   // closed by completer.Stop: the loop writes what is queued and returns
+	settleEnded      chan struct{}   // closed when the settle loop returned
 	doneBuf          []outbox.Done // the settle loop's, reused by every flush
 
 	// marks is the recent record of the settlement writes, for readiness
@@ -259,6 +261,8 @@ func NewSubscriber(store *outbox.Store, logger *slog.Logger, cfg SubscriberConfi
 		logger:       logger.With(slog.String("component", "outbox"), slog.String("table", store.Table())),
 		wake:         make(chan struct{}, 1),
 		settleCh:     make(chan settlement, settleQueue(cfg)),
+		settleStop:   make(chan struct{}),
+		settleEnded:  make(chan struct{}),
 		closing:      make(chan struct{}),
 		drainExpired: make(chan struct{}),
 		done:         make(chan struct{}),
@@ -405,7 +409,7 @@ func (s *Subscriber) release(rows []outbox.Row) {
 		s.outstanding.Add(1)
 		st := settled(row)
 		st.err, st.refund = "released at shutdown before publishing", true
-		s.settleCh <- st
+		s.settle(st)
 	}
 }
 
