@@ -245,7 +245,11 @@ func (g *Group) add(ctx context.Context, store *outbox.Store, later bool) {
 		default:
 		}
 	}
-	g.logger.Debug("outbox table relayed", slog.String("table", table))
+	level := slog.LevelDebug // at start: the relay's start line counts them
+	if later {
+		level = slog.LevelInfo // a table that joined: a new tenant
+	}
+	g.logger.Log(ctx, level, "outbox table relayed", slog.String("table", table))
 }
 
 // letGo stops one table's relay in the background: its rows in flight

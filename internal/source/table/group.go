@@ -106,7 +106,7 @@ func NewGroup(db *outbox.DB, stores []*outbox.Store, unopened map[string]string,
 	g.set = source.NewTableSet(db, cfg.Names, cfg.Refresh, stores, unopened, g.logger, source.TableHooks[*member, *memberParts]{
 		Table: func(m *member) string { return m.Store.Table() },
 		Parts: func(m *member) *memberParts { return m.memberParts },
-		Add:   func(ctx context.Context, store *outbox.Store, _ bool) { g.add(ctx, store) },
+		Add:   g.add,
 		LetGo: g.letGo,
 	})
 	return g
@@ -196,10 +196,10 @@ func (g *Group) Each(f func(table string, sub *Subscriber)) {
 // Budget is the in-flight budget the tables share.
 func (g *Group) Budget() *Budget { return g.budget }
 
-// add builds and starts the relay of one table. A table whose parts
-// cannot be built or whose metrics cannot be registered is recorded as
-// unopened.
-func (g *Group) add(ctx context.Context, store *outbox.Store) {
+// add builds and starts the relay of one table (later: matched by a
+// refresh, after the start). A table whose parts cannot be built or whose
+// metrics cannot be registered is recorded as unopened.
+func (g *Group) add(ctx context.Context, store *outbox.Store, later bool) {
 	table := store.Table()
 	parts, cleanup, err := g.build(ctx, store)
 	if err != nil {
@@ -235,7 +235,11 @@ func (g *Group) add(ctx context.Context, store *outbox.Store) {
 		defer close(m.stallDone)
 		m.Stall.Run(mctx)
 	}()
-	g.logger.Debug("outbox table relayed", slog.String("table", table))
+	level := slog.LevelDebug // at start: the relay's start line counts them
+	if later {
+		level = slog.LevelInfo // a table that joined: a new tenant
+	}
+	g.logger.Log(ctx, level, "outbox table relayed", slog.String("table", table))
 }
 
 // letGo stops one table's relay in the background: its claims stop, its
