@@ -28,7 +28,10 @@ func TestPublicationTablesInOneRead(t *testing.T) {
 		require.NoError(t, err)
 	}
 	exec("CREATE SCHEMA " + x)
-	t.Cleanup(func() { _, _ = db.Exec("DROP PUBLICATION IF EXISTS " + x); _, _ = db.Exec("DROP SCHEMA " + x + " CASCADE") })
+	t.Cleanup(func() {
+		_, _ = db.Exec("DROP PUBLICATION IF EXISTS " + x)
+		_, _ = db.Exec("DROP SCHEMA " + x + " CASCADE")
+	})
 	for _, table := range []string{"a", "b", "c"} {
 		exec("CREATE TABLE " + x + "." + table + " (id bigint PRIMARY KEY, subject text, payload bytea)")
 	}

@@ -216,7 +216,7 @@ type Subscriber struct {
 	settleCh         chan settlement // what settle queues for the settle loop
 	settleStop       chan struct{}   // closed by completer.Stop: the loop writes what is queued and returns
 	settleEnded      chan struct{}   // closed when the settle loop returned
-	doneBuf          []outbox.Done // the settle loop's, reused by every flush
+	doneBuf          []outbox.Done   // the settle loop's, reused by every flush
 
 	// marks is the recent record of the settlement writes, for readiness
 	// (the claims' is the claimer's).
