@@ -23,13 +23,15 @@ WAL the slot keeps.`,
 		// refused (exit 2) rather than answered with the help.
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	drop := &cobra.Command{
+	drop := acceptsManyTables(&cobra.Command{
 		Use:   "drop",
 		Short: "Drop the replication slot, releasing the WAL it keeps",
 		Long: `Drop the replication slot wal.slot (the publication stays). The relay must be
 stopped: a slot in use is not dropped (exit 1). Rows that the slot had not
 delivered stay pending in the table; after bridge migrate creates the slot again,
-the relay's sweep publishes them (not in commit order).`,
+the relay's sweep publishes them (not in commit order). A relay over several tables
+(database.tables) has one slot for all of them: the tables configured do not
+change what is dropped.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cfg, _, err := setup(cmd, false)
 			if err != nil {
@@ -53,7 +55,7 @@ the relay's sweep publishes them (not in commit order).`,
 			fmt.Fprintf(cmd.OutOrStdout(), "dropped replication slot %s in %s; it kept %s of WAL\n", cfg.WAL.Slot, db.Redacted, bytesText(info.RetainedBytes))
 			return nil
 		},
-	}
+	})
 	drop.Args = exactArgs(drop)
 	cmd.AddCommand(drop)
 	return cmd
