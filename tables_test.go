@@ -459,12 +459,13 @@ func TestBacklogsWeighTheirShares(t *testing.T) {
 
 // TestADroppedBusyTableLeavesTheOthersRelaying: one relay (source: table)
 // over two tenants; one is dropped while its 30,000-row backlog is
-// relayed, so the marks of its rows in flight fail and its drain gives
-// up. The table is let go and the relay goes on: the other tenant's rows
-// written after are relayed, and the relay stops cleanly. (Before, the
-// rows whose outcome came after the drain gave up were sent to the closed
-// settlement channel, and the panic ended the process: a newcomer's
-// trial.)
+// relayed, so the marks of its rows in flight fail (the table is gone:
+// not retried). The table is let go and the relay goes on: the other
+// tenant's rows written after are relayed, and the relay stops cleanly.
+// (Before, the marks were retried until the drain gave up, and the rows
+// whose outcome came after were sent to the closed settlement channel: the
+// panic ended the process, a newcomer's trial. See also
+// TestSettlementAfterTheSettleLoopEnded.)
 func TestADroppedBusyTableLeavesTheOthersRelaying(t *testing.T) {
 	t.Parallel()
 	tn := newTenants(t, "postgres", 2)
@@ -484,7 +485,7 @@ func TestADroppedBusyTableLeavesTheOthersRelaying(t *testing.T) {
 	bridgetest.WaitFor(t, 60*time.Second, func() bool { return bridge.Observe(relay).Relayed > 2000 }, "the backlog being relayed")
 	tn.drop(t, 0)
 	group.Refreshed.WaitUntilWithin(t, time.Minute, func() bool { return len(group.Tables()) == 1 }, "the dropped table let go")
-	time.Sleep(8 * time.Second) // the dropped table's drain gives up meanwhile (1 s, then 5 s for the writes)
+	time.Sleep(8 * time.Second) // the dropped table's drain ends meanwhile, or gives up (1 s, then 5 s for the writes)
 	stream, err := js.Stream(context.Background(), "EVENTS")
 	require.NoError(t, err)
 	before := int(stream.CachedInfo().State.Msgs)

@@ -125,8 +125,9 @@ func (mk *marker) run() {
 // and makes the transaction visible just after (after a synchronous
 // standby confirmed it, with synchronous replication). A mark that finds
 // such a row invisible is tried again until it is visible; a row that is
-// gone for good (deleted: delete_on_relay before a restart, or by hand) or
-// settled already (marked before a restart) counts as settled.
+// gone for good (deleted: delete_on_relay before a restart, or by hand;
+// its table dropped) or settled already (marked before a restart) counts
+// as settled.
 func (mk *marker) write(items []markItem) {
 	start := time.Now()
 	pending := items
@@ -135,6 +136,13 @@ func (mk *marker) write(items []markItem) {
 		ok := mk.writes.retry(len(pending), func(ctx context.Context) error {
 			var err error
 			invisible, err = mk.try(ctx, pending)
+			if outbox.IsMissingTable(err) {
+				// The table is gone (dropped: a tenant let go), and its
+				// rows with it: they count as settled, as deleted rows
+				// do, rather than hold the slot's position or the drain.
+				mk.logger.Warn("marks not written: the outbox table no longer exists (dropped?), and its rows went with it", slog.Int("rows", len(pending)), slog.Any("error", err))
+				invisible, err = nil, nil
+			}
 			return err
 		})
 		if !ok {

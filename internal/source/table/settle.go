@@ -119,12 +119,19 @@ func (s *Subscriber) flush(batch []settlement) {
 }
 
 // retry runs write until it succeeds, waiting longer after each failure. It
-// gives up only when hardCtx ends; unwritten rows then stay in_flight and
-// in-flight recovery requeues them after their lease.
+// gives up when hardCtx ends (unwritten rows then stay in_flight, and
+// in-flight recovery requeues them after their lease) and when the table
+// no longer exists.
 func (s *Subscriber) retry(rows int, write func() error) {
 	for attempt, wait := 1, 100*time.Millisecond; ; attempt, wait = attempt+1, min(wait*2, 5*time.Second) {
 		err := write()
 		if err == nil {
+			return
+		}
+		if outbox.IsMissingTable(err) {
+			// The table is gone (dropped: a tenant let go), and its rows
+			// with it: nothing to retry, and the drain need not wait.
+			s.logger.Warn("settlements not written: the outbox table no longer exists (dropped?), and its rows went with it", slog.Int("rows", rows), slog.Any("error", err))
 			return
 		}
 		if s.hardCtx.Err() != nil {
