@@ -23,11 +23,11 @@ import (
 // nothing beside one that matches is a warning, alone an error (exit 2);
 // enqueue, retry --id and run with a source other than table refuse
 // several tables (exit 2). A table
-// that fails (here a foreign table named outbox, which migrate cannot
-// make a bridge table of) is told on stderr with its name and the exit
-// status is 1, but the other tables are migrated and shown (found by a
-// saboteur: the first failure stopped the command, and status showed
-// nothing). Two names of one table (PostgreSQL folds case) are one.
+// that fails (here a foreign table named outbox, which migrate refuses to
+// make a bridge table of, leaving nothing beside it) is told on stderr
+// with its name and the exit status is 1, but the other tables are
+// migrated and shown (found by a saboteur: the first failure stopped the
+// command, and status showed nothing). Two names of one table (PostgreSQL folds case) are one.
 func TestCommandsOverManyTables(t *testing.T) {
 	for _, kind := range []string{"postgres", "mysql"} {
 		t.Run(kind, func(t *testing.T) {
@@ -67,6 +67,7 @@ func TestCommandsOverManyTables(t *testing.T) {
 			r := runBridge(t, dir, env, "migrate", "--table", pattern)
 			require.Equal(t, 1, r.code, "%s", r)
 			require.Contains(t, r.stderr, "bridge: "+foreign+": ")
+			require.Contains(t, r.stderr, "was not made by bridge migrate", "the foreign table is named as such")
 			require.Contains(t, r.stderr, "1 of 4 tables failed")
 			for _, table := range tenants {
 				require.Contains(t, r.stdout, "applied migration 00001 to "+table)
@@ -74,16 +75,13 @@ func TestCommandsOverManyTables(t *testing.T) {
 			r = runBridge(t, dir, env, "migrate", "--table", pattern)
 			require.Equal(t, 1, r.code, "%s", r)
 			require.Equal(t, 3, strings.Count(r.stdout, "is up to date"), "%s", r)
-			// The failed migration left a version table beside the foreign
-			// one, which has an idempotency_key: status takes it for a bridge
-			// table, fails on it, and shows the others.
+			// The refused migration left nothing beside the foreign table
+			// (before, a version table marked dirty, which status then took
+			// for a bridge table's): status shows the three.
 			r = runBridge(t, dir, env, "status", "--table", pattern)
-			require.Equal(t, 1, r.code, "%s", r)
-			require.Contains(t, r.stderr, "bridge: "+foreign+": ")
+			require.Equal(t, 0, r.code, "%s", r)
 			require.Contains(t, r.stdout, "3 tables")
 			_, err = db.Exec("DROP TABLE " + foreign)
-			require.NoError(t, err)
-			_, err = db.Exec("DROP TABLE " + foreign + "_migrations")
 			require.NoError(t, err)
 			if kind == "postgres" {
 				r = runBridge(t, dir, env, "status", "--streams=false", "--table", strings.ToUpper(tenants[0]), "--table", tenants[0])

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -41,6 +42,9 @@ func MigrateTo(ctx context.Context, db *DB, table string, version int64) ([]Migr
 func migrate(ctx context.Context, db *DB, table string, up func(*goose.Provider) ([]*goose.MigrationResult, error)) ([]MigrationResult, error) {
 	p, err := newMigrationProvider(db, table)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkNotForeign(ctx, db, table); err != nil {
 		return nil, err
 	}
 	results, err := up(p)
@@ -110,14 +114,50 @@ var _ database.StoreExtender = migrationStore{}
 
 // TableExists implements database.StoreExtender.
 func (s migrationStore) TableExists(ctx context.Context, db database.DBTxConn) (bool, error) {
-	rows, err := db.QueryContext(ctx, "SELECT 1 FROM "+s.table+" WHERE 1 = 0")
+	ok, err := relationExists(ctx, db, s.driver, s.table)
+	if err != nil {
+		return false, fmt.Errorf("look up migration version table %s: %w", s.table, err)
+	}
+	return ok, nil
+}
+
+// relationExists reports whether name (as every statement names it:
+// unquoted, resolved by the database) is a table or view.
+func relationExists(ctx context.Context, db database.DBTxConn, d driver, name string) (bool, error) {
+	rows, err := db.QueryContext(ctx, "SELECT 1 FROM "+name+" WHERE 1 = 0")
 	switch {
 	case err == nil:
 		return true, rows.Close()
-	case s.driver.classify(err) == errorUndefinedTable:
+	case d.classify(err) == errorUndefinedTable:
 		return false, nil
 	}
-	return false, fmt.Errorf("look up migration version table %s: %w", s.table, err)
+	return false, err
+}
+
+// ErrForeignTable is returned by Migrate for a table of the name given
+// that bridge migrate did not make (no <table>_migrations beside it).
+var ErrForeignTable = errors.New("a table of that name exists and was not made by bridge migrate")
+
+// checkNotForeign refuses to migrate a table that exists without its
+// version table: bridge migrate creates the outbox table itself, and on a
+// foreign one goose created the version table, failed on CREATE TABLE
+// ("partial migration error … relation already exists") and left the
+// version table behind, marked dirty (a newcomer's trial).
+func checkNotForeign(ctx context.Context, db *DB, table string) error {
+	t, err := ParseTableName(table)
+	if err != nil {
+		return err
+	}
+	versions, err := relationExists(ctx, db.SQL, db.driver, t.String()+"_migrations")
+	if err != nil || versions {
+		return nil // an error here is goose's to report, on its own read
+	}
+	exists, err := relationExists(ctx, db.SQL, db.driver, t.String())
+	if err != nil || !exists {
+		return nil
+	}
+	return fmt.Errorf("migrate outbox table %s: %w (no %s_migrations beside it): bridge migrate creates the outbox table itself; give another --table, or rename or drop %s",
+		table, ErrForeignTable, table, table)
 }
 
 // noTransaction is the first line of a migration that must run outside a
