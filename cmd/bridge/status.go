@@ -157,6 +157,11 @@ given explicitly (a NATS connection per table).`,
 				} else {
 					fmt.Fprintln(out, "oldest failed: none")
 				}
+				if n := st.Rows[outbox.StatusPermanentFailed]; n > 0 {
+					// Failed rows are retried by the relay; dead letters wait
+					// for an operator: say so beside the line above.
+					fmt.Fprintf(out, "dead letters: %d, not retried by the relay (their errors below; bridge retry --table %s --id N, or --all-failed, publishes them again)\n", n, store.Table())
+				}
 				if st.Rows[outbox.StatusPending]+st.Rows[outbox.StatusFailed] > 0 {
 					fmt.Fprintf(out, "lag (oldest pending, in flight or failed): %s\n", st.OldestUnsettled.Round(time.Millisecond))
 				}

@@ -221,7 +221,10 @@ func (r *Reconciler) unresolvedSubject(subject string) {
 	}
 	r.mu.Unlock()
 	if !logged {
-		r.logger.Warn("reconcile: no stream found for a subject in doubt (no stream captures it, or an account subject mapping the relay cannot see); publishing again without a scan",
+		// Info: the row's own failure ("no stream captures subject …")
+		// is what the operator acts on; this says only why its retry is
+		// not checked against a stream first.
+		r.logger.Info("a row tried before is published again without looking for its earlier publish: no stream captures its subject (or an account subject mapping hides the stream from the relay)",
 			slog.String("subject", subject))
 	}
 }
