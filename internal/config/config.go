@@ -473,8 +473,6 @@ func (c *Config) DatabaseURL() string {
 	return outbox.SQLiteURL(filepath.Join(c.DataDir, "outbox.db"))
 }
 
-// DatabaseDialect is the dialect of DatabaseURL's scheme (outbox.SchemeOf),
-// or "" for a URL of no driver.
 // TableNames are the outbox tables configured: database.tables, or
 // database.table alone. An item may be a pattern (outbox.IsTablePattern),
 // which outbox.DB.MatchTables resolves.
@@ -504,6 +502,8 @@ func (c *Config) normalizeTables() error {
 	return nil
 }
 
+// DatabaseDialect is the dialect of DatabaseURL's scheme (outbox.SchemeOf),
+// or "" for a URL of no driver.
 func (c *Config) DatabaseDialect() outbox.Dialect {
 	_, d, _ := outbox.SchemeOf(c.DatabaseURL())
 	return d
