@@ -242,3 +242,35 @@ func TestADroppedTableLeavesTheSlotToTheOthers(t *testing.T) {
 	require.NoError(t, tn.produce(t, []int{1}, 0, 20))
 	bridgetest.WaitMessages(t, js, "EVENTS", before+20, 30*time.Second)
 }
+
+// TestAStreamlessTenantLeavesTheSlotToTheOthers: one relay (postgres-wal)
+// over two tenants sharing the slot and relay.max_in_flight of 100; one
+// tenant writes 500 rows to a subject no stream captures. Its rows fail
+// and wait, and the other tenant's rows written after are relayed
+// meanwhile: what one tenant's rows hold of the reader's budget does not
+// stop the slot for the others.
+func TestAStreamlessTenantLeavesTheSlotToTheOthers(t *testing.T) {
+	t.Parallel()
+	tn := newTenants(t, "postgres-logical", 2)
+	slot, pub := bridgetest.WALNames(t, tn.url)
+	names := postgreswal.Names{Slot: slot, Publication: pub}
+	tn.publish(t, names, 0)
+	tn.publish(t, names, 1)
+	n := bridgetest.StartNATS(t)
+	_, js := n.JetStream(t)
+	cfg := tn.config(t, n)
+	cfg.Source = config.SourcePostgresWAL
+	cfg.WAL.Slot, cfg.WAL.Publication = slot, pub
+	cfg.Dedup.Namespace = "{schema}"
+	cfg.Relay.MaxInFlight = 100
+	require.NoError(t, cfg.Validate())
+	relay, cleanup := newRelay(t, cfg)
+	group := relay.Source.(*postgreswal.GroupSource).Group
+	group.Refreshed = source.NewTestSignal[[]string]()
+	runRelay(t, relay, cleanup)
+	require.Len(t, group.Refreshed.Wait(t), 2)
+
+	tn.exec(t, "INSERT INTO "+tn.table(0)+" (idempotency_key, subject, payload) SELECT 'lost-' || g, 'nostream."+tn.schema(0)+"', 'x' FROM generate_series(1, 500) g")
+	require.NoError(t, tn.produce(t, []int{1}, 0, 20))
+	bridgetest.WaitMessages(t, js, "EVENTS", 20, 30*time.Second)
+}
