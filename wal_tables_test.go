@@ -209,28 +209,7 @@ func relayedByTable(t *testing.T, relay *bridge.Relay) map[string]float64 {
 // for every table: found by a saboteur.)
 func TestADroppedTableLeavesTheSlotToTheOthers(t *testing.T) {
 	t.Parallel()
-	tn := newTenants(t, "postgres-logical", 2)
-	slot, pub := bridgetest.WALNames(t, tn.url)
-	names := postgreswal.Names{Slot: slot, Publication: pub}
-	tn.publish(t, names, 0)
-	tn.publish(t, names, 1)
-	n := bridgetest.StartNATS(t)
-	_, js := n.JetStream(t)
-	cfg := tn.config(t, n)
-	cfg.Source = config.SourcePostgresWAL
-	cfg.WAL.Slot, cfg.WAL.Publication = slot, pub
-	cfg.Dedup.Namespace = "{schema}"
-	cfg.Relay.MaxInFlight = 100
-	require.NoError(t, cfg.Validate())
-	logger := slog.New(slog.DiscardHandler)
-	hs, err := health.Listen(cfg.HTTP.Listen, logger)
-	require.NoError(t, err)
-	relay, cleanup, err := bridge.NewRelay(context.Background(), cfg, logger, hs)
-	require.NoError(t, err)
-	group := relay.Source.(*postgreswal.GroupSource).Group
-	group.Refreshed = source.NewTestSignal[[]string]()
-	runRelay(t, relay, cleanup)
-	require.Len(t, group.Refreshed.Wait(t), 2)
+	tn, relay, group, js := twoWALTenants(t)
 
 	tn.exec(t, "INSERT INTO "+tn.table(0)+" (idempotency_key, subject, payload) SELECT 'bulk-' || g, 'events."+tn.schema(0)+"', 'x' FROM generate_series(1, 20000) g")
 	bridgetest.WaitFor(t, 60*time.Second, func() bool { return bridge.Observe(relay).Relayed > 500 }, "the backlog being relayed")
@@ -251,6 +230,18 @@ func TestADroppedTableLeavesTheSlotToTheOthers(t *testing.T) {
 // stop the slot for the others.
 func TestAStreamlessTenantLeavesTheSlotToTheOthers(t *testing.T) {
 	t.Parallel()
+	tn, _, _, js := twoWALTenants(t)
+
+	tn.exec(t, "INSERT INTO "+tn.table(0)+" (idempotency_key, subject, payload) SELECT 'lost-' || g, 'nostream."+tn.schema(0)+"', 'x' FROM generate_series(1, 500) g")
+	require.NoError(t, tn.produce(t, []int{1}, 0, 20))
+	bridgetest.WaitMessages(t, js, "EVENTS", 20, 30*time.Second)
+}
+
+// twoWALTenants runs a relay (postgres-wal, one slot and publication,
+// relay.max_in_flight 100, dedup.namespace '{schema}') over two tenants
+// until the test ends, once it relays both.
+func twoWALTenants(t *testing.T) (*tenants, *bridge.Relay, *postgreswal.Group, jetstream.JetStream) {
+	t.Helper()
 	tn := newTenants(t, "postgres-logical", 2)
 	slot, pub := bridgetest.WALNames(t, tn.url)
 	names := postgreswal.Names{Slot: slot, Publication: pub}
@@ -269,8 +260,5 @@ func TestAStreamlessTenantLeavesTheSlotToTheOthers(t *testing.T) {
 	group.Refreshed = source.NewTestSignal[[]string]()
 	runRelay(t, relay, cleanup)
 	require.Len(t, group.Refreshed.Wait(t), 2)
-
-	tn.exec(t, "INSERT INTO "+tn.table(0)+" (idempotency_key, subject, payload) SELECT 'lost-' || g, 'nostream."+tn.schema(0)+"', 'x' FROM generate_series(1, 500) g")
-	require.NoError(t, tn.produce(t, []int{1}, 0, 20))
-	bridgetest.WaitMessages(t, js, "EVENTS", 20, 30*time.Second)
+	return tn, relay, group, js
 }
