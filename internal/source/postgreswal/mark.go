@@ -87,6 +87,9 @@ type marker struct {
 	writes        dbRetry
 	// marked receives the rows each write settled (Subscriber.Signals).
 	marked *source.TestSignal[int]
+	// tableGone: a write found the table gone (logged once). Used by the
+	// mark loop only.
+	tableGone bool
 }
 
 // marker returns the Subscriber's marker, between its queues.
@@ -140,7 +143,11 @@ func (mk *marker) write(items []markItem) {
 				// The table is gone (dropped: a tenant let go), and its
 				// rows with it: they count as settled, as deleted rows
 				// do, rather than hold the slot's position or the drain.
-				mk.logger.Warn("marks not written: the outbox table no longer exists (dropped?), and its rows went with it", slog.Int("rows", len(pending)), slog.Any("error", err))
+				level := slog.LevelDebug
+				if !mk.tableGone {
+					mk.tableGone, level = true, slog.LevelWarn // once
+				}
+				mk.logger.Log(ctx, level, "marks not written: the outbox table no longer exists (dropped?), and its rows went with it", slog.Int("rows", len(pending)), slog.Any("error", err))
 				invisible, err = nil, nil
 			}
 			return err

@@ -131,7 +131,11 @@ func (s *Subscriber) retry(rows int, write func() error) {
 		if outbox.IsMissingTable(err) {
 			// The table is gone (dropped: a tenant let go), and its rows
 			// with it: nothing to retry, and the drain need not wait.
-			s.logger.Warn("settlements not written: the outbox table no longer exists (dropped?), and its rows went with it", slog.Int("rows", rows), slog.Any("error", err))
+			level := slog.LevelDebug
+			if !s.tableGone.Swap(true) {
+				level = slog.LevelWarn // once: every batch in flight comes here
+			}
+			s.logger.Log(s.hardCtx, level, "settlements not written: the outbox table no longer exists (dropped?), and its rows went with it", slog.Int("rows", rows), slog.Any("error", err))
 			return
 		}
 		if s.hardCtx.Err() != nil {

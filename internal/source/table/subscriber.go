@@ -217,6 +217,7 @@ type Subscriber struct {
 	settleStop       chan struct{}   // closed by completer.Stop: the loop writes what is queued and returns
 	settleEnded      chan struct{}   // closed when the settle loop returned
 	doneBuf          []outbox.Done   // the settle loop's, reused by every flush
+	tableGone        atomic.Bool     // a write found the table gone (logged once)
 
 	// marks is the recent record of the settlement writes, for readiness
 	// (the claims' is the claimer's).
