@@ -33,3 +33,22 @@ func TestMigrateRefusesAForeignTable(t *testing.T) {
 		require.Error(t, err, "no version table left beside it")
 	})
 }
+
+// TestStoreGone: Gone tells the table's own absence: false while it
+// exists, true once it is dropped (on every database); the relay then
+// stops retrying its marks, and only then (a missing-table error may be
+// another relation's: a trigger's table, a search_path changed).
+func TestStoreGone(t *testing.T) {
+	bridgetest.OnEveryDatabase(t, func(t *testing.T, kind string) {
+		ctx := context.Background()
+		_, table, store := bridgetest.Outbox(t, kind)
+		gone, err := store.Gone(ctx)
+		require.NoError(t, err)
+		require.False(t, gone)
+		_, err = store.DB().SQL.ExecContext(ctx, "DROP TABLE "+table)
+		require.NoError(t, err)
+		gone, err = store.Gone(ctx)
+		require.NoError(t, err)
+		require.True(t, gone)
+	})
+}

@@ -65,6 +65,16 @@ func NewStore(db *DB, table string) (*Store, error) {
 // Table is the table name as configured.
 func (s *Store) Table() string { return s.table.String() }
 
+// Gone reports whether the table no longer exists: a statement naming it
+// fails as an undefined table. A write that failed with a missing-table
+// error (IsMissingTable) may have met another missing relation (a trigger's
+// table, a search_path changed): Gone tells the table's own. Errors: the
+// statement's, other than an undefined table.
+func (s *Store) Gone(ctx context.Context) (bool, error) {
+	exists, err := relationExists(ctx, s.db.SQL, s.db.driver, s.table.String())
+	return !exists && err == nil, err
+}
+
 // DB is the database the store reads.
 func (s *Store) DB() *DB { return s.db }
 

@@ -188,7 +188,7 @@ func (s *TableSet[M, P]) SetUnopened(table string, err error) {
 
 // Admit makes m the member of table, before it starts; admitted is called
 // under the set's lock with what the relay before left of the table (ok:
-// there was some), to take it over. It returns false, without calling
+// there was some, and it was not taken over yet), to take it over. It returns false, without calling
 // admitted, once the set is closed: m is not to be started.
 func (s *TableSet[M, P]) Admit(table string, m M, admitted func(prev P, ok bool)) bool {
 	key := s.db.FoldName(table)
@@ -199,6 +199,10 @@ func (s *TableSet[M, P]) Admit(table string, m M, admitted func(prev P, ok bool)
 	}
 	prev, ok := s.inherited[key]
 	admitted(prev, ok)
+	// Taken over once: a table let go and matched again later starts
+	// afresh, not from what the relay before left (its counters would go
+	// back, an old stall come back: a saboteur's run).
+	delete(s.inherited, key)
 	s.members[key] = m
 	delete(s.unopened, key)
 	return true

@@ -87,8 +87,11 @@ type marker struct {
 	writes        dbRetry
 	// marked receives the rows each write settled (Subscriber.Signals).
 	marked *source.TestSignal[int]
-	// tableGone: a write found the table gone (logged once). Used by the
-	// mark loop only.
+	// gone reports whether the table no longer exists (outbox.Store.Gone;
+	// false when that cannot be told): a missing-table error may be
+	// another relation's. tableGone: a write found it gone (logged once).
+	// Used by the mark loop only.
+	gone      func(context.Context) bool
 	tableGone bool
 }
 
@@ -97,6 +100,7 @@ func (s *Subscriber) marker() *marker {
 	return &marker{
 		db: s.db.SQL, q: s.q, deleteOnRelay: s.cfg.DeleteOnRelay, logger: s.logger, counters: &s.Counters,
 		marks: s.marks, settled: s.settled, writes: s.dbRetry(), marked: s.Signals.Marked,
+		gone: func(ctx context.Context) bool { gone, _ := s.store.Gone(ctx); return gone },
 	}
 }
 
@@ -139,7 +143,7 @@ func (mk *marker) write(items []markItem) {
 		ok := mk.writes.retry(len(pending), func(ctx context.Context) error {
 			var err error
 			invisible, err = mk.try(ctx, pending)
-			if outbox.IsMissingTable(err) {
+			if outbox.IsMissingTable(err) && mk.gone != nil && mk.gone(ctx) {
 				// The table is gone (dropped: a tenant let go), and its
 				// rows with it: they count as settled, as deleted rows
 				// do, rather than hold the slot's position or the drain.

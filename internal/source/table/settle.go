@@ -128,7 +128,7 @@ func (s *Subscriber) retry(rows int, write func() error) {
 		if err == nil {
 			return
 		}
-		if outbox.IsMissingTable(err) {
+		if outbox.IsMissingTable(err) && s.tableIsGone() {
 			// The table is gone (dropped: a tenant let go), and its rows
 			// with it: nothing to retry, and the drain need not wait.
 			level := slog.LevelDebug
@@ -260,6 +260,16 @@ func (s *Subscriber) logFailures(failures []outbox.Failure) {
 		s.logger.Info("rows released without counting the attempt", slog.Int("rows", len(released)),
 			slog.Int64("first_row_id", released[0].ID), slog.String("reason", released[0].Err))
 	}
+}
+
+// tableIsGone reports whether the subscriber's table no longer exists
+// (outbox.Store.Gone), asked with a short timeout; false when that cannot
+// be told.
+func (s *Subscriber) tableIsGone() bool {
+	ctx, cancel := context.WithTimeout(s.hardCtx, 5*time.Second)
+	defer cancel()
+	gone, _ := s.store.Gone(ctx)
+	return gone
 }
 
 // completer is the service that writes settlements (settleLoop). It does
