@@ -49,6 +49,12 @@ func TestPublicationTablesInOneRead(t *testing.T) {
 	}, p.tables)
 	require.Equal(t, publicationState{exists: true, insert: true, hasTable: true}, p.of(qualifiedName{x, "a"}))
 	require.False(t, p.of(qualifiedName{x, "d"}).hasTable)
+	one, err := readPublication(ctx, db, Names{Publication: x, Table: x + ".b"})
+	require.NoError(t, err)
+	require.Equal(t, publicationState{exists: true, insert: true, hasTable: true, partial: "a row filter WHERE (subject <> 'x'::text)"}, one, "one table's read")
+	one, err = readPublication(ctx, db, Names{Publication: x, Table: x + ".d"})
+	require.NoError(t, err)
+	require.Equal(t, publicationState{exists: true, insert: true}, one, "a table it does not publish")
 
 	exec("ALTER PUBLICATION " + x + " SET TABLE " + x + ".a")
 	exec("ALTER PUBLICATION " + x + " DROP TABLE " + x + ".a")

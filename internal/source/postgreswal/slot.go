@@ -123,7 +123,7 @@ type publicationState struct {
 // pg_publication_tables; a publication that does not exist is the zero
 // state.
 func readPublication(ctx context.Context, db *sql.DB, n Names) (publicationState, error) {
-	p, err := readPublicationTables(ctx, db, n.Publication)
+	p, err := readPublicationOf(ctx, db, n.Publication, n.Table)
 	if err != nil {
 		return publicationState{}, err
 	}
@@ -168,21 +168,35 @@ func (p publicationTables) of(q qualifiedName) publicationState {
 // without them); either way the rows reach the relay only through the
 // sweep, late and out of commit order, or not whole.
 func readPublicationTables(ctx context.Context, db *sql.DB, pub string) (publicationTables, error) {
+	return readPublicationOf(ctx, db, pub, "")
+}
+
+// readPublicationOf is readPublicationTables over the one table named
+// (configured spelling; "": every table): bridge migrate checks each
+// table of a pattern in turn, and reading every table of the publication
+// for each would cost it the square of their number.
+func readPublicationOf(ctx context.Context, db *sql.DB, pub, only string) (publicationTables, error) {
+	var schema, table any // nil: every table
+	if only != "" {
+		schema, table = splitTable(only)
+	}
 	const head = `SELECT p.pubinsert, p.pubupdate, p.pubdelete, p.pubtruncate, coalesce(current_schema(), ''), t.schemaname, t.tablename`
 	const from = `
-FROM pg_publication p LEFT JOIN pg_publication_tables t ON t.pubname = p.pubname WHERE p.pubname = $1`
+FROM pg_publication p LEFT JOIN pg_publication_tables t ON t.pubname = p.pubname
+	AND ($3::text IS NULL OR (t.schemaname = coalesce($2::text, current_schema()) AND t.tablename = $3::text))
+WHERE p.pubname = $1`
 	// (A publication without a table has one row, its table NULL, which
 	// format's %I refuses.)
 	filters := `, t.rowfilter, CASE WHEN t.tablename IS NULL THEN 0 ELSE (SELECT count(*) FROM pg_attribute a
 	WHERE a.attrelid = to_regclass(format('%I.%I', t.schemaname, t.tablename))
 	AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '') - coalesce(array_length(t.attnames, 1), 0) END`
-	rows, err := db.QueryContext(ctx, head+filters+from, pub)
+	rows, err := db.QueryContext(ctx, head+filters+from, pub, schema, table)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42703" {
 		// undefined_column: before PostgreSQL 15, no column lists or
 		// row filters.
 		filters = `, NULL::text, 0`
-		rows, err = db.QueryContext(ctx, head+filters+from, pub)
+		rows, err = db.QueryContext(ctx, head+filters+from, pub, schema, table)
 	}
 	if err != nil {
 		return publicationTables{}, fmt.Errorf("look up publication %s: %w", pub, err)
