@@ -19,6 +19,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/source"
+	"github.com/outbox-bridge/bridge/internal/source/mysqlbinlog"
 	"github.com/outbox-bridge/bridge/internal/source/postgreswal"
 	"github.com/outbox-bridge/bridge/internal/source/table"
 	"github.com/outbox-bridge/bridge/internal/source/watermillforwarder"
@@ -82,6 +83,7 @@ func (r *Relay) Inherit(prev Daemon) {
 var sources = map[string]source.Open{
 	config.SourceTable:              table.Open,
 	config.SourcePostgresWAL:        postgreswal.Open,
+	config.SourceMySQLBinlog:        mysqlbinlog.Open,
 	config.SourceWatermillForwarder: watermillforwarder.Open,
 }
 

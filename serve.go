@@ -14,6 +14,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/daemon"
 	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/source/mysqlbinlog"
 	"github.com/outbox-bridge/bridge/internal/source/postgreswal"
 )
 
@@ -43,13 +44,16 @@ const (
 // stream spec of the configuration that cannot deduplicate the relay's
 // republishes, or a constructor's "invalid config: <field>: <why>"), a
 // database URL that cannot be parsed, an outbox entry that is refused, or
-// source: postgres-wal on a server whose wal_level is not logical. An
+// source: postgres-wal on a server whose wal_level is not logical, or
+// source: mysql-binlog on a server whose binary log does not fit
+// (mysqlbinlog.ErrSettings: log_bin, binlog_format, binlog_row_image,
+// replication privileges). An
 // existing stream found unsafe is not one: its rows are held back (see
 // dedup.Guard), so that a stream edited by an operator does not make every
 // restart of the relay exit.
 func IsConfigError(err error) bool {
 	return errors.Is(err, config.ErrInvalid) || errors.Is(err, outbox.ErrUnknownScheme) || errors.Is(err, outbox.ErrInvalidEntry) ||
-		errors.Is(err, postgreswal.ErrWALLevel)
+		errors.Is(err, postgreswal.ErrWALLevel) || errors.Is(err, mysqlbinlog.ErrSettings)
 }
 
 // Serve is `bridge run`: it binds http.listen, builds the relay of the

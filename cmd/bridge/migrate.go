@@ -10,6 +10,7 @@ import (
 
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/source/mysqlbinlog"
 	"github.com/outbox-bridge/bridge/internal/source/postgreswal"
 	"github.com/outbox-bridge/bridge/internal/source/watermillforwarder"
 )
@@ -89,6 +90,13 @@ watermill_offsets_<watermill.forwarder_topic> instead (watermill-sql's own DDL).
 					return classify(err)
 				}
 			}
+			if cfg.Source == config.SourceMySQLBinlog {
+				// Refused before the table is touched: without a row-based
+				// binary log the source cannot run at all.
+				if _, err := mysqlbinlog.CheckServer(ctx, db.SQL); err != nil {
+					return classify(err)
+				}
+			}
 			tables, err := migrationTargets(ctx, db, cfg, logger)
 			if err != nil {
 				return err
@@ -116,6 +124,12 @@ watermill_offsets_<watermill.forwarder_topic> instead (watermill-sql's own DDL).
 			}
 			if cfg.Source == config.SourcePostgresWAL {
 				return migrateWAL(ctx, cmd, cfg, db, tables)
+			}
+			if cfg.Source == config.SourceMySQLBinlog {
+				if err := mysqlbinlog.Setup(ctx, db, tables[0]); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "binary log position table %s_binlog in %s is ready\n", tables[0], db.Redacted)
 			}
 			return nil
 		},

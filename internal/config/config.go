@@ -40,6 +40,7 @@ const (
 	WALSlotDefault              = "outbox_bridge"
 	WALPublicationDefault       = "outbox_bridge"
 	WALSweepIntervalDefault     = time.Minute
+	BinlogSweepIntervalDefault  = time.Minute
 	HTTPListenDefault           = ":8080"
 	LogLevelDefault             = "info"
 	LogFormatDefault            = LogFormatAuto
@@ -69,6 +70,7 @@ const (
 	SourceTable              = "table"               // source: the bridge table
 	SourceWatermillForwarder = "watermill-forwarder" // source: watermill-sql forwarder tables
 	SourcePostgresWAL        = "postgres-wal"        // source: the bridge table, read from PostgreSQL's write-ahead log
+	SourceMySQLBinlog        = "mysql-binlog"        // source: the bridge table, read from the binary log of MySQL or MariaDB
 
 	GuardRefuse = "refuse" // dedup.guard: refuse to start when the duplicate window is too short
 	GuardWarn   = "warn"   // dedup.guard: log a warning and start
@@ -117,6 +119,9 @@ type Config struct {
 
 	// WAL configures the postgres-wal source. Defaults to the WAL defaults.
 	WAL WAL `koanf:"wal"`
+
+	// Binlog configures the mysql-binlog source. Defaults to the Binlog defaults.
+	Binlog Binlog `koanf:"binlog"`
 
 	// HTTP is the health and metrics server. Defaults to :8080.
 	HTTP HTTP `koanf:"http"`
@@ -370,6 +375,21 @@ type WAL struct {
 	RowsDeletedByProducer bool `koanf:"rows_deleted_by_producer"`
 }
 
+// Binlog configures the mysql-binlog source: the outbox table's inserts read from the
+// binary log of MySQL or MariaDB, as a replica of the server.
+type Binlog struct {
+	// ServerID is the server_id the relay's replication connection registers with: unique
+	// among the server's replicas and every other reader of its binary log (a second
+	// connection with the same id ends the first). 0 derives one from the table's name
+	// (in 1,000,000,000–1,999,999,999). Defaults to 0.
+	ServerID int64 `koanf:"server_id"`
+
+	// SweepInterval is how often the relay looks for pending rows that the binary log will
+	// not bring (written before the relay's first position, put back by `bridge retry`,
+	// committed while a purged position was lost) and publishes them. Defaults to 1m.
+	SweepInterval time.Duration `koanf:"sweep_interval"`
+}
+
 // ReplicationURLOrDefault returns ReplicationURL, or DatabaseURL when it is empty.
 func (c *Config) ReplicationURLOrDefault() string {
 	if c.WAL.ReplicationURL != "" {
@@ -447,6 +467,7 @@ func Default() Config {
 		Source:          SourceDefault,
 		Watermill:       Watermill{ForwarderTopic: ForwarderTopicDefault},
 		WAL:             WAL{Slot: WALSlotDefault, Publication: WALPublicationDefault, SweepInterval: WALSweepIntervalDefault},
+		Binlog:          Binlog{SweepInterval: BinlogSweepIntervalDefault},
 		HTTP:            HTTP{Listen: HTTPListenDefault},
 		Log:             Log{Level: LogLevelDefault, Format: LogFormatDefault},
 		ShutdownTimeout: ShutdownTimeoutDefault,

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"net"
 	"os"
 	"regexp"
@@ -492,10 +493,13 @@ func (c *Config) validateDedup() error {
 }
 
 func (c *Config) validateSource() error {
-	if err := oneOf("source", c.Source, SourceTable, SourcePostgresWAL, SourceWatermillForwarder); err != nil {
+	if err := oneOf("source", c.Source, SourceTable, SourcePostgresWAL, SourceMySQLBinlog, SourceWatermillForwarder); err != nil {
 		return err
 	}
 	if err := c.validateWAL(); err != nil {
+		return err
+	}
+	if err := c.validateBinlog(); err != nil {
 		return err
 	}
 	if !topicRE.MatchString(c.Watermill.ForwarderTopic) {
@@ -555,6 +559,30 @@ func (c *Config) validateWAL() error {
 			allowed += "; no database.url is set, so this is the embedded default: set --database-url (BRIDGE_DATABASE_URL)"
 		}
 		return &Error{Key: "database.url", Value: secret.RedactURL(c.DatabaseURL()), Allowed: allowed}
+	}
+	return nil
+}
+
+func (c *Config) validateBinlog() error {
+	if err := positive("binlog.sweep_interval", c.Binlog.SweepInterval); err != nil {
+		return err
+	}
+	if id := c.Binlog.ServerID; id < 0 || id > math.MaxUint32 {
+		return &Error{Key: "binlog.server_id", Value: strconv.FormatInt(id, 10), Allowed: "must be 0 (derived from the table's name) or a server_id from 1 to 4294967295, unique among the server's replicas"}
+	}
+	if c.Source != SourceMySQLBinlog {
+		return nil
+	}
+	if c.DatabaseDialect() != outbox.DialectMySQL {
+		allowed := "must be a mysql:// URL with source: mysql-binlog (it reads the binary log of MySQL or MariaDB)"
+		if c.Database.URL == "" {
+			allowed += "; no database.url is set, so this is the embedded default: set --database-url (BRIDGE_DATABASE_URL)"
+		}
+		return &Error{Key: "database.url", Value: secret.RedactURL(c.DatabaseURL()), Allowed: allowed}
+	}
+	if len(c.Database.Tables) > 0 {
+		return &Error{Key: "database.tables", Value: strings.Join(c.Database.Tables, ","),
+			Allowed: "one table with source: mysql-binlog (database.table, or one --table without *); run a relay per table"}
 	}
 	return nil
 }

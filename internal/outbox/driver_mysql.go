@@ -127,6 +127,8 @@ type mysqlExecutor struct {
 	readers
 	db *sql.DB
 	q  mysqlQueries
+	// binlog are the mysql-binlog source's statements (Store.BinlogStatements).
+	binlog BinlogStatements
 }
 
 // mysqlQueries are the statements of queries/mysql/, rendered for one
@@ -179,7 +181,7 @@ func (d mysqlDriver) executor(db *DB, t tableName) (executor, error) {
 		retryDead: f.take("retry_dead"), retryAllDead: f.take("retry_all_dead"),
 		retryFailed: f.take("retry_failed"), retryAllFailed: f.take("retry_all_failed"),
 		stalled: f.take("stalled"), mayClaim: f.take("may_claim"), backlog: f.take("backlog"), purge: f.take("purge"),
-	}}
+	}, binlog: takeBinlogStatements(f)}
 	return e, f.done()
 }
 

@@ -1,0 +1,550 @@
+package mysqlbinlog
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/sink"
+	"github.com/outbox-bridge/bridge/internal/source"
+	"github.com/outbox-bridge/bridge/internal/telemetry"
+)
+
+// entry is one row read from the log or by the sweep, while the pipeline
+// holds it.
+type entry struct {
+	row       outbox.Row
+	status    string // the status the row image has (read from the log)
+	attempts  int    // failed attempts so far (the attempts column)
+	decodeErr error  // the row cannot be read: a dead letter
+	skip      bool   // not publishable from the log (the sweep has it)
+	at        time.Time
+	// the outcome of the batch
+	result  result
+	reason  string
+	backoff time.Duration
+	stream  string
+	seq     uint64
+	dup     bool
+}
+
+// result is what became of an entry in its batch.
+type result int
+
+const (
+	unsettled result = iota
+	acked            // PubAck: done (or deleted)
+	setAside         // failed, due again after backoff
+	dead             // permanent_failed
+	skipped          // settled already, or not the pipeline's: no mark
+)
+
+// markJob is one transaction of the marker: the marks of a batch, then
+// the position past it (none when the batch did not settle every row, or
+// for the sweep's batches).
+type markJob struct {
+	rows []*entry
+	pos  *Position
+}
+
+// session reads the log from the stored position (or, the first time,
+// from the server's current position, with a sweep of the rows before
+// it) while this relay holds the lock on conn, until closing or an error.
+func (s *Subscriber) session(lock *sql.Conn, out chan<- *message.Message) error {
+	ctx, cancel := context.WithCancel(s.hardCtx)
+	defer cancel()
+	start, found, err := s.storedPosition(ctx)
+	if err != nil {
+		return err
+	}
+	if !found {
+		if start, err = serverPosition(ctx, s.db.SQL, s.srv); err != nil {
+			return err
+		}
+		if err := s.writePosition(ctx, s.db.SQL, start); err != nil {
+			return err
+		}
+		s.logger.Info("no stored binary log position: reading from the server's current one; the sweep publishes the pending rows before it", slog.String("position", start.String()))
+	}
+	s.stored.Store(&start)
+	s.lastRead.Store(&start)
+	txs := make(chan txn, 256)
+	readErr := make(chan error, 1)
+	go func() { readErr <- s.read(ctx, start, txs) }()
+
+	jobs := make(chan markJob, 2)
+	markerDone := make(chan struct{})
+	go func() {
+		defer close(markerDone)
+		s.marker(jobs)
+	}()
+	defer func() {
+		close(jobs)
+		<-markerDone
+	}()
+
+	p := &pipeline{s: s, out: out, asides: map[string]int64{}, jobs: jobs}
+	if err := p.loadAsides(ctx); err != nil {
+		return err
+	}
+	s.state.Store(&readState{streaming: true, fault: s.state.Load().fault})
+	s.logger.Info("reading the binary log", slog.String("from", start.String()), slog.Uint64("server_id", uint64(s.cfg.ServerID)))
+	sweep := time.NewTimer(0)
+	defer sweep.Stop()
+	flush := time.NewTicker(time.Second)
+	defer flush.Stop()
+	lockCheck := time.NewTicker(2 * time.Second)
+	defer lockCheck.Stop()
+	var sweepAt *Position // the sweep waits until the marks reach this position
+	var sweepCutoff time.Time
+	for {
+		if sweepAt != nil && s.stored.Load().covers(*sweepAt, s.srv.Flavor) {
+			if !p.sweep(sweepCutoff) {
+				return nil
+			}
+			sweepAt = nil
+			sweep.Reset(s.cfg.SweepInterval)
+		}
+		select {
+		case <-s.closing:
+			return nil
+		case err := <-readErr:
+			if err == nil {
+				err = errors.New("the replication stream ended")
+			}
+			return s.readFailed(ctx, err)
+		case t := <-txs:
+			batch := []txn{t}
+			rows := len(t.rows)
+		more:
+			for rows < s.cfg.MaxInFlight {
+				select {
+				case t := <-txs:
+					batch = append(batch, t)
+					rows += len(t.rows)
+				default:
+					break more
+				}
+			}
+			if err := p.batch(batch); err != nil {
+				if errors.Is(err, errClosing) {
+					return nil
+				}
+				return err
+			}
+		case <-flush.C:
+			if r := s.lastRead.Load(); r != nil && *r != *s.stored.Load() {
+				pos := *r
+				p.jobs <- markJob{pos: &pos}
+			}
+		case <-sweep.C:
+			cutoff, err := dbNow(ctx, s.db.SQL)
+			var at Position
+			if err == nil {
+				at, err = serverPosition(ctx, s.db.SQL, s.srv)
+			}
+			if err != nil {
+				s.logger.Warn("sweep: cannot read the server's position; trying again at the next sweep", slog.Any("error", err))
+				sweep.Reset(s.cfg.SweepInterval)
+				continue
+			}
+			sweepAt, sweepCutoff = &at, cutoff
+		case <-lockCheck.C:
+			var mine sql.NullInt64
+			if err := lock.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?) = CONNECTION_ID()", s.lockName).Scan(&mine); err != nil || mine.Int64 != 1 {
+				return fmt.Errorf("lost the binary log's lock %q (its session ended: %v); another relay may read the log now", s.lockName, err)
+			}
+		}
+	}
+}
+
+// readFailed names a session's end: a position purged from the server is
+// recovered from (the position is moved to the server's current one and
+// the sweep publishes what was committed in between).
+func (s *Subscriber) readFailed(ctx context.Context, err error) error {
+	if !purged(err) {
+		return err
+	}
+	stored := s.stored.Load()
+	now, perr := serverPosition(ctx, s.db.SQL, s.srv)
+	if perr != nil {
+		return errors.Join(err, perr)
+	}
+	fault := fmt.Sprintf("binary log position %s of %s was purged from the server (binlog_expire_logs_seconds / expire_logs_days, or PURGE BINARY LOGS, while the relay was down): reading from the server's current position %s; the rows committed in between are published by the sweep, not in commit order", stored, s.cfg.Table, now)
+	s.logger.Error(fault)
+	if werr := s.writePosition(ctx, s.db.SQL, now); werr != nil {
+		return errors.Join(err, werr)
+	}
+	s.state.Store(&readState{err: err, fault: fault})
+	return err
+}
+
+// purged reports the server's refusal of a position whose binary log is
+// gone: ER_MASTER_FATAL_ERROR_READING_BINLOG (1236) with "Could not find
+// GTID state requested by slave in any binlog files" (MariaDB), "Could not
+// find first log file name in binary log index file" or "purged" (MySQL).
+func purged(err error) bool {
+	var me *gomysql.MyError
+	if !errors.As(err, &me) || me.Code != gomysql.ER_MASTER_FATAL_ERROR_READING_BINLOG {
+		return false
+	}
+	msg := strings.ToLower(me.Message)
+	return strings.Contains(msg, "purged") || strings.Contains(msg, "could not find")
+}
+
+// writePosition stores pos on db (the pool, or the marks' transaction).
+func (s *Subscriber) writePosition(ctx context.Context, db interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+}, pos Position) error {
+	if _, err := db.ExecContext(ctx, s.q.PositionWrite, pos.GTID, pos.File, int64(pos.Pos)); err != nil {
+		return fmt.Errorf("store the binary log position of %s: %w", s.cfg.Table, err)
+	}
+	return nil
+}
+
+// pipeline is one session's publishing side, run by the session's
+// goroutine.
+type pipeline struct {
+	s      *Subscriber
+	out    chan<- *message.Message
+	jobs   chan<- markJob
+	asides map[string]int64 // ordering key → the least id of its rows set aside
+}
+
+// loadAsides reads the ordering keys with failed rows.
+func (p *pipeline) loadAsides(ctx context.Context) error {
+	rows, err := p.s.db.SQL.QueryContext(ctx, p.s.q.Asides)
+	if err != nil {
+		return fmt.Errorf("read the rows set aside of %s: %w", p.s.cfg.Table, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key []byte
+		var id int64
+		if err := rows.Scan(&key, &id); err != nil {
+			return err
+		}
+		p.asides[string(key)] = id
+	}
+	return rows.Err()
+}
+
+// errClosing ends a session that closing cut short.
+var errClosing = errors.New("closing")
+
+// batch publishes the rows of txs that the table says are pending, in
+// order, and hands their marks and the position past txs to the marker.
+// Errors: errClosing when closing cut it short; the database's when the
+// rows' status cannot be read (the next session reads them again).
+func (p *pipeline) batch(txs []txn) error {
+	s := p.s
+	var rows []*entry
+	for _, t := range txs {
+		for _, e := range t.rows {
+			e.at = t.at
+			rows = append(rows, e)
+		}
+	}
+	pos := txs[len(txs)-1].pos
+	if len(rows) == 0 {
+		p.jobs <- markJob{pos: &pos}
+		return nil
+	}
+	s.oldest.Store(rows[0].at.UnixNano())
+	defer s.oldest.Store(0)
+	if err := p.filter(rows); err != nil {
+		// The rows' state is unknown: the session ends and the next reads
+		// them again.
+		return fmt.Errorf("read the status of the rows read from the binary log: %w", err)
+	}
+	complete := p.publish(rows)
+	job := markJob{rows: rows}
+	if complete {
+		job.pos = &pos
+	}
+	p.jobs <- job
+	if !complete {
+		return errClosing
+	}
+	return nil
+}
+
+// filter marks skipped the rows the table does not hold as pending (done,
+// dead letters, failed and the sweep's, in flight under a source: table
+// relay, deleted), and the rows decoded badly for the sweep. A row of an
+// ordering key with rows set aside is set aside behind them.
+func (p *pipeline) filter(rows []*entry) error {
+	s := p.s
+	ctx, cancel := context.WithTimeout(s.hardCtx, 30*time.Second)
+	defer cancel()
+	status := make(map[int64]string, len(rows))
+	for i := 0; i < len(rows); i += 1000 {
+		chunk := rows[i:min(i+1000, len(rows))]
+		ids := make([]any, len(chunk))
+		for j, e := range chunk {
+			ids[j] = e.row.ID
+		}
+		res, err := s.db.SQL.QueryContext(ctx, outbox.ExpandMySQL(s.q.Statuses, len(ids)), ids...)
+		if err != nil {
+			return err
+		}
+		for res.Next() {
+			var id int64
+			var st string
+			if err := res.Scan(&id, &st); err != nil {
+				res.Close()
+				return err
+			}
+			status[id] = st
+		}
+		if err := res.Close(); err != nil {
+			return err
+		}
+	}
+	for _, e := range rows {
+		st, ok := status[e.row.ID]
+		switch {
+		case e.skip || !ok || st != string(outbox.StatusPending):
+			e.result = skipped
+			s.Counters.Skipped.Add(1)
+		case e.row.OrderingKey.Valid:
+			if head, ok := p.asides[e.row.OrderingKey.String]; ok && head < e.row.ID {
+				e.result, e.reason = setAside, fmt.Sprintf("waits for row %d of its ordering key, set aside", head)
+				s.Counters.SetAside.Add(1)
+			}
+		}
+	}
+	return nil
+}
+
+// watched is an emitted message awaiting its outcome.
+type watched struct {
+	e    *entry
+	msg  *message.Message
+	turn *sink.Turn
+	at   time.Time
+}
+
+// publish publishes the unsettled rows, in order, until each has a
+// result: acked, set aside, or dead. A failure of the destination holds
+// the rows: they are published again, in order, after a backoff. False
+// when closing cut it short (the rows without a result are left to the
+// next run).
+func (p *pipeline) publish(rows []*entry) bool {
+	s := p.s
+	held := 0
+	for {
+		var todo []*entry
+		for _, e := range rows {
+			if e.result == unsettled {
+				todo = append(todo, e)
+			}
+		}
+		if len(todo) == 0 {
+			return true
+		}
+		if source.Closed(s.closing) {
+			return false
+		}
+		for _, e := range todo {
+			if key := e.row.OrderingKey; key.Valid {
+				if head, ok := p.asides[key.String]; ok && head < e.row.ID {
+					e.result, e.reason = setAside, fmt.Sprintf("waits for row %d of its ordering key, set aside", head)
+					s.Counters.SetAside.Add(1)
+				}
+			}
+		}
+		var batch []watched
+		var prev *sink.Turn
+		closing := false
+		for _, e := range todo {
+			if e.result != unsettled {
+				continue
+			}
+			msg, turn, ok := p.message(e, prev)
+			if !ok {
+				continue // a dead letter
+			}
+			select {
+			case p.out <- msg:
+				prev = turn
+				batch = append(batch, watched{e: e, msg: msg, turn: turn, at: time.Now()})
+			case <-s.closing:
+				turn.Pass(false)
+				closing = true
+			}
+			if closing {
+				break
+			}
+		}
+		retry, wait := p.await(batch)
+		if closing || source.Closed(s.closing) && retry {
+			return false
+		}
+		if !retry {
+			continue
+		}
+		held++
+		if !s.cfg.Connected() {
+			for !s.cfg.Connected() {
+				if !s.sleep(100 * time.Millisecond) {
+					return false
+				}
+			}
+		} else if !s.sleep(max(wait, s.backoff(held))) {
+			return false
+		}
+	}
+}
+
+// message builds e's next message, chained after prev, or makes e a dead
+// letter (false) when it can never be published.
+func (p *pipeline) message(e *entry, prev *sink.Turn) (*message.Message, *sink.Turn, bool) {
+	s := p.s
+	err := e.decodeErr
+	var headers map[string][]string
+	if err == nil {
+		headers, err = outbox.ParseHeaders(e.row.Headers)
+	}
+	if err == nil {
+		err = outbox.CheckSubject(e.row.Subject)
+	}
+	if err == nil && e.row.PayloadLeftOut {
+		err = outbox.OverMaxPayload(e.row.PayloadSize, s.cfg.MaxPayload())
+	}
+	if err != nil {
+		e.result, e.reason = dead, err.Error()
+		return nil, nil, false
+	}
+	row := e.row
+	row.Attempt = e.attempts + 1
+	d := source.NewDelivery(row, headers, s.cfg.Namespace)
+	turn := sink.NewTurn(prev)
+	d.Deadline = time.Now().Add(s.cfg.AckDeadline)
+	ctx := sink.WithTurn(telemetry.Parent(s.hardCtx, headers), turn)
+	return source.NewMessage(ctx, d), turn, true
+}
+
+// await waits for the outcomes of batch, in order, and records them;
+// retry reports rows held by a failure of the destination (published
+// again after wait, at least), false when every row has a result.
+func (p *pipeline) await(batch []watched) (retry bool, wait time.Duration) {
+	s := p.s
+	drain := time.NewTimer(s.cfg.DrainTimeout)
+	defer drain.Stop()
+	closing := s.closing
+	for i := range batch {
+		w := &batch[i]
+		deadline := time.NewTimer(time.Until(w.at.Add(s.cfg.AckDeadline)))
+		var o source.Outcome
+		var got bool
+		for !got {
+			select {
+			case <-w.msg.Acked():
+				w.turn.Pass(true)
+				o, got = source.OutcomeOf(w.msg), true
+			case <-w.msg.Nacked():
+				w.turn.Pass(false)
+				o, got = source.OutcomeOf(w.msg), true
+			case <-deadline.C:
+				if source.Of(w.msg).TakeUnsent() {
+					w.turn.Pass(false)
+					o = source.Failed(fmt.Errorf("%w: still waiting its hand-over to NATS at ack deadline %s; not sent", source.ErrPublishDeadline, s.cfg.AckDeadline), source.Unavailable)
+				} else {
+					go passWhenSettled(w.msg, w.turn)
+					o = source.Failed(fmt.Errorf("no ack or nack within ack deadline %s; publish outcome unknown", s.cfg.AckDeadline), source.Retryable)
+				}
+				got = true
+			case <-closing:
+				closing = nil // from now on the drain's timer bounds the wait
+			case <-drain.C:
+				if closing == nil {
+					// Given up at shutdown: the rest are left to the next run.
+					for j := i; j < len(batch); j++ {
+						go passWhenSettled(batch[j].msg, batch[j].turn)
+					}
+					deadline.Stop()
+					return true, 0
+				}
+				drain.Reset(s.cfg.DrainTimeout)
+			}
+		}
+		deadline.Stop()
+		if r, w := p.record(w.e, o); r {
+			retry, wait = true, max(wait, w)
+		}
+	}
+	return retry, wait
+}
+
+// record sets e's result from its outcome; true (and the least wait) when
+// the failure holds it for another try.
+func (p *pipeline) record(e *entry, o source.Outcome) (bool, time.Duration) {
+	s := p.s
+	if o.Published {
+		e.result, e.stream, e.seq, e.dup = acked, o.Stream, o.Seq, o.Duplicate
+		e.attempts++
+		return false, 0
+	}
+	s.Counters.Failed.Add(1)
+	reason := o.Reason()
+	switch o.Class {
+	case source.Permanent:
+		e.attempts++
+		e.result, e.reason = dead, reason
+		return false, 0
+	case source.Unavailable:
+		return true, 0 // not the row's: the attempt does not count
+	case source.Held:
+		wait := o.HoldFor
+		if wait == 0 {
+			wait = s.cfg.HoldBack
+		}
+		if o.Own {
+			p.setAside(e, reason, wait)
+			return false, 0
+		}
+		return true, wait
+	}
+	e.attempts++
+	if e.attempts >= s.cfg.MaxAttempts {
+		e.result, e.reason = dead, fmt.Sprintf("%s (attempt %d of %d)", reason, e.attempts, s.cfg.MaxAttempts)
+		return false, 0
+	}
+	if o.Own {
+		p.setAside(e, reason, s.backoff(e.attempts))
+		return false, 0
+	}
+	return true, 0
+}
+
+// setAside marks e failed, due after wait; the later rows of its ordering
+// key wait behind it.
+func (p *pipeline) setAside(e *entry, reason string, wait time.Duration) {
+	e.result, e.reason, e.backoff = setAside, reason, wait
+	p.s.Counters.SetAside.Add(1)
+	if e.row.OrderingKey.Valid {
+		key := e.row.OrderingKey.String
+		if head, ok := p.asides[key]; !ok || e.row.ID < head {
+			p.asides[key] = e.row.ID
+		}
+	}
+}
+
+// passWhenSettled passes turn once msg is acked or nacked.
+func passWhenSettled(msg *message.Message, turn *sink.Turn) {
+	select {
+	case <-msg.Acked():
+		turn.Pass(true)
+	case <-msg.Nacked():
+		turn.Pass(false)
+	}
+}

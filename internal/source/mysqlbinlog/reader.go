@@ -1,0 +1,287 @@
+package mysqlbinlog
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/outbox-bridge/bridge/internal/outbox"
+)
+
+// txn is what the reader hands the pipeline: the rows one committed
+// transaction inserted into the table, in log order, and the position
+// past its commit. A txn without rows only moves the position.
+type txn struct {
+	rows []*entry
+	pos  Position
+	at   time.Time // commit time (the event's timestamp, seconds)
+}
+
+// columns are the ordinals of the columns the relay reads in the table's
+// row images.
+type columns struct {
+	count                                                                        int
+	id, key, subject, payload, headers, orderingKey, status, attempts, createdAt int
+}
+
+// readColumns reads the table's column ordinals from information_schema.
+func readColumns(ctx context.Context, db *sql.DB, schema, name string) (columns, error) {
+	c := columns{id: -1, key: -1, subject: -1, payload: -1, headers: -1, orderingKey: -1, status: -1, attempts: -1, createdAt: -1}
+	rows, err := db.QueryContext(ctx, `SELECT column_name, ordinal_position FROM information_schema.columns
+		WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position`, schema, name)
+	if err != nil {
+		return c, fmt.Errorf("read the columns of %s.%s: %w", schema, name, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var col string
+		var n int
+		if err := rows.Scan(&col, &n); err != nil {
+			return c, err
+		}
+		c.count++
+		i := n - 1
+		switch strings.ToLower(col) {
+		case "id":
+			c.id = i
+		case "idempotency_key":
+			c.key = i
+		case "subject":
+			c.subject = i
+		case "payload":
+			c.payload = i
+		case "headers":
+			c.headers = i
+		case "ordering_key":
+			c.orderingKey = i
+		case "status":
+			c.status = i
+		case "attempts":
+			c.attempts = i
+		case "created_at":
+			c.createdAt = i
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return c, err
+	}
+	for name, i := range map[string]int{"id": c.id, "idempotency_key": c.key, "subject": c.subject, "payload": c.payload, "headers": c.headers,
+		"ordering_key": c.orderingKey, "status": c.status, "attempts": c.attempts, "created_at": c.createdAt} {
+		if i < 0 {
+			return c, fmt.Errorf("%s.%s has no column %s: not a bridge table (bridge migrate makes one)", schema, name, name)
+		}
+	}
+	return c, nil
+}
+
+// syncerConfig is the replication connection's configuration, from the
+// relay's database URL.
+func (s *Subscriber) syncerConfig() (replication.BinlogSyncerConfig, error) {
+	dc, err := outbox.MySQLConfig(s.cfg.URL)
+	if err != nil {
+		return replication.BinlogSyncerConfig{}, err
+	}
+	if dc.Net != "tcp" {
+		return replication.BinlogSyncerConfig{}, fmt.Errorf("%w: %s: source: mysql-binlog reads the binary log over TCP; give host:port", outbox.ErrUnknownScheme, outbox.RedactURL(s.cfg.URL))
+	}
+	host, port, err := net.SplitHostPort(dc.Addr)
+	if err != nil {
+		return replication.BinlogSyncerConfig{}, fmt.Errorf("%w: %s: address %q: %v", outbox.ErrUnknownScheme, outbox.RedactURL(s.cfg.URL), dc.Addr, err)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return replication.BinlogSyncerConfig{}, fmt.Errorf("%w: %s: port %q: %v", outbox.ErrUnknownScheme, outbox.RedactURL(s.cfg.URL), port, err)
+	}
+	return replication.BinlogSyncerConfig{
+		ServerID: s.cfg.ServerID, Flavor: s.srv.Flavor, Host: host, Port: uint16(p), User: dc.User, Password: dc.Passwd,
+		TLSConfig: dc.TLS, ParseTime: true, Localhost: "outbox-bridge",
+		// A session ends on the first error: the pipeline starts the next
+		// from the stored position, after the marks of what it read.
+		DisableRetrySync: true,
+		HeartbeatPeriod:  5 * time.Second, ReadTimeout: 30 * time.Second,
+		Logger: s.quiet,
+	}, nil
+}
+
+// read runs one replication session from start until ctx ends or the
+// stream fails, handing each transaction that inserted rows into the table
+// to txs (and, at most every second, one that only moves the position).
+func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) error {
+	sc, err := s.syncerConfig()
+	if err != nil {
+		return err
+	}
+	syncer := replication.NewBinlogSyncer(sc)
+	defer syncer.Close()
+	var streamer *replication.BinlogStreamer
+	if s.srv.GTID && start.GTID != "" {
+		set, err := gomysql.ParseGTIDSet(s.srv.Flavor, start.GTID)
+		if err != nil {
+			return fmt.Errorf("stored position %s: %w", start, err)
+		}
+		streamer, err = syncer.StartSyncGTID(set)
+		if err != nil {
+			return err
+		}
+	} else {
+		streamer, err = syncer.StartSync(gomysql.Position{Name: start.File, Pos: start.Pos})
+		if err != nil {
+			return err
+		}
+	}
+	file := start.File
+	var cur []*entry
+	var lastMove time.Time
+	for {
+		ev, err := streamer.GetEvent(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		switch e := ev.Event.(type) {
+		case *replication.RotateEvent:
+			file = string(e.NextLogName)
+		case *replication.RowsEvent:
+			if !isWriteRows(ev.Header.EventType) || string(e.Table.Schema) != s.schema || string(e.Table.Table) != s.name {
+				continue
+			}
+			for _, values := range e.Rows {
+				en := s.decode(values)
+				s.Counters.Read.Add(1)
+				cur = append(cur, en)
+			}
+		case *replication.XIDEvent, *replication.QueryEvent:
+			if q, ok := e.(*replication.QueryEvent); ok && string(q.Query) == "BEGIN" {
+				continue
+			}
+			var set gomysql.GTIDSet
+			switch x := e.(type) {
+			case *replication.XIDEvent:
+				set = x.GSet
+			case *replication.QueryEvent:
+				set = x.GSet
+			}
+			pos := Position{File: file, Pos: ev.Header.LogPos}
+			if set != nil && s.srv.GTID {
+				pos.GTID = set.String()
+			}
+			if len(cur) == 0 && time.Since(lastMove) < time.Second {
+				s.lastRead.Store(&pos)
+				continue
+			}
+			t := txn{rows: cur, pos: pos, at: time.Unix(int64(ev.Header.Timestamp), 0)}
+			cur = nil
+			lastMove = time.Now()
+			s.lastRead.Store(&pos)
+			select {
+			case txs <- t:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	}
+}
+
+func isWriteRows(t replication.EventType) bool {
+	switch t {
+	case replication.WRITE_ROWS_EVENTv0, replication.WRITE_ROWS_EVENTv1, replication.WRITE_ROWS_EVENTv2,
+		replication.MARIADB_WRITE_ROWS_COMPRESSED_EVENT_V1:
+		return true
+	}
+	return false
+}
+
+// decode turns a row image into an entry. A row the relay cannot read (a
+// column of an unexpected type) becomes an entry with decodeErr: a dead
+// letter naming why.
+func (s *Subscriber) decode(values []any) *entry {
+	c := s.cols
+	e := &entry{}
+	if len(values) != c.count {
+		e.decodeErr = fmt.Errorf("the row image has %d columns, the table %d: the table changed while the relay read it; the row is published by the sweep", len(values), c.count)
+		e.skip = true
+		if id, ok := asInt(values, c.id); ok {
+			e.row.ID = id
+		}
+		return e
+	}
+	var errs []error
+	get := func(i int, what string) []byte {
+		b, ok := asBytes(values[i])
+		if !ok {
+			errs = append(errs, fmt.Errorf("column %s: unexpected value of type %T", what, values[i]))
+		}
+		return b
+	}
+	id, ok := asInt(values, c.id)
+	if !ok {
+		errs = append(errs, fmt.Errorf("column id: unexpected value of type %T", values[c.id]))
+	}
+	e.row.ID = id
+	e.row.IdempotencyKey = string(get(c.key, "idempotency_key"))
+	e.row.Subject = string(get(c.subject, "subject"))
+	payload := get(c.payload, "payload")
+	e.row.PayloadSize = int64(len(payload))
+	if limit := s.payloadLimit(); limit > 0 && int64(len(payload)) > limit {
+		e.row.PayloadLeftOut = true
+	} else {
+		e.row.Payload = payload
+	}
+	e.row.Headers = get(c.headers, "headers")
+	if values[c.orderingKey] != nil {
+		e.row.OrderingKey = sql.NullString{String: string(get(c.orderingKey, "ordering_key")), Valid: true}
+	}
+	e.status = string(get(c.status, "status"))
+	if a, ok := asInt(values, c.attempts); ok {
+		e.attempts = int(a)
+	}
+	switch t := values[c.createdAt].(type) {
+	case time.Time:
+		e.row.CreatedAt = time.Date(t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC)
+	case string:
+		e.row.CreatedAt, _ = time.Parse("2006-01-02 15:04:05.999999", t)
+	}
+	e.decodeErr = errors.Join(errs...)
+	return e
+}
+
+func asInt(values []any, i int) (int64, bool) {
+	if i < 0 || i >= len(values) {
+		return 0, false
+	}
+	switch v := values[i].(type) {
+	case int64:
+		return v, true
+	case int32:
+		return int64(v), true
+	case uint64:
+		return int64(v), true
+	case uint32:
+		return int64(v), true
+	case int:
+		return int64(v), true
+	}
+	return 0, false
+}
+
+func asBytes(v any) ([]byte, bool) {
+	switch b := v.(type) {
+	case []byte:
+		return b, true
+	case string:
+		return []byte(b), true
+	case nil:
+		return nil, true
+	}
+	return nil, false
+}

@@ -1,0 +1,353 @@
+package mysqlbinlog
+
+import (
+	"context"
+	"crypto/sha1"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/outbox-bridge/bridge/internal/health"
+	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/source"
+)
+
+// Counters are running totals of a Subscriber, safe to read at any time.
+type Counters struct {
+	Read         atomic.Int64 // rows read from the binary log (again after a restart)
+	Relayed      atomic.Int64 // rows marked done (or deleted) after their PubAck
+	Deduplicated atomic.Int64 // of those, PubAcks with Duplicate set
+	Failed       atomic.Int64 // failed attempts: the row set aside, or tried again
+	Dead         atomic.Int64 // rows made dead letters (permanent_failed)
+	Swept        atomic.Int64 // rows published by the sweep
+	Skipped      atomic.Int64 // rows read from the log that the table marks settled (or no longer has): not published again
+	SetAside     atomic.Int64 // rows set aside: failed for reasons of their own, or waiting for such a row of their ordering key
+	Restarts     atomic.Int64 // replication sessions started again after an interruption
+}
+
+// Subscriber is a Watermill message.Subscriber over the inserts of the
+// bridge table, read from the binary log of MySQL or MariaDB. One
+// Subscribe call per Subscriber; the topic is informational.
+//
+// It reads committed transactions in commit order and publishes their
+// rows in batches, in that order (sink.Turn), many awaiting their PubAck
+// at once. A batch's marks and the position past it are written in one
+// transaction once every row of the batch has its outcome, so the stored
+// position never passes a row that was not marked.
+//
+// Failures: a failure of the row's own (its stream refuses it, no stream
+// captures its subject) sets it aside: marked failed with a backoff, the
+// later rows of its ordering key wait behind it (failed, due), and the
+// sweep publishes them in id order; a failure of the destination (NATS
+// unreachable or not answering, a stream without a leader) holds the
+// batch and tries its rows again, in order, after a backoff (or once NATS
+// is connected again). A row that can never be published, or that failed
+// MaxAttempts times, becomes a dead letter.
+type Subscriber struct {
+	db     *outbox.DB
+	store  *outbox.Store
+	q      outbox.BinlogStatements
+	cfg    Config
+	srv    Server
+	logger *slog.Logger
+	quiet  *slog.Logger // the replication library's: its errors come back as errors
+	// schema and name are the table's, as the binary log names it.
+	schema, name string
+	cols         columns
+	lockName     string
+
+	// Counters are the subscriber's running totals.
+	Counters Counters
+
+	state    atomic.Pointer[readState]
+	lastRead atomic.Pointer[Position] // the last position read from the log
+	stored   atomic.Pointer[Position] // the last position stored
+	oldest   atomic.Int64             // unix ns: commit time of the oldest row read and not settled; 0 none
+	progress atomic.Int64             // unix ns: rows last settled (the stall watch)
+
+	closing    chan struct{}
+	closeOnce  sync.Once
+	done       chan struct{}
+	subscribed atomic.Bool
+	hardCtx    context.Context
+	hardCancel context.CancelFunc
+}
+
+// readState is what Ready reports.
+type readState struct {
+	streaming bool
+	standby   string // the holder of the lock, while this relay waits
+	err       error  // why it does not stream
+	fault     string // a fault that lasts while it streams (a purged position being recovered)
+}
+
+// NewSubscriber checks the server's binary log settings and the user's
+// grants (ErrSettings), resolves the table and its columns and returns a
+// Subscriber. The config is copied; zero fields take their defaults.
+func NewSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, logger *slog.Logger, cfg Config) (*Subscriber, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	q, ok := store.BinlogStatements()
+	if !ok {
+		return nil, fmt.Errorf("%w: source: mysql-binlog needs a MySQL or MariaDB outbox table, not %s", ErrSettings, db.Dialect())
+	}
+	srv, err := CheckServer(ctx, db.SQL)
+	if err != nil {
+		return nil, err
+	}
+	schema, name, err := resolveTable(ctx, db.SQL, cfg.Table)
+	if err != nil {
+		return nil, err
+	}
+	cols, err := readColumns(ctx, db.SQL, schema, name)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := db.SQL.ExecContext(ctx, q.PositionCreate); err != nil {
+		return nil, fmt.Errorf("create the position table %s_binlog: %w", cfg.Table, err)
+	}
+	hardCtx, hardCancel := context.WithCancel(context.Background())
+	s := &Subscriber{
+		db: db, store: store, q: q, cfg: cfg, srv: srv, schema: schema, name: name, cols: cols,
+		lockName:   lockName(schema, name),
+		logger:     logger.With(slog.String("component", "mysql-binlog"), slog.String("table", cfg.Table)),
+		quiet:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+		closing:    make(chan struct{}),
+		done:       make(chan struct{}),
+		hardCtx:    hardCtx,
+		hardCancel: hardCancel,
+	}
+	s.state.Store(&readState{err: errors.New("starting")})
+	s.progress.Store(time.Now().UnixNano())
+	return s, nil
+}
+
+// resolveTable returns the schema and name of table as the server has
+// them (the connection's database when table is not qualified).
+func resolveTable(ctx context.Context, db *sql.DB, table string) (schema, name string, err error) {
+	var want any
+	name = table
+	if sch, n, ok := strings.Cut(table, "."); ok {
+		want, name = sch, n
+	}
+	err = db.QueryRowContext(ctx, `SELECT table_schema, table_name FROM information_schema.tables
+		WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?`, want, name).Scan(&schema, &name)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", "", fmt.Errorf("outbox table %s not found: run bridge migrate", table)
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("look up outbox table %s: %w", table, err)
+	}
+	return schema, name, nil
+}
+
+// lockName is the name of the lock a reader of the table holds
+// (GET_LOCK): at most 64 characters, MySQL's limit.
+func lockName(schema, name string) string {
+	n := "outbox-bridge/binlog/" + schema + "." + name
+	if len(n) <= 64 {
+		return n
+	}
+	sum := sha1.Sum([]byte(schema + "." + name))
+	return "outbox-bridge/binlog/" + hex.EncodeToString(sum[:])
+}
+
+// Subscribe starts reading the binary log and returns the channel of
+// emitted messages, closed once ctx ends or Close is called and the
+// batch in progress is settled and marked. Errors: source.ErrClosed; an
+// error when called twice.
+func (s *Subscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.Message, error) {
+	if source.Closed(s.closing) {
+		return nil, source.ErrClosed
+	}
+	if !s.subscribed.CompareAndSwap(false, true) {
+		return nil, errors.New("mysql-binlog subscriber: Subscribe called twice; one Subscriber serves one handler")
+	}
+	out := make(chan *message.Message)
+	go func() {
+		select {
+		case <-ctx.Done():
+			s.beginClose()
+		case <-s.done:
+		}
+	}()
+	go func() {
+		defer close(s.done)
+		defer close(out)
+		defer s.hardCancel()
+		s.loop(out)
+	}()
+	return out, nil
+}
+
+// Close stops reading, waits up to DrainTimeout for the emitted messages'
+// outcomes, writes their marks and closes the message channel. Idempotent.
+func (s *Subscriber) Close() error {
+	s.beginClose()
+	if s.subscribed.Load() {
+		<-s.done
+	} else {
+		s.hardCancel()
+	}
+	return nil
+}
+
+func (s *Subscriber) beginClose() { s.closeOnce.Do(func() { close(s.closing) }) }
+
+// Ready is the readiness check: nil while the relay reads the binary log;
+// a health.Degraded error naming the lock's holder while it waits as a
+// standby; otherwise why it does not read (or the fault it recovers from).
+func (s *Subscriber) Ready(context.Context) error {
+	st := s.state.Load()
+	switch {
+	case st.fault != "":
+		return errors.New(st.fault)
+	case st.streaming:
+		return nil
+	case st.standby != "":
+		return health.Degraded(fmt.Errorf("standby: the binary log of %s is read by %s; this relay waits for its lock %q", s.cfg.Table, st.standby, s.lockName))
+	}
+	return fmt.Errorf("binary log of %s: not reading: %w", s.cfg.Table, st.err)
+}
+
+// LagSeconds is the age of the oldest row read from the log and not yet
+// settled (its commit time; 0 when none).
+func (s *Subscriber) LagSeconds() float64 {
+	o := s.oldest.Load()
+	if o == 0 {
+		return 0
+	}
+	return time.Since(time.Unix(0, o)).Seconds()
+}
+
+func (s *Subscriber) payloadLimit() int64 {
+	if s.cfg.MaxPayload == nil {
+		return 0
+	}
+	return outbox.PayloadMaxBytes(s.cfg.MaxPayload())
+}
+
+// backoff is the wait before attempt+1: BackoffInitial doubled per
+// attempt, capped at BackoffMax, scaled by a random factor in [0.5, 1).
+func (s *Subscriber) backoff(attempt int) time.Duration {
+	d := s.cfg.BackoffInitial
+	for i := 1; i < attempt && d < s.cfg.BackoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, s.cfg.BackoffMax)
+	return time.Duration(float64(d) * (0.5 + rand.Float64()/2))
+}
+
+// sleep waits d or until closing; false when closing.
+func (s *Subscriber) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.closing:
+		return false
+	}
+}
+
+// loop takes the lock and reads sessions until closing: a session that
+// ends on an error is started again, from the stored position, after a
+// backoff.
+func (s *Subscriber) loop(out chan<- *message.Message) {
+	failures := 0
+	for !source.Closed(s.closing) {
+		conn, holder, err := s.acquire()
+		switch {
+		case err != nil:
+			s.state.Store(&readState{err: err})
+			s.logger.Warn("cannot take the binary log's lock; trying again in 5s", slog.Any("error", err))
+			s.sleep(5 * time.Second)
+			continue
+		case conn == nil:
+			if st := s.state.Load(); st.standby != holder {
+				s.logger.Info("standby: another relay reads the binary log of the table; waiting for its lock", slog.String("holder", holder), slog.String("lock", s.lockName))
+			}
+			s.state.Store(&readState{standby: holder})
+			s.sleep(5 * time.Second)
+			continue
+		}
+		err = s.session(conn, out)
+		conn.Close()
+		if source.Closed(s.closing) {
+			return
+		}
+		failures++
+		s.Counters.Restarts.Add(1)
+		wait := min(time.Duration(failures)*time.Second, 30*time.Second)
+		st := &readState{err: err}
+		if prev := s.state.Load(); prev.fault != "" {
+			st.fault = prev.fault
+		}
+		s.state.Store(st)
+		if isSettings(err) {
+			s.logger.Error("cannot read the binary log; fix the server and the relay goes on by itself", slog.Any("error", err))
+			wait = 5 * time.Second
+		} else {
+			s.logger.Warn("binary log session ended; starting again from the stored position", slog.Any("error", err), slog.Duration("wait", wait))
+		}
+		if !s.sleep(wait) {
+			return
+		}
+		if err == nil {
+			failures = 0
+		}
+	}
+}
+
+func isSettings(err error) bool {
+	if errors.Is(err, ErrSettings) {
+		return true
+	}
+	var me *gomysql.MyError
+	return errors.As(err, &me) && (me.Code == 1227 || me.Code == 1045 || me.Code == 1236)
+}
+
+// acquire takes the table's lock on a session of its own, held while this
+// relay reads; nil and the holder (its connection id, user and host) when
+// another session holds it.
+func (s *Subscriber) acquire() (*sql.Conn, string, error) {
+	ctx, cancel := context.WithTimeout(s.hardCtx, 10*time.Second)
+	defer cancel()
+	conn, err := s.db.SQL.Conn(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", s.lockName).Scan(&got); err != nil {
+		conn.Close()
+		return nil, "", err
+	}
+	if got.Int64 == 1 {
+		return conn, "", nil
+	}
+	conn.Close()
+	holder := "another session"
+	var id sql.NullInt64
+	if err := s.db.SQL.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", s.lockName).Scan(&id); err == nil && id.Valid {
+		var user, host string
+		if err := s.db.SQL.QueryRowContext(ctx, "SELECT user, host FROM information_schema.processlist WHERE id = ?", id.Int64).Scan(&user, &host); err == nil {
+			holder = fmt.Sprintf("connection %d (%s@%s)", id.Int64, user, host)
+		} else {
+			holder = fmt.Sprintf("connection %d", id.Int64)
+		}
+	}
+	return nil, holder, nil
+}

@@ -1,0 +1,120 @@
+package mysqlbinlog
+
+import (
+	"context"
+	"database/sql"
+	"log/slog"
+	"time"
+)
+
+// sweep publishes the rows the binary log will not bring: failed rows that
+// are due, and pending rows created before cutoff (the moment the server's
+// position the stored one now covers was read: a pending row created
+// before it was either read from the log and marked, or committed after
+// that position, which the log brings later and the table then marks
+// settled). In id order, one row per ordering key at a time. First it puts
+// back to pending the rows a source: table relay left in flight. False
+// when closing cut it short.
+func (p *pipeline) sweep(cutoff time.Time) bool {
+	s := p.s
+	ctx, cancel := context.WithTimeout(s.hardCtx, time.Minute)
+	defer cancel()
+	if n, err := s.store.RequeueInflightOlderThan(ctx, s.cfg.InflightTimeout); err != nil {
+		s.logger.Warn("sweep: cannot put back rows left in flight", slog.Any("error", err))
+	} else if n > 0 {
+		s.logger.Info("sweep: put back rows a source: table relay left in flight", slog.Int("rows", n))
+	}
+	clear(p.asides)
+	if err := p.loadAsides(ctx); err != nil {
+		s.logger.Warn("sweep: cannot read the rows set aside; trying again at the next sweep", slog.Any("error", err))
+		return true
+	}
+	cursor := int64(0)
+	for {
+		rows, err := p.sweepRead(ctx, cursor, cutoff)
+		if err != nil {
+			s.logger.Warn("sweep: cannot read pending rows; trying again at the next sweep", slog.Any("error", err))
+			return true
+		}
+		if len(rows) == 0 {
+			return true
+		}
+		// In id order, one row per ordering key a round: a second row of a
+		// key ends the round before it (it is read again after the first's
+		// outcome), and a row behind its key's row set aside waits.
+		var publish []*entry
+		keys := map[string]bool{}
+		next := rows[len(rows)-1].row.ID
+		for _, e := range rows {
+			if key := e.row.OrderingKey; key.Valid {
+				if keys[key.String] {
+					next = e.row.ID - 1
+					break
+				}
+				if head, ok := p.asides[key.String]; ok && head < e.row.ID {
+					continue
+				}
+				keys[key.String] = true
+			}
+			publish = append(publish, e)
+		}
+		complete := p.publish(publish)
+		for _, e := range publish {
+			if key := e.row.OrderingKey; key.Valid && p.asides[key.String] == e.row.ID && e.result != setAside {
+				delete(p.asides, key.String)
+			}
+		}
+		s.Counters.Swept.Add(int64(len(publish)))
+		p.jobs <- markJob{rows: publish}
+		if !complete {
+			return false
+		}
+		cursor = next
+	}
+}
+
+// sweepRead reads the next rows of the sweep after cursor.
+func (p *pipeline) sweepRead(ctx context.Context, cursor int64, cutoff time.Time) ([]*entry, error) {
+	s := p.s
+	limit := s.payloadLimit()
+	if limit == 0 {
+		limit = 1 << 62
+	}
+	res, err := s.db.SQL.QueryContext(ctx, s.q.SweepRead, limit, cursor, cutoff.UTC().Format("2006-01-02 15:04:05.999999"), s.cfg.SweepBatch)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Close()
+	var out []*entry
+	for res.Next() {
+		e := &entry{}
+		var key, okey, payload []byte
+		var created string
+		var size int64
+		if err := res.Scan(&e.row.ID, &key, &e.row.Subject, &payload, &e.row.Headers, &okey, &e.status, &e.attempts, &created, &size); err != nil {
+			return nil, err
+		}
+		e.row.IdempotencyKey = string(key)
+		e.row.Payload, e.row.PayloadSize = payload, size
+		e.row.PayloadLeftOut = payload == nil && size > 0
+		if e.row.Payload == nil && !e.row.PayloadLeftOut {
+			e.row.Payload = []byte{}
+		}
+		if okey != nil {
+			e.row.OrderingKey = sql.NullString{String: string(okey), Valid: true}
+		}
+		e.row.CreatedAt, _ = time.Parse("2006-01-02 15:04:05.999999", created)
+		e.at = time.Now()
+		out = append(out, e)
+	}
+	return out, res.Err()
+}
+
+// dbNow is the database clock (UTC).
+func dbNow(ctx context.Context, db *sql.DB) (time.Time, error) {
+	var now string
+	if err := db.QueryRowContext(ctx, "SELECT UTC_TIMESTAMP(6)").Scan(&now); err != nil {
+		return time.Time{}, err
+	}
+	return time.Parse("2006-01-02 15:04:05.999999", now)
+}
