@@ -46,6 +46,13 @@ func MySQLTable(t testing.TB) (url, table string) {
 	return testdb.MySQLTable(t)
 }
 
+// MySQLBinlogTable creates a fresh database in the binary log test server:
+// testdb.MySQLBinlogTable.
+func MySQLBinlogTable(t testing.TB) (url, table string) {
+	t.Helper()
+	return testdb.MySQLBinlogTable(t)
+}
+
 // SQLiteURL is a database URL for a new SQLite file in a temp dir.
 func SQLiteURL(t testing.TB) string {
 	t.Helper()

@@ -37,7 +37,39 @@ func MySQLURL(t testing.TB) string {
 // is dropped when the test ends. Tests on one server never share a table.
 func MySQLTable(t testing.TB) (url, table string) {
 	t.Helper()
-	url = MySQLURL(t)
+	return mysqlTable(t, MySQLURL(t))
+}
+
+// MySQLBinlogURLEnv names the URL of a MariaDB (or MySQL) server with the
+// binary log on (row format, full row images), for the tests of source:
+// mysql-binlog; .ci/mariadb-binlog starts one.
+const MySQLBinlogURLEnv = "BRIDGE_TEST_MYSQL_BINLOG_URL"
+
+// MySQLBinlogURL returns the binary log test server's URL. Without it the
+// test is skipped, saying how to get one, except under CI (CI=true), where
+// .ci/run always provides one and its absence fails the test.
+func MySQLBinlogURL(t testing.TB) string {
+	t.Helper()
+	url := os.Getenv(MySQLBinlogURLEnv)
+	if url == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is not set; .ci/run must provide MariaDB with the binary log on", MySQLBinlogURLEnv)
+		}
+		SkipNotice()
+		t.Skipf("%s is not set: mysql-binlog tests need MariaDB with log_bin and binlog_format = ROW; "+
+			`start a throwaway server with: eval "$(.ci/mariadb-binlog start)"`, MySQLBinlogURLEnv)
+	}
+	return url
+}
+
+// MySQLBinlogTable is MySQLTable on the binary log test server.
+func MySQLBinlogTable(t testing.TB) (url, table string) {
+	t.Helper()
+	return mysqlTable(t, MySQLBinlogURL(t))
+}
+
+func mysqlTable(t testing.TB, url string) (string, string) {
+	t.Helper()
 	db, err := sql.Open("mysql", mysqlDSN(t, url))
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })

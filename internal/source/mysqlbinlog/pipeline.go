@@ -65,6 +65,7 @@ func (s *Subscriber) session(lock *sql.Conn, out chan<- *message.Message) error 
 	if err != nil {
 		return err
 	}
+	fresh := !found || s.state.Load().fault != ""
 	if !found {
 		if start, err = serverPosition(ctx, s.db.SQL, s.srv); err != nil {
 			return err
@@ -75,11 +76,6 @@ func (s *Subscriber) session(lock *sql.Conn, out chan<- *message.Message) error 
 		s.logger.Info("no stored binary log position: reading from the server's current one; the sweep publishes the pending rows before it", slog.String("position", start.String()))
 	}
 	s.stored.Store(&start)
-	s.lastRead.Store(&start)
-	txs := make(chan txn, 256)
-	readErr := make(chan error, 1)
-	go func() { readErr <- s.read(ctx, start, txs) }()
-
 	jobs := make(chan markJob, 2)
 	markerDone := make(chan struct{})
 	go func() {
@@ -96,11 +92,29 @@ func (s *Subscriber) session(lock *sql.Conn, out chan<- *message.Message) error 
 		return err
 	}
 	s.state.Store(&readState{streaming: true, fault: s.state.Load().fault})
+	first := time.Duration(0)
+	if fresh {
+		// Every pending row committed before start is the sweep's: they go
+		// first, in id order, before the log's rows after them.
+		cutoff, err := dbNow(ctx, s.db.SQL)
+		if err != nil {
+			return err
+		}
+		if !p.sweep(cutoff) {
+			return nil
+		}
+		first = s.cfg.SweepInterval
+		if st := s.state.Load(); st.fault != "" {
+			s.logger.Info("recovered: the rows committed while the binary log position was lost are published", slog.String("fault", st.fault))
+			s.state.Store(&readState{streaming: true})
+		}
+	}
+	txs := make(chan txn, 256)
+	readErr := make(chan error, 1)
+	go func() { readErr <- s.read(ctx, start, txs) }()
 	s.logger.Info("reading the binary log", slog.String("from", start.String()), slog.Uint64("server_id", uint64(s.cfg.ServerID)))
-	sweep := time.NewTimer(0)
+	sweep := time.NewTimer(first)
 	defer sweep.Stop()
-	flush := time.NewTicker(time.Second)
-	defer flush.Stop()
 	lockCheck := time.NewTicker(2 * time.Second)
 	defer lockCheck.Stop()
 	var sweepAt *Position // the sweep waits until the marks reach this position
@@ -140,13 +154,12 @@ func (s *Subscriber) session(lock *sql.Conn, out chan<- *message.Message) error 
 				}
 				return err
 			}
-		case <-flush.C:
-			if r := s.lastRead.Load(); r != nil && *r != *s.stored.Load() {
-				pos := *r
-				p.jobs <- markJob{pos: &pos}
-			}
 		case <-sweep.C:
 			cutoff, err := dbNow(ctx, s.db.SQL)
+			// A pending row created just before the sweep may be a
+			// transaction the log brings after the position read below: it
+			// is left to the log.
+			cutoff = cutoff.Add(-min(sweepGrace, s.cfg.SweepInterval))
 			var at Position
 			if err == nil {
 				at, err = serverPosition(ctx, s.db.SQL, s.srv)
@@ -236,6 +249,10 @@ func (p *pipeline) loadAsides(ctx context.Context) error {
 	}
 	return rows.Err()
 }
+
+// sweepGrace is how old a pending row must be (or SweepInterval, if
+// shorter) before the sweep takes it for one the log will not bring.
+const sweepGrace = 30 * time.Second
 
 // errClosing ends a session that closing cut short.
 var errClosing = errors.New("closing")

@@ -140,11 +140,32 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 	file := start.File
 	var cur []*entry
 	var lastMove time.Time
+	// idle holds the position past the last transaction without rows of
+	// the table while it waits for its hand-over (at most one a second);
+	// it is handed over when a second passes without an event.
+	var idle *Position
+	hand := func(t txn) bool {
+		idle, lastMove = nil, time.Now()
+		select {
+		case txs <- t:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
 	for {
-		ev, err := streamer.GetEvent(ctx)
+		wait, cancel := context.WithTimeout(ctx, time.Second)
+		ev, err := streamer.GetEvent(wait)
+		cancel()
 		if err != nil {
-			if ctx.Err() != nil {
+			switch {
+			case ctx.Err() != nil:
 				return nil
+			case errors.Is(err, context.DeadlineExceeded):
+				if idle != nil && len(cur) == 0 && !hand(txn{pos: *idle}) {
+					return nil
+				}
+				continue
 			}
 			return err
 		}
@@ -176,16 +197,12 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 				pos.GTID = set.String()
 			}
 			if len(cur) == 0 && time.Since(lastMove) < time.Second {
-				s.lastRead.Store(&pos)
+				idle = &pos
 				continue
 			}
 			t := txn{rows: cur, pos: pos, at: time.Unix(int64(ev.Header.Timestamp), 0)}
 			cur = nil
-			lastMove = time.Now()
-			s.lastRead.Store(&pos)
-			select {
-			case txs <- t:
-			case <-ctx.Done():
+			if !hand(t) {
 				return nil
 			}
 		}

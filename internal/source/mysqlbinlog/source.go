@@ -28,9 +28,17 @@ type Source struct {
 	Logger     *slog.Logger
 }
 
-// Open checks the configured table (source.OpenTable) before the relay
-// connects to NATS.
-var Open = source.OpenTable(build)
+// Open checks the server's binary log settings and the user's grants
+// (CheckServer: ErrSettings, exit 2) and the configured table
+// (source.OpenTable) before the relay connects to NATS.
+func Open(ctx context.Context, db *outbox.DB, cfg *config.Config, logger *slog.Logger) (source.Build, error) {
+	if _, err := CheckServer(ctx, db.SQL); err != nil {
+		return nil, err
+	}
+	return openTable(ctx, db, cfg, logger)
+}
+
+var openTable = source.OpenTable(build)
 
 // Run relays until ctx ends, then drains.
 func (s *Source) Run(ctx context.Context) error { return s.Forwarder.Run(ctx) }

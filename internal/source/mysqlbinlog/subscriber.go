@@ -71,7 +71,6 @@ type Subscriber struct {
 	Counters Counters
 
 	state    atomic.Pointer[readState]
-	lastRead atomic.Pointer[Position] // the last position read from the log
 	stored   atomic.Pointer[Position] // the last position stored
 	oldest   atomic.Int64             // unix ns: commit time of the oldest row read and not settled; 0 none
 	progress atomic.Int64             // unix ns: rows last settled (the stall watch)
