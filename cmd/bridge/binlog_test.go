@@ -5,9 +5,13 @@ import (
 	"database/sql"
 	"fmt"
 	"math/rand/v2"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -189,3 +193,178 @@ func TestBinlogOffRefused(t *testing.T) {
 		require.Contains(t, r.stderr, "log-bin", "%s", r)
 	}
 }
+
+// privateBinlogServer starts a MariaDB with the binary log on of the
+// test's own (.ci/mariadb-binlog), for faults other tests must not see: a
+// restart, a purge of the binary log. It returns its URL (database
+// bridge_dev) and a function that restarts it (SIGKILL, then the same data
+// on the same port).
+func privateBinlogServer(t *testing.T) (url string, restart func()) {
+	t.Helper()
+	bridgetest.MySQLBinlogURL(t) // skipped (or failed under CI) like every binary log test
+	script, err := filepath.Abs("../../.ci/mariadb-binlog")
+	require.NoError(t, err)
+	out, err := exec.Command(script, "start").Output()
+	require.NoError(t, err, "%s start: %s", script, out)
+	vars := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		k, v, _ := strings.Cut(strings.TrimPrefix(line, "export "), "=")
+		vars[k] = strings.Trim(v, "'")
+	}
+	dir := vars["BRIDGE_TEST_MYSQL_BINLOG_DIR"]
+	t.Cleanup(func() { _ = exec.Command(script, "stop", dir).Run() })
+	return vars["BRIDGE_TEST_MYSQL_BINLOG_URL"], func() {
+		out, err := exec.Command(script, "restart", dir).CombinedOutput()
+		require.NoError(t, err, "%s restart: %s", script, out)
+	}
+}
+
+// TestBinlogFaultsNamedAndNothingLost: while a producer keeps committing,
+// NATS goes away for 10 s, then MariaDB is killed and started again; then
+// the relay is stopped, rows are committed and the binary log holding its
+// position is purged before it starts again. Each fault is named on
+// /readyz while it lasts; at the end every row is done and in the stream
+// exactly once, each key's rows in commit order.
+func TestBinlogFaultsNamedAndNothingLost(t *testing.T) {
+	t.Parallel()
+	url, restartDB := privateBinlogServer(t)
+	n := bridgetest.StartNATS(t)
+	db, err := outbox.Open(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	js := natsClient(t, n.URL())
+	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Duplicates: 2 * time.Minute})
+	require.NoError(t, err)
+	e := &binlogEnv{url: url, table: "outbox", db: db.SQL, natsURL: n.URL(), js: js, dir: t.TempDir()}
+	r := runBridge(t, e.dir, e.env(), "migrate")
+	require.Zero(t, r.code, "%s", r)
+	http := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	relayEnv := e.env("BRIDGE_HTTP_LISTEN="+http, "BRIDGE_BINLOG_SWEEP_INTERVAL=1h", "BRIDGE_LOG_LEVEL=info")
+
+	// The producer: one row per transaction, keys k-0, k-1, …; a failed
+	// commit (the server away) is tried again under the same key.
+	var produced atomic.Int64
+	stop := make(chan struct{})
+	producerDone := make(chan struct{})
+	go func() {
+		defer close(producerDone)
+		for i := 0; ; {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, err := e.db.Exec(`INSERT IGNORE INTO outbox (idempotency_key, subject, payload, ordering_key) VALUES (?, 'events.faults', ?, ?)`,
+				fmt.Sprintf("k-%d", i), []byte(strconv.Itoa(i)), fmt.Sprintf("key-%d", i%7))
+			if err != nil {
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			i++
+			produced.Store(int64(i))
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	ready := func(p *process) {
+		t.Helper()
+		poll(t, 60*time.Second, func() bool {
+			require.False(t, p.exited(), "relay exited (%d):\n%s", p.code, p.stderr)
+			code, _ := readyz(http)
+			return code == 200
+		}, "relay never ready")
+	}
+	unready := func(p *process, names string) {
+		t.Helper()
+		poll(t, 30*time.Second, func() bool {
+			require.False(t, p.exited(), "relay exited (%d):\n%s", p.code, p.stderr)
+			code, body := readyz(http)
+			return code == 503 && strings.Contains(body, names)
+		}, "/readyz never named %q", names)
+	}
+	p := start(t, e.dir, relayEnv, "run")
+	ready(p)
+	waitDone := func(min int) {
+		t.Helper()
+		poll(t, 60*time.Second, func() bool {
+			require.False(t, p.exited(), "relay exited (%d):\n%s", p.code, p.stderr)
+			return e.countDone(t) >= min
+		}, "fewer than %d rows done", min)
+	}
+	waitDone(200)
+
+	// NATS away for 10 s.
+	n.Stop()
+	unready(p, "nats")
+	time.Sleep(10 * time.Second)
+	n.Restart(t)
+	ready(p)
+	waitDone(int(produced.Load()))
+
+	// MariaDB killed and started again.
+	restartDB()
+	ready(p)
+	waitDone(int(produced.Load()))
+
+	// The relay stopped; rows committed; the binary log holding its
+	// position purged.
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	p.wait(t, 30*time.Second)
+	before := int(produced.Load())
+	poll(t, 10*time.Second, func() bool { return int(produced.Load()) >= before+300 }, "the producer stopped")
+	// The server keeps a file a replication connection reads: wait for the
+	// stopped relay's to end.
+	poll(t, 30*time.Second, func() bool {
+		var dumps int
+		require.NoError(t, e.db.QueryRow("SELECT count(*) FROM information_schema.processlist WHERE command LIKE 'Binlog Dump%'").Scan(&dumps))
+		return dumps == 0
+	}, "the stopped relay's replication connection is still open")
+	_, err = e.db.Exec("FLUSH BINARY LOGS")
+	require.NoError(t, err)
+	var file, pos, doDB, ignoreDB string
+	require.NoError(t, e.db.QueryRow("SHOW MASTER STATUS").Scan(&file, &pos, &doDB, &ignoreDB))
+	// MariaDB keeps a file until its binlog checkpoint (InnoDB having
+	// flushed the transactions it holds) has passed it: purged again until
+	// it is gone.
+	poll(t, 30*time.Second, func() bool {
+		_, err := e.db.Exec("PURGE BINARY LOGS TO '" + file + "'")
+		require.NoError(t, err)
+		rows, err := e.db.Query("SHOW BINARY LOGS")
+		require.NoError(t, err)
+		defer rows.Close()
+		logs := 0
+		for rows.Next() {
+			logs++
+		}
+		require.NoError(t, rows.Err())
+		return logs == 1
+	}, "the binary log files before %s are never purged", file)
+	p = start(t, e.dir, relayEnv, "run")
+	poll(t, 60*time.Second, func() bool {
+		require.False(t, p.exited(), "relay exited (%d):\n%s", p.code, p.stderr)
+		_, body := readyz(http)
+		return strings.Contains(body, "purged")
+	}, "/readyz never named the purged position")
+	close(stop)
+	<-producerDone
+	total := int(produced.Load())
+	waitDone(total)
+
+	require.Equal(t, total, e.count(t, ""), "one row per key")
+	msgs := bridgetest.Messages(t, e.js, "EVENTS")
+	require.Len(t, msgs, total, "the stream holds exactly one message per row")
+	last := map[string]int{}
+	for _, m := range msgs {
+		i, err := strconv.Atoi(string(m.Data()))
+		require.NoError(t, err)
+		key := m.Headers().Get("Outbox-Idempotency-Key")
+		require.Equal(t, fmt.Sprintf("k-%d", i), key)
+		ok := fmt.Sprintf("key-%d", i%7)
+		if prev, seen := last[ok]; seen {
+			require.Greater(t, i, prev, "ordering key %s: its rows in commit order", ok)
+		}
+		last[ok] = i
+	}
+	require.Contains(t, p.stderr.String(), "purged")
+}
+
+func (e *binlogEnv) countDone(t *testing.T) int { return e.count(t, "done") }

@@ -46,6 +46,13 @@ func MySQLTable(t testing.TB) (url, table string) {
 	return testdb.MySQLTable(t)
 }
 
+// MySQLBinlogURL is the binary log test server's URL:
+// testdb.MySQLBinlogURL.
+func MySQLBinlogURL(t testing.TB) string {
+	t.Helper()
+	return testdb.MySQLBinlogURL(t)
+}
+
 // MySQLBinlogTable creates a fresh database in the binary log test server:
 // testdb.MySQLBinlogTable.
 func MySQLBinlogTable(t testing.TB) (url, table string) {

@@ -105,7 +105,9 @@ func (s *Subscriber) session(lock *sql.Conn, out chan<- *message.Message) error 
 		}
 		first = s.cfg.SweepInterval
 		if st := s.state.Load(); st.fault != "" {
-			s.logger.Info("recovered: the rows committed while the binary log position was lost are published", slog.String("fault", st.fault))
+			text := fmt.Sprintf("recovered at %s from a purged binary log position: the rows committed while it was lost were published by the sweep, in id order, not in commit order", time.Now().UTC().Format(time.RFC3339))
+			s.logger.Warn(text)
+			s.recovered.Store(&recovery{text: text, until: time.Now().Add(recoveredFor)})
 			s.state.Store(&readState{streaming: true})
 		}
 	}

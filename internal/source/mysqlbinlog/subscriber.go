@@ -73,6 +73,9 @@ type Subscriber struct {
 	state    atomic.Pointer[readState]
 	stored   atomic.Pointer[Position] // the last position stored
 	oldest   atomic.Int64             // unix ns: commit time of the oldest row read and not settled; 0 none
+	// recovered is what readiness says (degraded) for recoveredFor after
+	// the rows of a purged position were swept.
+	recovered atomic.Pointer[recovery]
 	progress atomic.Int64             // unix ns: rows last settled (the stall watch)
 
 	closing    chan struct{}
@@ -81,6 +84,16 @@ type Subscriber struct {
 	subscribed atomic.Bool
 	hardCtx    context.Context
 	hardCancel context.CancelFunc
+}
+
+// recoveredFor is how long readiness reports a recovery from a purged
+// position.
+const recoveredFor = 10 * time.Minute
+
+// recovery is a recovery from a purged position, for readiness.
+type recovery struct {
+	text  string
+	until time.Time
 }
 
 // readState is what Ready reports.
@@ -215,6 +228,9 @@ func (s *Subscriber) Ready(context.Context) error {
 	case st.fault != "":
 		return errors.New(st.fault)
 	case st.streaming:
+		if r := s.recovered.Load(); r != nil && time.Now().Before(r.until) {
+			return health.Degraded(errors.New(r.text))
+		}
 		return nil
 	case st.standby != "":
 		return health.Degraded(fmt.Errorf("standby: the binary log of %s is read by %s; this relay waits for its lock %q", s.cfg.Table, st.standby, s.lockName))
@@ -296,10 +312,14 @@ func (s *Subscriber) loop(out chan<- *message.Message) {
 			st.fault = prev.fault
 		}
 		s.state.Store(st)
-		if isSettings(err) {
+		switch {
+		case purged(err):
+			// readFailed said it, and moved the position.
+			wait = time.Second
+		case isSettings(err):
 			s.logger.Error("cannot read the binary log; fix the server and the relay goes on by itself", slog.Any("error", err))
 			wait = 5 * time.Second
-		} else {
+		default:
 			s.logger.Warn("binary log session ended; starting again from the stored position", slog.Any("error", err), slog.Duration("wait", wait))
 		}
 		if !s.sleep(wait) {
@@ -316,7 +336,9 @@ func isSettings(err error) bool {
 		return true
 	}
 	var me *gomysql.MyError
-	return errors.As(err, &me) && (me.Code == 1227 || me.Code == 1045 || me.Code == 1236)
+	// ER_SPECIFIC_ACCESS_DENIED_ERROR (1227: no REPLICATION SLAVE),
+	// ER_ACCESS_DENIED_ERROR (1045).
+	return errors.As(err, &me) && (me.Code == 1227 || me.Code == 1045)
 }
 
 // acquire takes the table's lock on a session of its own, held while this
