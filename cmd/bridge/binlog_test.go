@@ -368,3 +368,115 @@ func TestBinlogFaultsNamedAndNothingLost(t *testing.T) {
 }
 
 func (e *binlogEnv) countDone(t *testing.T) int { return e.count(t, "done") }
+
+// TestBinlogStandbyTakesOver: a second relay of the table waits as a
+// standby (ready, /readyz naming the holder of the lock, said once in the
+// log); when the first is killed it takes over from the stored position,
+// and every row ends in the stream once, in commit order.
+func TestBinlogStandbyTakesOver(t *testing.T) {
+	t.Parallel()
+	e := newBinlogEnv(t)
+	insert := func(from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			_, err := e.db.Exec(`INSERT INTO `+e.table+` (idempotency_key, subject, payload) VALUES (?, 'events.standby', ?)`, fmt.Sprintf("k-%d", i), []byte(strconv.Itoa(i)))
+			require.NoError(t, err)
+		}
+	}
+	a := start(t, e.dir, e.env(), "run")
+	insert(0, 100)
+	poll(t, 30*time.Second, func() bool { return e.countDone(t) == 100 }, "the first relay did not relay")
+
+	b := start(t, e.dir, e.env("BRIDGE_LOG_LEVEL=info"), "run")
+	addr := relayHTTPAddr(t, b)
+	poll(t, 30*time.Second, func() bool {
+		return strings.Contains(b.stderr.String(), "standby: another relay reads the binary log")
+	}, "the second relay never said it waits")
+	code, body := httpGet("http://" + addr + "/readyz")
+	require.Equal(t, 200, code, "a standby is ready: %s", body)
+	require.Contains(t, body, "standby", "/readyz says it waits: %s", body)
+	require.Contains(t, body, "connection ", "/readyz names the holder: %s", body)
+
+	kill(t, a)
+	insert(100, 1000)
+	poll(t, 60*time.Second, func() bool {
+		require.False(t, b.exited(), "the standby exited:\n%s", b.stderr)
+		return e.countDone(t) == 1000
+	}, "the standby did not take over")
+	msgs := bridgetest.Messages(t, e.js, "EVENTS")
+	require.Len(t, msgs, 1000, "the stream holds exactly one message per row")
+	for i, m := range msgs {
+		require.Equal(t, strconv.Itoa(i), string(m.Data()), "stream position %d: commit order", i)
+	}
+	require.Equal(t, 1, strings.Count(b.stderr.String(), "standby: another relay reads the binary log"), "said once")
+}
+
+// binlogStatuses is each row's status, by idempotency key.
+func (e *binlogEnv) statuses(t *testing.T) map[string]string {
+	t.Helper()
+	rows, err := e.db.Query(`SELECT idempotency_key, status FROM ` + e.table)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var k, st string
+		require.NoError(t, rows.Scan(&k, &st))
+		out[k] = st
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// TestBinlogBadRowsStayWithTheirRows: a row with headers that are not a
+// JSON object becomes a dead letter at once; a row whose subject no stream
+// captures is set aside (failed), and the later row of its ordering key
+// waits behind it, while the rows of other keys go on; once a stream
+// captures the subject, the sweep publishes both, in order.
+func TestBinlogBadRowsStayWithTheirRows(t *testing.T) {
+	t.Parallel()
+	e := newBinlogEnv(t)
+	http := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	p := start(t, e.dir, e.env("BRIDGE_HTTP_LISTEN="+http, "BRIDGE_BINLOG_SWEEP_INTERVAL=1s", "BRIDGE_RELAY_MAX_ATTEMPTS=1000"), "run")
+	poll(t, 30*time.Second, func() bool {
+		require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
+		code, _ := readyz(http)
+		return code == 200
+	}, "relay never ready") // the rows come from the binary log
+	ins := func(key, subject, headers, okey string) {
+		t.Helper()
+		var ok any
+		if okey != "" {
+			ok = okey
+		}
+		_, err := e.db.Exec(`INSERT INTO `+e.table+` (idempotency_key, subject, payload, headers, ordering_key) VALUES (?, ?, ?, ?, ?)`,
+			key, subject, []byte(key), headers, ok)
+		require.NoError(t, err)
+	}
+	ins("a-1", "events.ok", "{}", "a")
+	ins("bad-headers", "events.ok", `["not", "an", "object"]`, "")
+	ins("x-1", "other.x", "{}", "x") // no stream captures other.>
+	ins("a-2", "events.ok", "{}", "a")
+	ins("x-2", "other.x", "{}", "x")
+	ins("a-3", "events.ok", "{}", "a")
+	want := map[string]string{"a-1": "done", "a-2": "done", "a-3": "done", "bad-headers": "permanent_failed", "x-1": "failed", "x-2": "failed"}
+	var got map[string]string
+	poll(t, 30*time.Second, func() bool {
+		require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
+		got = e.statuses(t)
+		return fmt.Sprint(got) == fmt.Sprint(want)
+	}, "the rows of key a relayed, the dead letter and the rows of key x set aside: %v", &got)
+
+	_, err := e.js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "OTHER", Subjects: []string{"other.>"}})
+	require.NoError(t, err)
+	poll(t, 60*time.Second, func() bool {
+		require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
+		got = e.statuses(t)
+		return got["x-1"] == "done" && got["x-2"] == "done"
+	}, "the rows set aside were never published: %v", &got)
+	other := bridgetest.Messages(t, e.js, "OTHER")
+	require.Len(t, other, 2)
+	require.Equal(t, "x-1", string(other[0].Data()))
+	require.Equal(t, "x-2", string(other[1].Data()))
+	events := bridgetest.Messages(t, e.js, "EVENTS")
+	require.Len(t, events, 3)
+}

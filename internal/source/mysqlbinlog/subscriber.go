@@ -70,13 +70,13 @@ type Subscriber struct {
 	// Counters are the subscriber's running totals.
 	Counters Counters
 
-	state    atomic.Pointer[readState]
-	stored   atomic.Pointer[Position] // the last position stored
-	oldest   atomic.Int64             // unix ns: commit time of the oldest row read and not settled; 0 none
+	state  atomic.Pointer[readState]
+	stored atomic.Pointer[Position] // the last position stored
+	oldest atomic.Int64             // unix ns: commit time of the oldest row read and not settled; 0 none
 	// recovered is what readiness says (degraded) for recoveredFor after
 	// the rows of a purged position were swept.
 	recovered atomic.Pointer[recovery]
-	progress atomic.Int64             // unix ns: rows last settled (the stall watch)
+	progress  atomic.Int64 // unix ns: rows last settled (the stall watch)
 
 	closing    chan struct{}
 	closeOnce  sync.Once

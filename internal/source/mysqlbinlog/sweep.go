@@ -3,8 +3,11 @@ package mysqlbinlog
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
 // sweep publishes the rows the binary log will not bring: failed rows that
@@ -42,7 +45,7 @@ func (p *pipeline) sweep(cutoff time.Time) bool {
 		// In id order, one row per ordering key a round: a second row of a
 		// key ends the round before it (it is read again after the first's
 		// outcome), and a row behind its key's row set aside waits.
-		var publish []*entry
+		var publish, waiting []*entry
 		keys := map[string]bool{}
 		next := rows[len(rows)-1].row.ID
 		for _, e := range rows {
@@ -52,6 +55,11 @@ func (p *pipeline) sweep(cutoff time.Time) bool {
 					break
 				}
 				if head, ok := p.asides[key.String]; ok && head < e.row.ID {
+					if e.status == string(outbox.StatusPending) {
+						// As from the log: failed, waiting for its key's head.
+						e.result, e.reason = setAside, fmt.Sprintf("waits for row %d of its ordering key, set aside", head)
+						waiting = append(waiting, e)
+					}
 					continue
 				}
 				keys[key.String] = true
@@ -65,7 +73,8 @@ func (p *pipeline) sweep(cutoff time.Time) bool {
 			}
 		}
 		s.Counters.Swept.Add(int64(len(publish)))
-		p.jobs <- markJob{rows: publish}
+		s.Counters.SetAside.Add(int64(len(waiting)))
+		p.jobs <- markJob{rows: append(publish, waiting...)}
 		if !complete {
 			return false
 		}
