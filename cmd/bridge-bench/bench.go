@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/source/mysqlbinlog"
 	"github.com/outbox-bridge/bridge/internal/source/postgreswal"
 )
 
@@ -109,7 +110,7 @@ func bench(ctx context.Context, s settings) (*results, error) {
 		}
 	}
 	if slices.Contains(phases, "database") {
-		if s.Source == "postgres-wal" {
+		if logSource(s.Source) {
 			progress("database: skipped, it measures the table source's claims and marks (--source table)")
 		} else {
 			d, err := e.database(ctx)
@@ -291,6 +292,10 @@ func (e *env) dropTable(table string) {
 	}
 }
 
+// logSource reports a source that reads a log and claims nothing
+// (postgres-wal, mysql-binlog): its span is from the first mark.
+func logSource(source string) bool { return source == "postgres-wal" || source == "mysql-binlog" }
+
 func (e *env) deleteStream(name string) {
 	_ = e.js.DeleteStream(context.Background(), name)
 }
@@ -304,6 +309,16 @@ func (e *env) openDB(ctx context.Context) (func(), error) {
 	var err error
 	if e.db, err = outbox.Open(ctx, url); err != nil {
 		return nil, err
+	}
+	if e.s.Source == "mysql-binlog" {
+		if e.db.Dialect() != outbox.DialectMySQL {
+			e.db.Close()
+			return nil, fmt.Errorf("--source mysql-binlog needs a mysql:// --database-url, not %s", e.db.Redacted)
+		}
+		if _, err := mysqlbinlog.CheckServer(ctx, e.db.SQL); err != nil {
+			e.db.Close()
+			return nil, err
+		}
 	}
 	if e.s.Source == "postgres-wal" {
 		if e.db.Dialect() != outbox.DialectPostgres {
@@ -341,6 +356,15 @@ func (e *env) openDB(ctx context.Context) (func(), error) {
 // publication and replication slot under --source postgres-wal.
 func (e *env) table(ctx context.Context, phase string) (*outbox.Store, error) {
 	store, err := e.plainTable(ctx, phase)
+	if err == nil && e.s.Source == "mysql-binlog" {
+		// Before the rows are written: they are read from the binary log
+		// from the position stored now.
+		if _, err := mysqlbinlog.Setup(ctx, e.db, store.Table()); err != nil {
+			return nil, err
+		}
+		e.tables = append(e.tables, store.Table()+"_binlog")
+		return store, nil
+	}
 	if err != nil || e.s.Source != "postgres-wal" {
 		return store, err
 	}

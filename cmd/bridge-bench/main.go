@@ -185,7 +185,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	fs.BoolVar(&s.DeleteOnRelay, "delete-on-relay", false, "run the relay with relay.delete_on_relay: rows are deleted at their PubAck instead of marked done")
 	fs.IntVar(&s.OrderingKeys, "ordering-keys", 0, "spread the rows of the bridge phase over this many ordering keys (row i gets key o-<i mod K>; 0: no ordering key)")
-	fs.StringVar(&s.Source, "source", "table", "the relay's source: table (claims) or postgres-wal (the write-ahead log; needs PostgreSQL 14+ with wal_level = logical: a publication and a replication slot per phase are created and dropped)")
+	fs.StringVar(&s.Source, "source", "table", "the relay's source: table (claims), postgres-wal (the write-ahead log; needs PostgreSQL 14+ with wal_level = logical: a publication and a replication slot per phase are created and dropped) or mysql-binlog (the binary log; needs MariaDB or MySQL with log_bin, binlog_format = ROW: a position table per phase)")
 	fs.StringVar(&s.CPUProfile, "cpuprofile", "", "write a CPU profile of the relay child process to this file, read with go tool pprof (each phase that runs the relay overwrites it: use with --phases bridge)")
 	fs.StringVar(&s.MemProfile, "memprofile", "", "write the allocation profile of the relay child process, from its start to its end, to this file, read with go tool pprof -sample_index=alloc_space (or alloc_objects); as --cpuprofile, use with --phases bridge")
 	fs.SetOutput(stderr)
@@ -196,8 +196,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bridge-bench: --ordering-keys %d: must be 0 (no ordering key) or more\n", s.OrderingKeys)
 		return 2
 	}
-	if s.Source != "table" && s.Source != "postgres-wal" {
-		fmt.Fprintf(stderr, "bridge-bench: --source %q: must be table or postgres-wal\n", s.Source)
+	if s.Source != "table" && s.Source != "postgres-wal" && s.Source != "mysql-binlog" {
+		fmt.Fprintf(stderr, "bridge-bench: --source %q: must be table, postgres-wal or mysql-binlog\n", s.Source)
 		return 2
 	}
 	if s.Cluster && s.NATSURL != "" {
@@ -318,7 +318,7 @@ func printTable(w io.Writer, r *results) {
 	}
 	if r.BridgeRowsPerS > 0 {
 		span := "first claim to last mark"
-		if s.Source == "postgres-wal" {
+		if logSource(s.Source) {
 			span = "first mark to last mark"
 		}
 		if s.DeleteOnRelay {

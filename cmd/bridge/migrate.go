@@ -126,10 +126,15 @@ watermill_offsets_<watermill.forwarder_topic> instead (watermill-sql's own DDL).
 				return migrateWAL(ctx, cmd, cfg, db, tables)
 			}
 			if cfg.Source == config.SourceMySQLBinlog {
-				if err := mysqlbinlog.Setup(ctx, db, tables[0]); err != nil {
-					return err
+				created, err := mysqlbinlog.Setup(ctx, db, tables[0])
+				if err != nil {
+					return classify(err)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "binary log position table %s_binlog in %s is ready\n", tables[0], db.Redacted)
+				if created {
+					fmt.Fprintf(cmd.OutOrStdout(), "binary log position table %s_binlog in %s: reading starts at the server's current position\n", tables[0], db.Redacted)
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "binary log position table %s_binlog in %s is ready (its position kept)\n", tables[0], db.Redacted)
+				}
 			}
 			return nil
 		},

@@ -53,8 +53,8 @@ func RegisterCommonFlags(fs *pflag.FlagSet) {
 		"outbox table `name`, optionally schema-qualified (schema.table), or a pattern with * ('tenant_*.outbox');"+
 			" repeatable for several tables"+envHelp("database.table")+"; several: "+EnvName("database.tables")+", comma-separated")
 	fs.String("source", SourceDefault,
-		"what the relay reads: table (claims rows of the bridge table), postgres-wal (its inserts from PostgreSQL's write-ahead log)"+
-			" or watermill-forwarder (a Watermill forwarder topic)"+envHelp("source"))
+		"what the relay reads: table (claims rows of the bridge table), postgres-wal (its inserts from PostgreSQL's write-ahead log),"+
+			" mysql-binlog (its inserts from the binary log of MariaDB or MySQL) or watermill-forwarder (a Watermill forwarder topic)"+envHelp("source"))
 	fs.String("nats-url", NATSURLDefault,
 		"NATS `url`s, comma-separated for a cluster, or embedded to run an in-process server"+envHelp("nats.url"))
 	fs.String("nats-listen", NATSListenDefault,

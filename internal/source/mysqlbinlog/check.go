@@ -124,20 +124,40 @@ func checkGrants(ctx context.Context, db *sql.DB) error {
 		ErrSettings, strings.Join(missing, " and "), strings.Join(missing, ", "), strings.ToLower(user))
 }
 
-// Setup creates the table's position table (<table>_binlog) when missing,
-// for bridge migrate. Errors: the database's; an error naming the dialect
-// when db is not MySQL or MariaDB.
-func Setup(ctx context.Context, db *outbox.DB, table string) error {
+// Setup creates the table's position table (<table>_binlog) when missing
+// and, when it holds no position, stores the server's current one, so that
+// the rows committed from now on are read from the binary log, in commit
+// order (those committed before are the sweep's). For bridge migrate.
+// Errors: ErrSettings (CheckServer); the database's.
+func Setup(ctx context.Context, db *outbox.DB, table string) (created bool, err error) {
 	store, err := outbox.NewStore(db, table)
 	if err != nil {
-		return err
+		return false, err
 	}
 	q, ok := store.BinlogStatements()
 	if !ok {
-		return fmt.Errorf("%w: source: mysql-binlog needs a MySQL or MariaDB database, not %s", ErrSettings, db.Dialect())
+		return false, fmt.Errorf("%w: source: mysql-binlog needs a MySQL or MariaDB database, not %s", ErrSettings, db.Dialect())
+	}
+	srv, err := CheckServer(ctx, db.SQL)
+	if err != nil {
+		return false, err
 	}
 	if _, err := db.SQL.ExecContext(ctx, q.PositionCreate); err != nil {
-		return fmt.Errorf("create the position table %s_binlog: %w", table, err)
+		return false, fmt.Errorf("create the position table %s_binlog: %w", table, err)
 	}
-	return nil
+	var n int
+	if err := db.SQL.QueryRowContext(ctx, "SELECT count(*) FROM "+table+"_binlog").Scan(&n); err != nil {
+		return false, fmt.Errorf("read the position table %s_binlog: %w", table, err)
+	}
+	if n > 0 {
+		return false, nil
+	}
+	pos, err := serverPosition(ctx, db.SQL, srv)
+	if err != nil {
+		return false, err
+	}
+	if _, err := db.SQL.ExecContext(ctx, q.PositionWrite, pos.GTID, pos.File, int64(pos.Pos)); err != nil {
+		return false, fmt.Errorf("store the binary log position of %s: %w", table, err)
+	}
+	return true, nil
 }

@@ -91,7 +91,7 @@ func (s *Subscriber) session(lock *sql.Conn, out chan<- *message.Message) error 
 	if err := p.loadAsides(ctx); err != nil {
 		return err
 	}
-	s.state.Store(&readState{streaming: true, fault: s.state.Load().fault})
+	s.state.Store(&readState{err: fmt.Errorf("starting to read at %s", start), fault: s.state.Load().fault})
 	first := time.Duration(0)
 	if fresh {
 		// Every pending row committed before start is the sweep's: they go
@@ -108,10 +108,10 @@ func (s *Subscriber) session(lock *sql.Conn, out chan<- *message.Message) error 
 			text := fmt.Sprintf("recovered at %s from a purged binary log position: the rows committed while it was lost were published by the sweep, in id order, not in commit order", time.Now().UTC().Format(time.RFC3339))
 			s.logger.Warn(text)
 			s.recovered.Store(&recovery{text: text, until: time.Now().Add(recoveredFor)})
-			s.state.Store(&readState{streaming: true})
+			s.state.Store(&readState{err: fmt.Errorf("starting to read at %s", start)})
 		}
 	}
-	txs := make(chan txn, 256)
+	txs := make(chan txn, 4)
 	readErr := make(chan error, 1)
 	go func() { readErr <- s.read(ctx, start, txs) }()
 	s.logger.Info("reading the binary log", slog.String("from", start.String()), slog.Uint64("server_id", uint64(s.cfg.ServerID)))
@@ -139,13 +139,13 @@ func (s *Subscriber) session(lock *sql.Conn, out chan<- *message.Message) error 
 			return s.readFailed(ctx, err)
 		case t := <-txs:
 			batch := []txn{t}
-			rows := len(t.rows)
+			rows, size := len(t.rows), t.bytes
 		more:
-			for rows < s.cfg.MaxInFlight {
+			for rows < s.cfg.MaxInFlight && size < s.cfg.MaxInFlightBytes {
 				select {
 				case t := <-txs:
 					batch = append(batch, t)
-					rows += len(t.rows)
+					rows, size = rows+len(t.rows), size+t.bytes
 				default:
 					break more
 				}
@@ -272,22 +272,38 @@ func (p *pipeline) batch(txs []txn) error {
 			rows = append(rows, e)
 		}
 	}
-	pos := txs[len(txs)-1].pos
+	// The position past the batch's last commit: the rows of a
+	// transaction whose end is still to come are marked, but the position
+	// stays before it.
+	var pos *Position
+	for i := len(txs) - 1; i >= 0; i-- {
+		if txs[i].commit {
+			pos = &txs[i].pos
+			break
+		}
+	}
 	if len(rows) == 0 {
-		p.jobs <- markJob{pos: &pos}
+		if pos != nil {
+			p.jobs <- markJob{pos: pos}
+		}
 		return nil
 	}
 	s.oldest.Store(rows[0].at.UnixNano())
 	defer s.oldest.Store(0)
+	began := time.Now()
 	if err := p.filter(rows); err != nil {
 		// The rows' state is unknown: the session ends and the next reads
 		// them again.
 		return fmt.Errorf("read the status of the rows read from the binary log: %w", err)
 	}
+	filtered := time.Now()
 	complete := p.publish(rows)
+	if took := time.Since(began); took > 50*time.Millisecond {
+		s.logger.Debug("slow batch", slog.Int("rows", len(rows)), slog.Duration("status_read", filtered.Sub(began)), slog.Duration("publish", time.Since(filtered)))
+	}
 	job := markJob{rows: rows}
 	if complete {
-		job.pos = &pos
+		job.pos = pos
 	}
 	p.jobs <- job
 	if !complete {

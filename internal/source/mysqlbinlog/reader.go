@@ -18,11 +18,17 @@ import (
 
 // txn is what the reader hands the pipeline: the rows one committed
 // transaction inserted into the table, in log order, and the position
-// past its commit. A txn without rows only moves the position.
+// past its commit. A txn without rows only moves the position. A
+// transaction larger than a batch comes in parts: the parts before the
+// last have commit false and no position (a transaction is in the binary
+// log only once it commits, so its rows can be published before its end
+// is read; the position stored never falls inside it).
 type txn struct {
-	rows []*entry
-	pos  Position
-	at   time.Time // commit time (the event's timestamp, seconds)
+	rows   []*entry
+	bytes  int64
+	pos    Position
+	commit bool
+	at     time.Time // commit time (the event's timestamp, seconds)
 }
 
 // columns are the ordinals of the columns the relay reads in the table's
@@ -108,6 +114,9 @@ func (s *Subscriber) syncerConfig() (replication.BinlogSyncerConfig, error) {
 		DisableRetrySync: true,
 		HeartbeatPeriod:  5 * time.Second, ReadTimeout: 30 * time.Second,
 		Logger: s.quiet,
+		// Events read ahead of the pipeline: the relay's memory holds at
+		// most this many besides its batches.
+		EventCacheCount: 64,
 	}, nil
 }
 
@@ -138,7 +147,9 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 		}
 	}
 	file := start.File
+	started := false
 	var cur []*entry
+	var curBytes int64
 	var lastMove time.Time
 	// idle holds the position past the last transaction without rows of
 	// the table while it waits for its hand-over (at most one a second);
@@ -162,12 +173,19 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 			case ctx.Err() != nil:
 				return nil
 			case errors.Is(err, context.DeadlineExceeded):
-				if idle != nil && len(cur) == 0 && !hand(txn{pos: *idle}) {
+				if idle != nil && len(cur) == 0 && !hand(txn{pos: *idle, commit: true}) {
 					return nil
 				}
 				continue
 			}
 			return err
+		}
+		if !started {
+			// The server found the position (on MariaDB, by reading the
+			// binary log file from its start: seconds for a large one) and
+			// sends from it: the relay reads now.
+			started = true
+			s.state.Store(&readState{streaming: true})
 		}
 		switch e := ev.Event.(type) {
 		case *replication.RotateEvent:
@@ -180,6 +198,14 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 				en := s.decode(values)
 				s.Counters.Read.Add(1)
 				cur = append(cur, en)
+				curBytes += en.row.Size()
+				if len(cur) >= s.cfg.MaxInFlight || curBytes >= s.cfg.MaxInFlightBytes/2 {
+					// A part of a large transaction (see txn).
+					if !hand(txn{rows: cur, bytes: curBytes, at: time.Unix(int64(ev.Header.Timestamp), 0)}) {
+						return nil
+					}
+					cur, curBytes = nil, 0
+				}
 			}
 		case *replication.XIDEvent, *replication.QueryEvent:
 			if q, ok := e.(*replication.QueryEvent); ok && string(q.Query) == "BEGIN" {
@@ -200,8 +226,8 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 				idle = &pos
 				continue
 			}
-			t := txn{rows: cur, pos: pos, at: time.Unix(int64(ev.Header.Timestamp), 0)}
-			cur = nil
+			t := txn{rows: cur, bytes: curBytes, pos: pos, commit: true, at: time.Unix(int64(ev.Header.Timestamp), 0)}
+			cur, curBytes = nil, 0
 			if !hand(t) {
 				return nil
 			}
