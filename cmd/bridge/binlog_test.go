@@ -37,13 +37,20 @@ type binlogEnv struct {
 
 func newBinlogEnv(t *testing.T) *binlogEnv {
 	t.Helper()
+	return newBinlogEnvWindow(t, 2*time.Minute)
+}
+
+// newBinlogEnvWindow is newBinlogEnv with a stream EVENTS whose duplicate
+// window is window.
+func newBinlogEnvWindow(t *testing.T, window time.Duration) *binlogEnv {
+	t.Helper()
 	url, table := bridgetest.MySQLBinlogTable(t)
 	n := bridgetest.StartNATS(t)
 	db, err := outbox.Open(context.Background(), url)
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	js := natsClient(t, n.URL())
-	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Duplicates: 2 * time.Minute})
+	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Duplicates: window})
 	require.NoError(t, err)
 	e := &binlogEnv{url: url, table: table, db: db.SQL, natsURL: n.URL(), js: js, dir: t.TempDir()}
 	r := runBridge(t, e.dir, e.env(), "migrate")
@@ -144,7 +151,7 @@ func TestBinlogCommitOrderUnderSIGKILL(t *testing.T) {
 	}, "not every row done")
 
 	msgs := bridgetest.Messages(t, e.js, "EVENTS")
-	require.Len(t, msgs, total, "the stream holds exactly one message per row")
+	require.Equal(t, total, len(msgs), "the stream holds exactly one message per row")
 	next := make([]int, producers)
 	seen := map[string]bool{}
 	inversions := 0
@@ -351,7 +358,7 @@ func TestBinlogFaultsNamedAndNothingLost(t *testing.T) {
 
 	require.Equal(t, total, e.count(t, ""), "one row per key")
 	msgs := bridgetest.Messages(t, e.js, "EVENTS")
-	require.Len(t, msgs, total, "the stream holds exactly one message per row")
+	require.Equal(t, total, len(msgs), "the stream holds exactly one message per row")
 	last := map[string]int{}
 	for _, m := range msgs {
 		i, err := strconv.Atoi(string(m.Data()))
@@ -404,7 +411,7 @@ func TestBinlogStandbyTakesOver(t *testing.T) {
 		return e.countDone(t) == 1000
 	}, "the standby did not take over")
 	msgs := bridgetest.Messages(t, e.js, "EVENTS")
-	require.Len(t, msgs, 1000, "the stream holds exactly one message per row")
+	require.Equal(t, 1000, len(msgs), "the stream holds exactly one message per row")
 	for i, m := range msgs {
 		require.Equal(t, strconv.Itoa(i), string(m.Data()), "stream position %d: commit order", i)
 	}
@@ -479,4 +486,64 @@ func TestBinlogBadRowsStayWithTheirRows(t *testing.T) {
 	require.Equal(t, "x-2", string(other[1].Data()))
 	events := bridgetest.Messages(t, e.js, "EVENTS")
 	require.Len(t, events, 3)
+}
+
+// TestBinlogNoDuplicateAfterLateRestart: six rounds of a relay SIGKILLed
+// while a producer commits rows, each followed by a pause longer than the
+// stream's duplicate window (5 s) before the next relay starts. A new
+// relay reads again from the stored position, which lags what the killed
+// one published; JetStream's duplicate window no longer drops the
+// repeats. Every row is in the stream exactly once and done: the rows
+// marked done are skipped, the ones published and not yet marked are
+// found in the stream (Config.Reconciler).
+func TestBinlogNoDuplicateAfterLateRestart(t *testing.T) {
+	t.Parallel()
+	const window = 5 * time.Second
+	e := newBinlogEnvWindow(t, window)
+	const rounds, perRound = 6, 1500
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 29))
+	small := []string{"BRIDGE_RELAY_MAX_IN_FLIGHT=300", "BRIDGE_BINLOG_SWEEP_INTERVAL=1h", "BRIDGE_LOG_LEVEL=info"}
+	insert := func(from, to int) {
+		var values []string
+		var args []any
+		for n := from; n < to; n++ {
+			values = append(values, "(?, 'events.late', ?)")
+			args = append(args, fmt.Sprintf("k-%d", n), []byte(strconv.Itoa(n)))
+		}
+		_, err := e.db.Exec(`INSERT INTO `+e.table+` (idempotency_key, subject, payload) VALUES `+strings.Join(values, ", "), args...)
+		require.NoError(t, err)
+	}
+	reconciled := 0
+	for i := range rounds {
+		p := start(t, e.dir, e.env(small...), "run")
+		produced := make(chan struct{})
+		go func() {
+			defer close(produced)
+			for n := i * perRound; n < (i+1)*perRound; n += 50 {
+				insert(n, n+50)
+				time.Sleep(3 * time.Millisecond) // paced: the kills land among the commits
+			}
+		}()
+		target := min(e.countDone(t)+200+rng.IntN(perRound), (i+1)*perRound)
+		poll(t, 60*time.Second, func() bool {
+			require.False(t, p.exited(), "relay %d exited (%d)\nstderr:\n%s", i, p.code, p.stderr)
+			return e.countDone(t) >= target
+		})
+		kill(t, p)
+		<-produced
+		reconciled += strings.Count(p.stderr.String(), "reconciled rows read again")
+		time.Sleep(window + time.Second) // every id the killed relay published leaves the window
+	}
+	total := rounds * perRound
+	final := start(t, e.dir, e.env("BRIDGE_BINLOG_SWEEP_INTERVAL=1h"), "run")
+	poll(t, 120*time.Second, func() bool {
+		require.False(t, final.exited(), "the relay exited (%d)\nstderr:\n%s", final.code, final.stderr)
+		return e.countDone(t) == total
+	}, "not every row done")
+	msgs := bridgetest.Messages(t, e.js, "EVENTS")
+	require.Equal(t, total, len(msgs), "the stream holds exactly one message per row")
+	for i, m := range msgs {
+		require.Equal(t, strconv.Itoa(i), string(m.Data()), "stream position %d: commit order", i)
+	}
+	t.Logf("reconcile lines of the killed relays: %d", reconciled)
 }

@@ -64,6 +64,14 @@ type Config struct {
 	Connected func() bool
 	// Owner names this relay in the lock's holder (relay.owner).
 	Owner string
+	// Reconciler, when set, is asked about the rows read again after a
+	// restart that the previous run may have published (those up to four
+	// batches past the stored position) whether that publish may have
+	// left the stream's duplicate window; such rows are looked up in the
+	// stream first, and those found are marked relayed without a publish.
+	// Defaults to nil: they are published again, deduplicated within the
+	// window only.
+	Reconciler source.Reconciler
 }
 
 func (c *Config) setDefaults() {

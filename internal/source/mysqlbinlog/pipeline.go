@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/outbox-bridge/bridge/internal/dedup"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
 	"github.com/outbox-bridge/bridge/internal/source"
@@ -61,7 +62,7 @@ type markJob struct {
 func (s *Subscriber) session(lock *sql.Conn, out chan<- *message.Message) error {
 	ctx, cancel := context.WithCancel(s.hardCtx)
 	defer cancel()
-	start, found, err := s.storedPosition(ctx)
+	start, written, found, err := s.storedPosition(ctx)
 	if err != nil {
 		return err
 	}
@@ -88,6 +89,17 @@ func (s *Subscriber) session(lock *sql.Conn, out chan<- *message.Message) error 
 	}()
 
 	p := &pipeline{s: s, out: out, asides: map[string]int64{}, jobs: jobs}
+	if found && s.cfg.Reconciler != nil {
+		// The rows up to four batches past the stored position may have
+		// been published by the run that stored it (the batch being
+		// marked, two queued for the marker, the one being published), at
+		// any time since a little before it was stored.
+		if now, err := dbNow(ctx, s.db.SQL); err == nil && !written.IsZero() {
+			p.doubt = 4 * s.cfg.MaxInFlight
+			p.doubtSince = written.Add(-time.Minute)
+			p.dbStart, p.localStart = now, time.Now()
+		}
+	}
 	if err := p.loadAsides(ctx); err != nil {
 		return err
 	}
@@ -232,6 +244,13 @@ type pipeline struct {
 	out    chan<- *message.Message
 	jobs   chan<- markJob
 	asides map[string]int64 // ordering key → the least id of its rows set aside
+	// doubt is how many rows from the session's start may have been
+	// published by the previous run (see Config.Reconciler), since
+	// doubtSince (database clock); dbStart is the database clock at
+	// localStart.
+	doubt               int
+	doubtSince, dbStart time.Time
+	localStart          time.Time
 }
 
 // loadAsides reads the ordering keys with failed rows.
@@ -296,6 +315,9 @@ func (p *pipeline) batch(txs []txn) error {
 		// them again.
 		return fmt.Errorf("read the status of the rows read from the binary log: %w", err)
 	}
+	if p.doubt > 0 {
+		p.reconcile(rows)
+	}
 	filtered := time.Now()
 	complete := p.publish(rows)
 	if took := time.Since(began); took > 50*time.Millisecond {
@@ -358,6 +380,47 @@ func (p *pipeline) filter(rows []*entry) error {
 		}
 	}
 	return nil
+}
+
+// reconcile looks up in their streams the rows of the doubt zone whose
+// publish by the previous run may have left the duplicate window
+// (dedup.Reconciler.InDoubt), and marks relayed, without a publish, those
+// found.
+func (p *pipeline) reconcile(rows []*entry) {
+	s := p.s
+	n := min(len(rows), p.doubt)
+	p.doubt -= n
+	claimed := p.dbStart.Add(time.Since(p.localStart))
+	var doubt []dedup.Candidate
+	byID := map[int64]*entry{}
+	for _, e := range rows[:n] {
+		if e.result != unsettled {
+			continue
+		}
+		c := dedup.Candidate{ID: e.row.ID, IdempotencyKey: e.row.IdempotencyKey, Subject: e.row.Subject, FirstClaimedAt: p.doubtSince, ClaimedAt: claimed}
+		in, err := s.cfg.Reconciler.InDoubt(s.hardCtx, c)
+		if err != nil {
+			s.logger.Warn("reconcile: cannot tell whether the row is in doubt; publishing it", slog.Int64("row_id", e.row.ID), slog.Any("error", err))
+			continue
+		}
+		if in {
+			doubt, byID[e.row.ID] = append(doubt, c), e
+		}
+	}
+	if len(doubt) == 0 {
+		return
+	}
+	found, err := s.cfg.Reconciler.Reconcile(s.hardCtx, doubt)
+	if err != nil {
+		s.logger.Warn("reconcile failed; publishing the rows in doubt", slog.Int("rows", len(doubt)), slog.Any("error", err))
+		return
+	}
+	s.logger.Info("reconciled rows read again against their streams", slog.Int("in_doubt", len(doubt)), slog.Int("found", len(found)))
+	for id, stored := range found {
+		e := byID[id]
+		e.result, e.stream, e.seq, e.dup = acked, stored.Stream, stored.Seq, true
+		e.attempts++
+	}
 }
 
 // watched is an emitted message awaiting its outcome.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 )
@@ -100,20 +101,26 @@ func serverPosition(ctx context.Context, db *sql.DB, srv Server) (Position, erro
 }
 
 // storedPosition is the table's stored position; false when there is none.
-func (s *Subscriber) storedPosition(ctx context.Context) (Position, bool, error) {
+// storedPosition is the table's stored position and when it was written
+// (database clock, UTC); false when there is none.
+func (s *Subscriber) storedPosition(ctx context.Context) (Position, time.Time, bool, error) {
 	var p Position
 	var pos int64
 	var at string
 	err := s.db.SQL.QueryRowContext(ctx, s.q.PositionRead).Scan(&p.GTID, &p.File, &pos, &at)
 	if errors.Is(err, sql.ErrNoRows) {
-		return p, false, nil
+		return p, time.Time{}, false, nil
 	}
 	if err != nil {
-		return p, false, fmt.Errorf("read the binary log position of %s (%s_binlog; bridge migrate creates it): %w", s.cfg.Table, s.cfg.Table, err)
+		return p, time.Time{}, false, fmt.Errorf("read the binary log position of %s (%s_binlog; bridge migrate creates it): %w", s.cfg.Table, s.cfg.Table, err)
 	}
 	p.Pos = uint32(pos)
 	if !s.srv.GTID {
 		p.GTID = ""
 	}
-	return p, true, nil
+	written, _ := time.Parse(dbTimeLayout, at)
+	return p, written, true, nil
 }
+
+// dbTimeLayout is how the relay's MySQL sessions return DATETIME(6).
+const dbTimeLayout = "2006-01-02 15:04:05.999999"

@@ -29,7 +29,7 @@ var ProviderSet = wire.NewSet(ProvideSubscriber, ProvideForwarder, ProvideStallW
 // ProvideSubscriber builds the subscriber from binlog.*, relay.* and
 // dedup.namespace. It drains for shutdown_timeout less 3 s, leaving the
 // router time to stop.
-func ProvideSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, nc *nats.Conn, cfg *config.Config, logger *slog.Logger) (*Subscriber, error) {
+func ProvideSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, nc *nats.Conn, reconciler *dedup.Reconciler, cfg *config.Config, logger *slog.Logger) (*Subscriber, error) {
 	r := cfg.Relay
 	return NewSubscriber(ctx, db, store, logger, Config{
 		Table:            store.Table(),
@@ -50,6 +50,7 @@ func ProvideSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, 
 		InflightTimeout:  r.InflightTimeout,
 		Connected:        nc.IsConnected,
 		Owner:            r.Owner,
+		Reconciler:       reconciler,
 	})
 }
 

@@ -22,13 +22,16 @@ import (
 func build(ctx context.Context, d source.Deps, store *outbox.Store) (*Source, func(), error) {
 	db := d.DB
 	conn := d.Conn
+	jetStream := d.JetStream
+	routes := d.Routes
+	keeper := d.Keeper
 	config := d.Config
 	logger := d.Logger
-	subscriber, err := ProvideSubscriber(ctx, db, store, conn, config, logger)
+	reconciler := source.ProvideReconciler(jetStream, routes, store, keeper, config, logger)
+	subscriber, err := ProvideSubscriber(ctx, db, store, conn, reconciler, config, logger)
 	if err != nil {
 		return nil, nil, err
 	}
-	jetStream := d.JetStream
 	marshaler := forwarder.NewPublisherMarshaler()
 	denials := d.Denials
 	pinger := d.Pinger
@@ -37,7 +40,6 @@ func build(ctx context.Context, d source.Deps, store *outbox.Store) (*Source, fu
 		return nil, nil, err
 	}
 	guard := d.Guard
-	keeper := d.Keeper
 	tracer, cleanup, err := telemetry.ProvideTracer(ctx, logger)
 	if err != nil {
 		return nil, nil, err
@@ -49,8 +51,6 @@ func build(ctx context.Context, d source.Deps, store *outbox.Store) (*Source, fu
 		return nil, nil, err
 	}
 	stallWatch := ProvideStallWatch(subscriber, keeper, config, logger)
-	routes := d.Routes
-	reconciler := source.ProvideReconciler(jetStream, routes, store, keeper, config, logger)
 	mysqlbinlogSource := &Source{
 		Forwarder:  forwarderForwarder,
 		Subscriber: subscriber,
