@@ -547,3 +547,35 @@ func TestBinlogNoDuplicateAfterLateRestart(t *testing.T) {
 	}
 	t.Logf("reconcile lines of the killed relays: %d", reconciled)
 }
+
+// TestBinlogWithoutReplicationGrantsRefused: a user without REPLICATION
+// SLAVE and REPLICATION CLIENT gets exit 2 from migrate and run, the
+// message naming both grants and the statement that gives them, without
+// the user's password.
+func TestBinlogWithoutReplicationGrantsRefused(t *testing.T) {
+	t.Parallel()
+	url, table := bridgetest.MySQLBinlogTable(t)
+	db, err := outbox.Open(context.Background(), url)
+	require.NoError(t, err)
+	defer db.Close()
+	user := "u_" + strings.ReplaceAll(strings.TrimSuffix(table, ".outbox"), "t_", "")
+	const password = "s3cret-pw"
+	_, err = db.SQL.Exec("CREATE USER '" + user + "'@'%' IDENTIFIED BY '" + password + "'")
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = db.SQL.Exec("DROP USER '" + user + "'@'%'") })
+	_, err = db.SQL.Exec("GRANT ALL PRIVILEGES ON " + strings.TrimSuffix(table, ".outbox") + ".* TO '" + user + "'@'%'")
+	require.NoError(t, err)
+	host := strings.TrimPrefix(url, "mysql://")
+	host = host[strings.Index(host, "@")+1:]
+	userURL := "mysql://" + user + ":" + password + "@" + host
+	env := []string{"BRIDGE_SOURCE=mysql-binlog", "BRIDGE_DATABASE_URL=" + userURL, "BRIDGE_DATABASE_TABLE=" + table,
+		"BRIDGE_NATS_URL=nats://127.0.0.1:1", "BRIDGE_HTTP_LISTEN=127.0.0.1:0", "BRIDGE_LOG_LEVEL=warn"}
+	dir := t.TempDir()
+	for _, args := range [][]string{{"migrate"}, {"run"}} {
+		r := runBridge(t, dir, env, args...)
+		require.Equal(t, 2, r.code, "%s", r)
+		require.Contains(t, r.stderr, "REPLICATION SLAVE and REPLICATION CLIENT", "%s", r)
+		require.Contains(t, r.stderr, "GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO", "%s", r)
+		require.NotContains(t, r.stderr+r.stdout, password, "no secret printed")
+	}
+}

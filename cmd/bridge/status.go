@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/replay"
 	"github.com/outbox-bridge/bridge/internal/secret"
+	"github.com/outbox-bridge/bridge/internal/source/mysqlbinlog"
 	"github.com/outbox-bridge/bridge/internal/source/postgreswal"
 )
 
@@ -29,7 +30,10 @@ or failed row, as bridge_relay_lag_seconds; docs/OPERATIONS.md), the
 oldest failed row and recent errors. With source: postgres-wal also the
 replication slot: whether a relay streams from it, the WAL the server keeps for it
 (retained), the WAL written since its confirmed position (unconfirmed) and its
-wal_status (lost: invalidated by max_slot_wal_keep_size).
+wal_status (lost: invalidated by max_slot_wal_keep_size). With source:
+mysql-binlog the binary log: the stored position (the rows before it are published
+and marked) and when it was stored, the server's position, the relay reading it, and
+whether the server still keeps the stored position's file.
 
 With --streams (the default) it connects to NATS as bridge run does and compares,
 for every stream recorded on relayed rows, the rows' stream_seq with what the
@@ -72,6 +76,12 @@ given explicitly (a NATS connection per table).`,
 					info, err := postgreswal.SlotStatus(ctx, store.DB().SQL, cfg.WAL.Slot)
 					slot, slotErr = &info, err
 				}
+				var binlog *mysqlbinlog.Info
+				var binlogErr error
+				if cfg.Source == config.SourceMySQLBinlog {
+					info, err := mysqlbinlog.Status(ctx, store.DB(), store.Table())
+					binlog, binlogErr = &info, err
+				}
 				var streams []replay.StreamCheck
 				var natsServer string
 				var streamsErr error
@@ -103,6 +113,7 @@ given explicitly (a NATS connection per table).`,
 						OldestFailed           *oldestFailed        `json:"oldest_failed"`            // null: no failed row
 						RecentErrors           []rowError           `json:"recent_errors"`
 						ReplicationSlot        *slotDoc             `json:"replication_slot,omitempty"` // source: postgres-wal
+						BinaryLog              *binlogDoc           `json:"binary_log,omitempty"`       // source: mysql-binlog
 						NATS                   string               `json:"nats,omitempty"`             // --streams: the server checked
 						Streams                []replay.StreamCheck `json:"streams,omitempty"`          // --streams: relayed rows against their streams
 						StreamsError           string               `json:"streams_error,omitempty"`    // --streams: why they were not checked
@@ -129,6 +140,9 @@ given explicitly (a NATS connection per table).`,
 					}
 					if slot != nil {
 						doc.ReplicationSlot = newSlotDoc(*slot, slotErr, doc.OldestUnsettledSeconds)
+					}
+					if binlog != nil {
+						doc.BinaryLog = newBinlogDoc(*binlog, binlogErr)
 					}
 					doc.NATS, doc.Streams = natsServer, streams
 					if streamsErr != nil {
@@ -173,6 +187,9 @@ given explicitly (a NATS connection per table).`,
 				}
 				if slot != nil {
 					printSlot(out, *slot, slotErr, st)
+				}
+				if binlog != nil {
+					printBinlog(out, *binlog, binlogErr)
 				}
 				if checkStreams {
 					printStreams(out, natsServer, streams, streamsErr)
@@ -323,6 +340,60 @@ func pointAt(n int64) string {
 		return "1 row points at a message"
 	}
 	return fmt.Sprintf("%d rows point at messages", n)
+}
+
+// binlogDoc is the binary log in `status --json` (source: mysql-binlog).
+type binlogDoc struct {
+	Error            string   `json:"error,omitempty"`
+	StoredPosition   string   `json:"stored_position,omitempty"` // empty: none stored yet
+	StoredAgeSeconds *float64 `json:"stored_age_seconds,omitempty"`
+	ServerPosition   string   `json:"server_position"`
+	Reader           string   `json:"reader,omitempty"` // empty: no relay reads it
+	OldestFile       string   `json:"oldest_file"`
+	StoredFileKept   bool     `json:"stored_file_kept"`
+}
+
+func newBinlogDoc(info mysqlbinlog.Info, err error) *binlogDoc {
+	d := &binlogDoc{ServerPosition: info.Server.String(), Reader: info.Reader, OldestFile: info.OldestFile, StoredFileKept: info.Kept}
+	if err != nil {
+		d.Error = err.Error()
+	}
+	if info.HasStored {
+		d.StoredPosition = info.Stored.String()
+		if !info.StoredAt.IsZero() {
+			age := time.Since(info.StoredAt).Seconds()
+			d.StoredAgeSeconds = &age
+		}
+	}
+	return d
+}
+
+// printBinlog prints the binary log of source: mysql-binlog.
+func printBinlog(out io.Writer, info mysqlbinlog.Info, err error) {
+	fmt.Fprint(out, "\nbinary log:")
+	if err != nil {
+		fmt.Fprintf(out, " %v\n", err)
+		return
+	}
+	fmt.Fprintln(out)
+	if info.HasStored {
+		fmt.Fprintf(out, "  stored position: %s, stored %s ago (the rows before it are published and marked)\n", info.Stored, time.Since(info.StoredAt).Round(time.Second))
+	} else {
+		fmt.Fprintln(out, "  stored position: none yet (bridge migrate or the first run stores the server's)")
+	}
+	fmt.Fprintf(out, "  server position: %s\n", info.Server)
+	if info.Reader != "" {
+		fmt.Fprintf(out, "  read by:         %s\n", info.Reader)
+	} else {
+		fmt.Fprintln(out, "  read by:         no relay (rows wait)")
+	}
+	switch {
+	case !info.HasStored:
+	case info.Kept:
+		fmt.Fprintf(out, "  oldest file:     %s (the stored position's file %s is kept)\n", info.OldestFile, info.Stored.File)
+	default:
+		fmt.Fprintf(out, "  oldest file:     %s: the stored position's file %s was purged; the next run starts at the server's position and sweeps the rows committed meanwhile\n", info.OldestFile, info.Stored.File)
+	}
 }
 
 // slotDoc is the replication slot in `status --json`.

@@ -16,7 +16,7 @@ import (
 // serve the source: log_bin off, binlog_format not ROW, binlog_row_image
 // not FULL, or the user lacks the replication privileges. The message
 // names the setting and how to change it; bridge run and migrate exit 2.
-var ErrSettings = errors.New("the server's binary log does not fit source: mysql-binlog")
+var ErrSettings = errors.New("source: mysql-binlog cannot read this server's binary log")
 
 // Server is what the source needs to know of the server it reads.
 type Server struct {
@@ -56,13 +56,20 @@ func CheckServer(ctx context.Context, db *sql.DB) (Server, error) {
 	if strings.Contains(strings.ToLower(srv.Version), "mariadb") {
 		srv.Flavor, srv.GTID = mysql.MariaDBFlavor, true
 	}
-	switch {
-	case logBin == 0:
-		return srv, fmt.Errorf("%w: log_bin is OFF: start the server with the binary log on (log_bin = <basename> in its configuration, or --log-bin; a restart is needed; on Amazon RDS, a backup retention period above 0)", ErrSettings)
-	case !strings.EqualFold(format, "ROW"):
-		return srv, fmt.Errorf("%w: binlog_format is %s: set binlog_format = ROW (SET GLOBAL binlog_format = 'ROW', and in the server's configuration so that a restart keeps it); %s logs statements, not the rows they insert", ErrSettings, format, format)
-	case !strings.EqualFold(image, "FULL"):
-		return srv, fmt.Errorf("%w: binlog_row_image is %s: set binlog_row_image = FULL (SET GLOBAL binlog_row_image = 'FULL', and in the server's configuration); %s may leave out of an insert's row the columns its statement did not set, which the relay reads", ErrSettings, image, image)
+	// Every setting that does not fit is named, so that one restart of
+	// the server fixes them all.
+	var wrong []string
+	if logBin == 0 {
+		wrong = append(wrong, "log_bin is OFF: start the server with the binary log on (log_bin = <basename> in its configuration, or --log-bin; a restart is needed; on Amazon RDS, a backup retention period above 0)")
+	}
+	if !strings.EqualFold(format, "ROW") {
+		wrong = append(wrong, fmt.Sprintf("binlog_format is %s: set binlog_format = ROW (SET GLOBAL binlog_format = 'ROW', and in the server's configuration so that a restart keeps it); %s logs statements, not the rows they insert", format, format))
+	}
+	if !strings.EqualFold(image, "FULL") {
+		wrong = append(wrong, fmt.Sprintf("binlog_row_image is %s: set binlog_row_image = FULL (SET GLOBAL binlog_row_image = 'FULL', and in the server's configuration); %s may leave out of an insert's row the columns its statement did not set, which the relay reads", image, image))
+	}
+	if len(wrong) > 0 {
+		return srv, fmt.Errorf("%w: %s", ErrSettings, strings.Join(wrong, "; and "))
 	}
 	if srv.Flavor == mysql.MySQLFlavor {
 		var mode string

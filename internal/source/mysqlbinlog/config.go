@@ -19,7 +19,8 @@ type Config struct {
 	// (database.url). Required.
 	URL string
 	// ServerID is the server_id the replication connection registers
-	// with; 0 derives one from Table (DeriveServerID).
+	// with; 0 derives one from the table's database and name
+	// (DeriveServerID).
 	ServerID uint32
 	// MaxInFlight bounds the rows of one batch: read from the log, or by
 	// the sweep, and published together. Defaults to 2000 rows.
@@ -86,7 +87,6 @@ func (c *Config) setDefaults() {
 	c.SweepInterval = cmp.Or(c.SweepInterval, config.BinlogSweepIntervalDefault)
 	c.SweepBatch = cmp.Or(c.SweepBatch, config.BatchSizeDefault)
 	c.InflightTimeout = cmp.Or(c.InflightTimeout, config.InflightTimeoutDefault)
-	c.ServerID = cmp.Or(c.ServerID, DeriveServerID(c.Table))
 	if c.Connected == nil {
 		c.Connected = func() bool { return true }
 	}
@@ -112,8 +112,9 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// DeriveServerID is the server_id of the relay of table when binlog.server_id
-// is 0: 1,000,000,000 plus the table name's FNV-1a hash modulo
+// DeriveServerID is the server_id of the relay of table (database.table, as
+// the server names it) when binlog.server_id is 0: 1,000,000,000 plus the
+// name's FNV-1a hash modulo
 // 1,000,000,000, so that relays of different tables do not share one (a
 // server ends a replica's connection when another registers with its
 // server_id) and it stays clear of the small ids servers are usually

@@ -463,9 +463,20 @@ func (p *pipeline) publish(rows []*entry) bool {
 		var batch []watched
 		var prev *sink.Turn
 		closing := false
+		// One row per ordering key a round: a row of a key waits for the
+		// outcome of the row of its key before it, so that a row set aside
+		// holds the later rows of its key (the next round sets them aside
+		// behind it) rather than letting them pass it.
+		keys := map[string]bool{}
 		for _, e := range todo {
 			if e.result != unsettled {
 				continue
+			}
+			if key := e.row.OrderingKey; key.Valid {
+				if keys[key.String] {
+					continue
+				}
+				keys[key.String] = true
 			}
 			msg, turn, ok := p.message(e, prev)
 			if !ok {

@@ -152,6 +152,7 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 	}
 	file := start.File
 	started := false
+	lastGTID := start.GTID
 	var cur []*entry
 	var curBytes int64
 	var lastMove time.Time
@@ -194,6 +195,14 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 		switch e := ev.Event.(type) {
 		case *replication.RotateEvent:
 			file = string(e.NextLogName)
+			if len(cur) == 0 && ev.Header.LogPos != 0 {
+				// A real rotation (not the one the server sends first, to
+				// name the file it starts in): the position moves to the
+				// new file even when no transaction follows, so that a
+				// sweep waiting for the server's position is not held by
+				// an idle log (file and offset, where GTIDs are off).
+				idle = &Position{GTID: lastGTID, File: file, Pos: uint32(e.Position)}
+			}
 		case *replication.RowsEvent:
 			if !isWriteRows(ev.Header.EventType) || string(e.Table.Schema) != s.schema || string(e.Table.Table) != s.name {
 				continue
@@ -226,6 +235,7 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 			if set != nil && s.srv.GTID {
 				pos.GTID = set.String()
 			}
+			lastGTID = pos.GTID
 			if len(cur) == 0 && time.Since(lastMove) < time.Second {
 				idle = &pos
 				continue

@@ -1,6 +1,7 @@
 package mysqlbinlog
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha1"
 	"database/sql"
@@ -124,6 +125,7 @@ func NewSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, logg
 	if err != nil {
 		return nil, err
 	}
+	cfg.ServerID = cmp.Or(cfg.ServerID, DeriveServerID(schema+"."+name))
 	cols, err := readColumns(ctx, db.SQL, schema, name)
 	if err != nil {
 		return nil, err
@@ -316,6 +318,9 @@ func (s *Subscriber) loop(out chan<- *message.Message) {
 		case purged(err):
 			// readFailed said it, and moved the position.
 			wait = time.Second
+		case sameServerID(err):
+			s.logger.Error("another replica or reader of the binary log registered with this relay's server_id; set binlog.server_id to a value of its own", slog.Uint64("server_id", uint64(s.cfg.ServerID)), slog.Any("error", err))
+			wait = 5 * time.Second
 		case isSettings(err):
 			s.logger.Error("cannot read the binary log; fix the server and the relay goes on by itself", slog.Any("error", err))
 			wait = 5 * time.Second
@@ -329,6 +334,14 @@ func (s *Subscriber) loop(out chan<- *message.Message) {
 			failures = 0
 		}
 	}
+}
+
+// sameServerID reports the server's refusal of a second connection with
+// the server_id of one connected (MariaDB 4052 ER_SLAVE_SAME_ID, MySQL
+// 13114 with "same server_uuid/server_id").
+func sameServerID(err error) bool {
+	var me *gomysql.MyError
+	return errors.As(err, &me) && (me.Code == 4052 || strings.Contains(me.Message, "same server_uuid/server_id") || strings.Contains(me.Message, "same server_id"))
 }
 
 func isSettings(err error) bool {
