@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -465,7 +466,13 @@ func TestBinlogBadRowsStayWithTheirRows(t *testing.T) {
 	ins("a-2", "events.ok", "{}", "a")
 	ins("x-2", "other.x", "{}", "x")
 	ins("a-3", "events.ok", "{}", "a")
-	want := map[string]string{"a-1": "done", "a-2": "done", "a-3": "done", "bad-headers": "permanent_failed", "x-1": "failed", "x-2": "failed"}
+	// Rows of one key in one transaction: the first has no stream; the
+	// two after it, which have one, wait behind it.
+	_, err := e.db.Exec(`INSERT INTO `+e.table+` (idempotency_key, subject, payload, ordering_key) VALUES
+		('z-1', 'other.z', 'z-1', 'z'), ('z-2', 'events.z', 'z-2', 'z'), ('z-3', 'events.z', 'z-3', 'z')`)
+	require.NoError(t, err)
+	want := map[string]string{"a-1": "done", "a-2": "done", "a-3": "done", "bad-headers": "permanent_failed", "x-1": "failed", "x-2": "failed",
+		"z-1": "failed", "z-2": "failed", "z-3": "failed"}
 	var got map[string]string
 	poll(t, 30*time.Second, func() bool {
 		require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
@@ -473,19 +480,23 @@ func TestBinlogBadRowsStayWithTheirRows(t *testing.T) {
 		return fmt.Sprint(got) == fmt.Sprint(want)
 	}, "the rows of key a relayed, the dead letter and the rows of key x set aside: %v", &got)
 
-	_, err := e.js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "OTHER", Subjects: []string{"other.>"}})
+	_, err = e.js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "OTHER", Subjects: []string{"other.>"}})
 	require.NoError(t, err)
 	poll(t, 60*time.Second, func() bool {
 		require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
 		got = e.statuses(t)
-		return got["x-1"] == "done" && got["x-2"] == "done"
+		return got["x-1"] == "done" && got["x-2"] == "done" && got["z-3"] == "done"
 	}, "the rows set aside were never published: %v", &got)
-	other := bridgetest.Messages(t, e.js, "OTHER")
-	require.Len(t, other, 2)
-	require.Equal(t, "x-1", string(other[0].Data()))
-	require.Equal(t, "x-2", string(other[1].Data()))
-	events := bridgetest.Messages(t, e.js, "EVENTS")
-	require.Len(t, events, 3)
+	var other, events []string
+	for _, m := range bridgetest.Messages(t, e.js, "OTHER") {
+		other = append(other, string(m.Data()))
+	}
+	for _, m := range bridgetest.Messages(t, e.js, "EVENTS") {
+		events = append(events, string(m.Data()))
+	}
+	require.ElementsMatch(t, []string{"x-1", "x-2", "z-1"}, other)
+	require.Less(t, slices.Index(other, "x-1"), slices.Index(other, "x-2"), "key x in order: %v", other)
+	require.Equal(t, []string{"a-1", "a-2", "a-3", "z-2", "z-3"}, events, "key z's later rows after z-1 was published, in order")
 }
 
 // TestBinlogNoDuplicateAfterLateRestart: six rounds of a relay SIGKILLed
@@ -567,7 +578,8 @@ func TestBinlogWithoutReplicationGrantsRefused(t *testing.T) {
 	require.NoError(t, err)
 	host := strings.TrimPrefix(url, "mysql://")
 	host = host[strings.Index(host, "@")+1:]
-	userURL := "mysql://" + user + ":" + password + "@" + host
+	host = host[:strings.Index(host, "/")]
+	userURL := "mysql://" + user + ":" + password + "@" + host + "/" + strings.TrimSuffix(table, ".outbox")
 	env := []string{"BRIDGE_SOURCE=mysql-binlog", "BRIDGE_DATABASE_URL=" + userURL, "BRIDGE_DATABASE_TABLE=" + table,
 		"BRIDGE_NATS_URL=nats://127.0.0.1:1", "BRIDGE_HTTP_LISTEN=127.0.0.1:0", "BRIDGE_LOG_LEVEL=warn"}
 	dir := t.TempDir()
