@@ -25,7 +25,8 @@ func newMigrateCommand() *cobra.Command {
 		Short: "Create or upgrade the outbox table (--print: show the SQL instead)",
 		Long: `Create or upgrade the outbox table (--table) in the configured database
 (--database-url) with its indexes. No trigger is added: the relay finds new rows by
-polling, and the producers' commits wait for nothing of it. Migrations are versioned
+polling (or in the log, with source: postgres-wal or mysql-binlog), and the
+producers' commits wait for nothing of it. Migrations are versioned
 and embedded; applied versions are recorded in the table <table>_migrations. Safe
 to run again.
 
@@ -45,6 +46,13 @@ otherwise). The slot keeps WAL until the relay confirms it: see bridge slot drop
 --print leaves them out; by hand they are CREATE PUBLICATION <wal.publication> FOR
 TABLE <table> WITH (publish = 'insert'), then SELECT
 pg_create_logical_replication_slot('<wal.slot>', 'pgoutput').
+
+With source: mysql-binlog it first checks the server's binary log (log_bin on,
+binlog_format ROW, binlog_row_image FULL, the REPLICATION SLAVE and CLIENT grants;
+exit 2 naming each that does not fit), then creates <table>_binlog, the relay's
+position, and stores the server's current position in it, so that rows committed
+from then on are read from the binary log in commit order. --print leaves it out:
+bridge run creates it (and stores the position) on its first start.
 
 Several tables (--table repeated) or a pattern: with * in the schema part only
 ('tenant_*.outbox'), the table is created or upgraded in every schema (MySQL:

@@ -25,7 +25,8 @@ func newRootCommand() *cobra.Command {
 		Short: "Relay a transactional outbox table to NATS JetStream",
 		Long: `bridge claims committed rows of a transactional outbox table, publishes each to
 NATS JetStream with a Nats-Msg-Id derived from the row's idempotency key, and marks
-the row relayed only after the PubAck. With no configuration it runs the embedded
+the row relayed only after the PubAck (source: table; postgres-wal and mysql-binlog
+read the same rows from the database's log instead). With no configuration it runs the embedded
 default: a SQLite outbox in ./bridge-data/outbox.db and an in-process NATS server
 with JetStream on 127.0.0.1:4222 (stream EVENTS on events.>).
 

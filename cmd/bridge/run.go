@@ -23,13 +23,17 @@ marks are flushed) and exits 0; a second signal exits 1 at once.
 
 With source: postgres-wal it reads the table's inserts from PostgreSQL's write-ahead
 log (the replication slot wal.slot, created by bridge migrate) and publishes them in
-commit order, instead of claiming rows.
+commit order, instead of claiming rows. With source: mysql-binlog it reads them
+from the binary log of MariaDB or MySQL, as a replica does (binlog.server_id), from
+the position stored in <table>_binlog; one relay reads a table's log at a time, the
+others wait as standbys (docs/MYSQL-BINLOG.md).
 
 While the database or NATS cannot be reached (or the table is not migrated yet, or
 the replication slot is missing) it waits, trying again every 250ms to 5s and
 logging each attempt: /healthz answers 200 and /readyz 503 naming what it waits for.
 It exits for bad configuration (2), such as wal_level not logical with
-source: postgres-wal, and when a port or store it must own is taken (1):
+source: postgres-wal, or log_bin off, binlog_format not ROW, binlog_row_image not
+FULL or no REPLICATION SLAVE / CLIENT grant with source: mysql-binlog, and when a port or store it must own is taken (1):
 http.listen, the embedded server's --nats-listen or its JetStream store (another
 relay on the same --data-dir).
 

@@ -88,7 +88,7 @@ func (s *Subscriber) session(lock *sql.Conn, out chan<- *message.Message) error 
 		<-markerDone
 	}()
 
-	p := &pipeline{s: s, out: out, asides: map[string]int64{}, jobs: jobs}
+	p := &pipeline{s: s, out: out, asides: map[string]int64{}, told: map[string]time.Time{}, jobs: jobs}
 	if found && s.cfg.Reconciler != nil {
 		// The rows up to four batches past the stored position may have
 		// been published by the run that stored it (the batch being
@@ -243,7 +243,8 @@ type pipeline struct {
 	s      *Subscriber
 	out    chan<- *message.Message
 	jobs   chan<- markJob
-	asides map[string]int64 // ordering key → the least id of its rows set aside
+	asides map[string]int64     // ordering key → the least id of its rows set aside
+	told   map[string]time.Time // subject → when a row of it set aside was last logged
 	// doubt is how many rows from the session's start may have been
 	// published by the previous run (see Config.Reconciler), since
 	// doubtSince (database clock); dbStart is the database clock at
@@ -640,6 +641,16 @@ func (p *pipeline) record(e *entry, o source.Outcome) (bool, time.Duration) {
 func (p *pipeline) setAside(e *entry, reason string, wait time.Duration) {
 	e.result, e.reason, e.backoff = setAside, reason, wait
 	p.s.Counters.SetAside.Add(1)
+	// Said once a minute per subject: a stream missing for a busy subject
+	// sets every row of it aside.
+	if last, ok := p.told[e.row.Subject]; !ok || time.Since(last) > time.Minute {
+		if len(p.told) > 1000 {
+			clear(p.told)
+		}
+		p.told[e.row.Subject] = time.Now()
+		p.s.logger.Warn("row set aside: failed for a reason of its own; the later rows of its ordering key wait behind it, the others go on, and the sweep tries it again after its backoff",
+			slog.Int64("id", e.row.ID), slog.String("subject", e.row.Subject), slog.Duration("backoff", wait), slog.String("error", reason))
+	}
 	if e.row.OrderingKey.Valid {
 		key := e.row.OrderingKey.String
 		if head, ok := p.asides[key]; !ok || e.row.ID < head {
