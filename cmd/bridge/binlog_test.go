@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -209,10 +210,20 @@ func TestBinlogOffRefused(t *testing.T) {
 // on the same port).
 func privateBinlogServer(t *testing.T) (url string, restart func()) {
 	t.Helper()
+	url, restart, _ = privateBinlogServerID(t, 1)
+	return url, restart
+}
+
+// privateBinlogServerID is privateBinlogServer with server_id id (not 1:
+// with log_slave_updates, to be made a replica); kill SIGKILLs it.
+func privateBinlogServerID(t *testing.T, id int) (url string, restart, kill func()) {
+	t.Helper()
 	bridgetest.MySQLBinlogURL(t) // skipped (or failed under CI) like every binary log test
 	script, err := filepath.Abs("../../.ci/mariadb-binlog")
 	require.NoError(t, err)
-	out, err := exec.Command(script, "start").Output()
+	start := exec.Command(script, "start")
+	start.Env = append(os.Environ(), fmt.Sprintf("MARIADB_SERVER_ID=%d", id))
+	out, err := start.Output()
 	require.NoError(t, err, "%s start: %s", script, out)
 	vars := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
@@ -222,9 +233,94 @@ func privateBinlogServer(t *testing.T) (url string, restart func()) {
 	dir := vars["BRIDGE_TEST_MYSQL_BINLOG_DIR"]
 	t.Cleanup(func() { _ = exec.Command(script, "stop", dir).Run() })
 	return vars["BRIDGE_TEST_MYSQL_BINLOG_URL"], func() {
-		out, err := exec.Command(script, "restart", dir).CombinedOutput()
-		require.NoError(t, err, "%s restart: %s", script, out)
+			out, err := exec.Command(script, "restart", dir).CombinedOutput()
+			require.NoError(t, err, "%s restart: %s", script, out)
+		}, func() {
+			out, err := exec.Command(script, "kill", dir).CombinedOutput()
+			require.NoError(t, err, "%s kill: %s", script, out)
+		}
+}
+
+// TestBinlogFailoverToAReplicaGoesOnFromTheGTIDSet: the relay reads a
+// primary whose replica (log_slave_updates) applies everything under the
+// same GTIDs, the bridge table and its position table included. The
+// primary is killed; the replica is promoted and the relay pointed at it:
+// it goes on from the stored GTID set (the primary's file and offset mean
+// nothing there). Every row committed on either is published once, in
+// commit order.
+func TestBinlogFailoverToAReplicaGoesOnFromTheGTIDSet(t *testing.T) {
+	t.Parallel()
+	primaryURL, _, killPrimary := privateBinlogServerID(t, 1)
+	replicaURL, _, _ := privateBinlogServerID(t, 2)
+	primary, err := outbox.Open(context.Background(), primaryURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { primary.Close() })
+	replica, err := outbox.Open(context.Background(), replicaURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { replica.Close() })
+	primaryPort := primaryURL[strings.LastIndex(primaryURL, ":")+1 : strings.LastIndex(primaryURL, "/")]
+	_, err = replica.SQL.Exec("CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = " + primaryPort + ", MASTER_USER = 'root', MASTER_PASSWORD = '', MASTER_USE_GTID = slave_pos")
+	require.NoError(t, err)
+	_, err = replica.SQL.Exec("START SLAVE")
+	require.NoError(t, err)
+
+	n := bridgetest.StartNATS(t)
+	js := natsClient(t, n.URL())
+	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Duplicates: 2 * time.Minute})
+	require.NoError(t, err)
+	e := &binlogEnv{url: primaryURL, table: "outbox", db: primary.SQL, natsURL: n.URL(), js: js, dir: t.TempDir()}
+	r := runBridge(t, e.dir, e.env(), "migrate")
+	require.Zero(t, r.code, "%s", r)
+	insert := func(db *sql.DB, from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			_, err := db.Exec(`INSERT INTO outbox (idempotency_key, subject, payload) VALUES (?, 'events.failover', ?)`, fmt.Sprintf("k-%d", i), []byte(strconv.Itoa(i)))
+			require.NoError(t, err)
+		}
 	}
+	countDone := func(db *sql.DB) int {
+		var n int
+		require.NoError(t, db.QueryRow(`SELECT count(*) FROM outbox WHERE status = 'done'`).Scan(&n))
+		return n
+	}
+	p := start(t, e.dir, e.env(), "run")
+	insert(primary.SQL, 0, 300)
+	poll(t, 30*time.Second, func() bool {
+		require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
+		return countDone(primary.SQL) == 300
+	}, "the relay on the primary did not relay")
+	// The replica has applied everything (asynchronous replication: what
+	// it had not would be lost with the primary, as in any failover).
+	var want string
+	require.NoError(t, primary.SQL.QueryRow("SELECT @@gtid_binlog_pos").Scan(&want))
+	poll(t, 30*time.Second, func() bool {
+		var got string
+		require.NoError(t, replica.SQL.QueryRow("SELECT @@gtid_slave_pos").Scan(&got))
+		return got == want
+	}, "the replica never caught up with %s", want)
+	var storedFile string
+	require.NoError(t, replica.SQL.QueryRow(`SELECT file FROM outbox_binlog`).Scan(&storedFile))
+
+	killPrimary()
+	kill(t, p)
+	_, err = replica.SQL.Exec("STOP SLAVE")
+	require.NoError(t, err)
+	_, err = replica.SQL.Exec("RESET SLAVE ALL")
+	require.NoError(t, err)
+	e.url, e.db = replicaURL, replica.SQL
+	p = start(t, e.dir, e.env("BRIDGE_LOG_LEVEL=info"), "run")
+	insert(replica.SQL, 300, 600)
+	poll(t, 60*time.Second, func() bool {
+		require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
+		return countDone(replica.SQL) == 600
+	}, "the relay on the promoted replica did not go on")
+	require.Contains(t, p.stderr.String(), `"from":"gtid `, "it starts from the GTID set")
+	msgs := bridgetest.Messages(t, js, "EVENTS")
+	require.Equal(t, 600, len(msgs), "the stream holds exactly one message per row")
+	for i, m := range msgs {
+		require.Equal(t, strconv.Itoa(i), string(m.Data()), "stream position %d: commit order", i)
+	}
+	t.Logf("stored file on the primary's side: %s", storedFile)
 }
 
 // TestBinlogFaultsNamedAndNothingLost: while a producer keeps committing,
@@ -468,7 +564,7 @@ func TestBinlogBadRowsStayWithTheirRows(t *testing.T) {
 	ins("a-3", "events.ok", "{}", "a")
 	// Rows of one key in one transaction: the first has no stream; the
 	// two after it, which have one, wait behind it.
-	_, err := e.db.Exec(`INSERT INTO `+e.table+` (idempotency_key, subject, payload, ordering_key) VALUES
+	_, err := e.db.Exec(`INSERT INTO ` + e.table + ` (idempotency_key, subject, payload, ordering_key) VALUES
 		('z-1', 'other.z', 'z-1', 'z'), ('z-2', 'events.z', 'z-2', 'z'), ('z-3', 'events.z', 'z-3', 'z')`)
 	require.NoError(t, err)
 	want := map[string]string{"a-1": "done", "a-2": "done", "a-3": "done", "bad-headers": "permanent_failed", "x-1": "failed", "x-2": "failed",
