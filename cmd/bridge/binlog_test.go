@@ -687,3 +687,56 @@ func TestBinlogWithoutReplicationGrantsRefused(t *testing.T) {
 		require.NotContains(t, r.stderr+r.stdout, password, "no secret printed")
 	}
 }
+
+// TestBinlogPublishesRowsAsCommitted: a row its transaction updated after
+// inserting it is published as committed; a column moved by ALTER TABLE
+// while the relay reads is read by name; after a TRUNCATE while the relay
+// was stopped, the log's old inserts whose ids were taken again are not
+// published in place of the new rows, which are published from their own
+// inserts.
+func TestBinlogPublishesRowsAsCommitted(t *testing.T) {
+	t.Parallel()
+	e := newBinlogEnv(t)
+	http := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	env := e.env("BRIDGE_HTTP_LISTEN="+http, "BRIDGE_BINLOG_SWEEP_INTERVAL=1h")
+	p := start(t, e.dir, env, "run")
+	ready := func() {
+		t.Helper()
+		poll(t, 30*time.Second, func() bool {
+			require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
+			code, _ := readyz(http)
+			return code == 200
+		}, "relay never ready")
+	}
+	ready()
+	tx, err := e.db.Begin()
+	require.NoError(t, err)
+	_, err = tx.Exec(`INSERT INTO `+e.table+` (idempotency_key, subject, payload) VALUES ('u-1', 'events.draft', 'draft')`)
+	require.NoError(t, err)
+	_, err = tx.Exec(`UPDATE `+e.table+` SET subject = 'events.final', payload = 'final', headers = JSON_OBJECT('X-Id', CAST(LAST_INSERT_ID() AS CHAR)) WHERE idempotency_key = 'u-1'`)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+	_, err = e.db.Exec(`ALTER TABLE ` + e.table + ` MODIFY subject TEXT NOT NULL AFTER payload`)
+	require.NoError(t, err)
+	_, err = e.db.Exec(`INSERT INTO ` + e.table + ` (idempotency_key, subject, payload) VALUES ('swap-1', 'events.swap', 'swap')`)
+	require.NoError(t, err)
+	poll(t, 30*time.Second, func() bool { return e.countDone(t) == 2 }, "the rows were not relayed")
+
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	p.wait(t, 30*time.Second)
+	_, err = e.db.Exec(`INSERT INTO ` + e.table + ` (idempotency_key, subject, payload) VALUES ('old-1', 'events.old', 'old-1'), ('old-2', 'events.old', 'old-2')`)
+	require.NoError(t, err)
+	_, err = e.db.Exec(`TRUNCATE ` + e.table)
+	require.NoError(t, err)
+	_, err = e.db.Exec(`INSERT INTO ` + e.table + ` (idempotency_key, subject, payload) VALUES ('new-1', 'events.new', 'new-1'), ('new-2', 'events.new', 'new-2')`)
+	require.NoError(t, err)
+	p = start(t, e.dir, env, "run")
+	ready()
+	poll(t, 30*time.Second, func() bool { return e.countDone(t) == 2 }, "the new rows were not relayed")
+
+	var got []string
+	for _, m := range bridgetest.Messages(t, e.js, "EVENTS") {
+		got = append(got, m.Subject()+" "+string(m.Data())+" "+m.Headers().Get("X-Id"))
+	}
+	require.Equal(t, []string{"events.final final 1", "events.swap swap ", "events.new new-1 ", "events.new new-2 "}, got)
+}

@@ -39,6 +39,9 @@ type Server struct {
 //   - binlog_row_image must be FULL: MINIMAL and NOBLOB may leave out of an
 //     insert's row the columns its statement did not set (created_at,
 //     headers: their defaults), which the relay reads;
+//   - binlog_row_metadata must be FULL: the table map of each row event then
+//     names its columns, and the relay reads each row by name, whatever
+//     ALTER TABLE did since (MINIMAL and NO_LOG give types only);
 //   - the user needs REPLICATION SLAVE (to read the log) and REPLICATION
 //     CLIENT, BINLOG MONITOR on MariaDB 10.5+ (to read the server's
 //     position), or ALL PRIVILEGES.
@@ -67,6 +70,13 @@ func CheckServer(ctx context.Context, db *sql.DB) (Server, error) {
 	}
 	if !strings.EqualFold(image, "FULL") {
 		wrong = append(wrong, fmt.Sprintf("binlog_row_image is %s: set binlog_row_image = FULL (SET GLOBAL binlog_row_image = 'FULL', and in the server's configuration); %s may leave out of an insert's row the columns its statement did not set, which the relay reads", image, image))
+	}
+	var metadata string
+	if err := db.QueryRowContext(ctx, "SELECT @@binlog_row_metadata").Scan(&metadata); err != nil {
+		metadata = "missing (" + err.Error() + ")"
+	}
+	if !strings.EqualFold(metadata, "FULL") {
+		wrong = append(wrong, fmt.Sprintf("binlog_row_metadata is %s: set binlog_row_metadata = FULL (SET GLOBAL binlog_row_metadata = 'FULL', and in the server's configuration; MariaDB 10.5+, MySQL 8.0.1+); the relay reads each row by its columns' names, which only FULL logs: without them a column added, dropped or moved while it reads would make it read one column for another", metadata))
 	}
 	if len(wrong) > 0 {
 		return srv, fmt.Errorf("%w: %s", ErrSettings, strings.Join(wrong, "; and "))

@@ -117,8 +117,9 @@ func (s *Subscriber) markDone(ctx context.Context, tx *sql.Tx, rows []*entry) er
 	for _, e := range rows {
 		ids = append(ids, e.row.ID)
 	}
+	keys := keyArms(rows)
 	if s.cfg.DeleteOnRelay {
-		_, err := tx.ExecContext(ctx, outbox.ExpandMySQL(s.q.DeleteDone, len(rows)), ids...)
+		_, err := tx.ExecContext(ctx, outbox.ExpandMySQL(s.q.DeleteDone, len(rows)), append(ids, keys...)...)
 		return err
 	}
 	args := make([]any, 0, 7*len(rows))
@@ -135,7 +136,7 @@ func (s *Subscriber) markDone(ctx context.Context, tx *sql.Tx, rows []*entry) er
 	for _, e := range rows {
 		args = append(args, e.row.ID, e.attempts)
 	}
-	args = append(args, ids...)
+	args = append(append(args, ids...), keys...)
 	if _, err := tx.ExecContext(ctx, outbox.ExpandMySQL(s.q.MarkDone, len(rows)), args...); err != nil {
 		return fmt.Errorf("mark %d rows done: %w", len(rows), err)
 	}
@@ -163,8 +164,19 @@ func (s *Subscriber) markFailed(ctx context.Context, tx *sql.Tx, rows []*entry) 
 	for _, e := range rows {
 		args = append(args, e.row.ID)
 	}
+	args = append(args, keyArms(rows)...)
 	if _, err := tx.ExecContext(ctx, outbox.ExpandMySQL(s.q.MarkFailed, len(rows)), args...); err != nil {
 		return fmt.Errorf("mark %d rows failed: %w", len(rows), err)
 	}
 	return nil
+}
+
+// keyArms are the idempotency_key arms of a mark: each row is marked only
+// while the row of its id has its key.
+func keyArms(rows []*entry) []any {
+	out := make([]any, 0, 2*len(rows))
+	for _, e := range rows {
+		out = append(out, e.row.ID, []byte(e.row.IdempotencyKey))
+	}
+	return out
 }

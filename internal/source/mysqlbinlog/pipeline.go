@@ -129,8 +129,7 @@ func (s *Subscriber) session(lock *sql.Conn, out chan<- *message.Message) error 
 	s.logger.Info("reading the binary log", slog.String("from", start.String()), slog.Uint64("server_id", uint64(s.cfg.ServerID)))
 	sweep := time.NewTimer(first)
 	defer sweep.Stop()
-	lockCheck := time.NewTicker(2 * time.Second)
-	defer lockCheck.Stop()
+	lockLost := s.keepLock(ctx, lock)
 	var sweepAt *Position // the sweep waits until the marks reach this position
 	var sweepCutoff time.Time
 	for {
@@ -184,13 +183,37 @@ func (s *Subscriber) session(lock *sql.Conn, out chan<- *message.Message) error 
 				continue
 			}
 			sweepAt, sweepCutoff = &at, cutoff
-		case <-lockCheck.C:
-			var mine sql.NullInt64
-			if err := lock.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?) = CONNECTION_ID()", s.lockName).Scan(&mine); err != nil || mine.Int64 != 1 {
-				return fmt.Errorf("lost the binary log's lock %q (its session ended: %v); another relay may read the log now", s.lockName, err)
-			}
+		case err := <-lockLost:
+			return err
 		}
 	}
+}
+
+// keepLock checks every 2 s, on a goroutine of its own (the pipeline may
+// wait long for NATS), that the lock's session still holds the lock; the
+// checks are also what keeps that session from its wait_timeout (lockIdle,
+// set when it was taken: a holder frozen or cut off loses the lock within
+// it). The channel receives why the lock was lost, and the session's reads
+// stop.
+func (s *Subscriber) keepLock(ctx context.Context, lock *sql.Conn) <-chan error {
+	lost := make(chan error, 1)
+	go func() {
+		t := time.NewTicker(2 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			var mine sql.NullInt64
+			if err := lock.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?) = CONNECTION_ID()", s.lockName).Scan(&mine); ctx.Err() == nil && (err != nil || mine.Int64 != 1) {
+				lost <- fmt.Errorf("lost the binary log's lock %q (its session ended: %v); another relay may read the log now", s.lockName, err)
+				return
+			}
+		}
+	}()
+	return lost
 }
 
 // readFailed names a session's end: a position purged from the server is
@@ -343,7 +366,8 @@ func (p *pipeline) filter(rows []*entry) error {
 	s := p.s
 	ctx, cancel := context.WithTimeout(s.hardCtx, 30*time.Second)
 	defer cancel()
-	status := make(map[int64]string, len(rows))
+	type held struct{ status, key string }
+	status := make(map[int64]held, len(rows))
 	for i := 0; i < len(rows); i += 1000 {
 		chunk := rows[i:min(i+1000, len(rows))]
 		ids := make([]any, len(chunk))
@@ -357,20 +381,23 @@ func (p *pipeline) filter(rows []*entry) error {
 		for res.Next() {
 			var id int64
 			var st string
-			if err := res.Scan(&id, &st); err != nil {
+			var key []byte
+			if err := res.Scan(&id, &st, &key); err != nil {
 				res.Close()
 				return err
 			}
-			status[id] = st
+			status[id] = held{st, string(key)}
 		}
 		if err := res.Close(); err != nil {
 			return err
 		}
 	}
 	for _, e := range rows {
-		st, ok := status[e.row.ID]
+		h, ok := status[e.row.ID]
 		switch {
-		case e.skip || !ok || st != string(outbox.StatusPending):
+		case e.skip || !ok || h.status != string(outbox.StatusPending) || h.key != e.row.IdempotencyKey:
+			// Settled, not the pipeline's, deleted, or another row under
+			// the id (the table truncated since the log's insert).
 			e.result = skipped
 			s.Counters.Skipped.Add(1)
 		case e.row.OrderingKey.Valid:

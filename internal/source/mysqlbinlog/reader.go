@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -38,23 +39,31 @@ type columns struct {
 	id, key, subject, payload, headers, orderingKey, status, attempts, createdAt int
 }
 
-// readColumns reads the table's column ordinals from information_schema.
-func readColumns(ctx context.Context, db *sql.DB, schema, name string) (columns, error) {
-	c := columns{id: -1, key: -1, subject: -1, payload: -1, headers: -1, orderingKey: -1, status: -1, attempts: -1, createdAt: -1}
-	rows, err := db.QueryContext(ctx, `SELECT column_name, ordinal_position FROM information_schema.columns
-		WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position`, schema, name)
-	if err != nil {
-		return c, fmt.Errorf("read the columns of %s.%s: %w", schema, name, err)
+// columnsOf are the ordinals of the table map's named columns (the
+// binary log's own, binlog_row_metadata = FULL), cached for the last table
+// map read: every rows event follows its table's map.
+func (s *Subscriber) columnsOf(tm *replication.TableMapEvent) (columns, error) {
+	if tm == s.lastMap {
+		return s.mapCols, s.mapErr
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var col string
-		var n int
-		if err := rows.Scan(&col, &n); err != nil {
-			return c, err
-		}
+	s.lastMap = tm
+	names := make([]string, len(tm.ColumnName))
+	for i, n := range tm.ColumnName {
+		names[i] = string(n)
+	}
+	if len(names) == 0 {
+		s.mapCols, s.mapErr = columns{}, errors.New("the binary log names no columns (binlog_row_metadata is not FULL): the row is left to the sweep")
+	} else {
+		s.mapCols, s.mapErr = columnsFrom(names)
+	}
+	return s.mapCols, s.mapErr
+}
+
+// columnsFrom finds the columns the relay reads among names, in order.
+func columnsFrom(names []string) (columns, error) {
+	c := columns{id: -1, key: -1, subject: -1, payload: -1, headers: -1, orderingKey: -1, status: -1, attempts: -1, createdAt: -1}
+	for i, col := range names {
 		c.count++
-		i := n - 1
 		switch strings.ToLower(col) {
 		case "id":
 			c.id = i
@@ -76,14 +85,37 @@ func readColumns(ctx context.Context, db *sql.DB, schema, name string) (columns,
 			c.createdAt = i
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return c, err
-	}
 	for name, i := range map[string]int{"id": c.id, "idempotency_key": c.key, "subject": c.subject, "payload": c.payload, "headers": c.headers,
 		"ordering_key": c.orderingKey, "status": c.status, "attempts": c.attempts, "created_at": c.createdAt} {
 		if i < 0 {
-			return c, fmt.Errorf("%s.%s has no column %s: not a bridge table (bridge migrate makes one)", schema, name, name)
+			return c, fmt.Errorf("no column %s: not a bridge table (bridge migrate makes one)", name)
 		}
+	}
+	return c, nil
+}
+
+// readColumns reads the table's column ordinals from information_schema.
+func readColumns(ctx context.Context, db *sql.DB, schema, name string) (columns, error) {
+	rows, err := db.QueryContext(ctx, `SELECT column_name FROM information_schema.columns
+		WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position`, schema, name)
+	if err != nil {
+		return columns{}, fmt.Errorf("read the columns of %s.%s: %w", schema, name, err)
+	}
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var col string
+		if err := rows.Scan(&col); err != nil {
+			return columns{}, err
+		}
+		names = append(names, col)
+	}
+	if err := rows.Err(); err != nil {
+		return columns{}, err
+	}
+	c, err := columnsFrom(names)
+	if err != nil {
+		return c, fmt.Errorf("%s.%s: %w", schema, name, err)
 	}
 	return c, nil
 }
@@ -154,6 +186,7 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 	started := false
 	lastGTID := start.GTID
 	var cur []*entry
+	curIndex := map[int64]int{} // a row of cur by id
 	var curBytes int64
 	var lastMove time.Time
 	// idle holds the position past the last transaction without rows of
@@ -204,12 +237,30 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 				idle = &Position{GTID: lastGTID, File: file, Pos: uint32(e.Position)}
 			}
 		case *replication.RowsEvent:
-			if !isWriteRows(ev.Header.EventType) || string(e.Table.Schema) != s.schema || string(e.Table.Table) != s.name {
+			if e.Table == nil || string(e.Table.Schema) != s.schema || string(e.Table.Table) != s.name {
 				continue
 			}
+			if e.Type() == replication.EnumRowsEventTypeUpdate {
+				// A row its own transaction changed after inserting it (an
+				// ORM's flush, the row's id written into it): published as
+				// committed, as source: table would.
+				cols, colsErr := s.columnsOf(e.Table)
+				for i := 1; i < len(e.Rows); i += 2 {
+					after := s.decode(cols, colsErr, e.Rows[i])
+					if at, ok := curIndex[after.row.ID]; ok && !after.skip {
+						cur[at] = after
+					}
+				}
+				continue
+			}
+			if !isWriteRows(ev.Header.EventType) {
+				continue
+			}
+			cols, colsErr := s.columnsOf(e.Table)
 			for _, values := range e.Rows {
-				en := s.decode(values)
+				en := s.decode(cols, colsErr, values)
 				s.Counters.Read.Add(1)
+				curIndex[en.row.ID] = len(cur)
 				cur = append(cur, en)
 				curBytes += en.row.Size()
 				if len(cur) >= s.cfg.MaxInFlight || curBytes >= s.cfg.MaxInFlightBytes/2 {
@@ -218,6 +269,7 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 						return nil
 					}
 					cur, curBytes = nil, 0
+					clear(curIndex)
 				}
 			}
 		case *replication.XIDEvent, *replication.QueryEvent:
@@ -242,6 +294,7 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 			}
 			t := txn{rows: cur, bytes: curBytes, pos: pos, commit: true, at: time.Unix(int64(ev.Header.Timestamp), 0)}
 			cur, curBytes = nil, 0
+			clear(curIndex)
 			if !hand(t) {
 				return nil
 			}
@@ -249,14 +302,16 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 	}
 }
 
-// decodeRowsEvent decodes the rows of the table's inserts and only the
-// header of any other rows event.
+// decodeRowsEvent decodes the rows of the table's inserts and updates and
+// only the header of any other rows event.
 func (s *Subscriber) decodeRowsEvent(e *replication.RowsEvent, data []byte) error {
 	pos, err := e.DecodeHeader(data)
 	if err != nil {
 		return err
 	}
-	if e.Type() != replication.EnumRowsEventTypeInsert || e.Table == nil || string(e.Table.Schema) != s.schema || string(e.Table.Table) != s.name {
+	kind := e.Type()
+	if kind != replication.EnumRowsEventTypeInsert && kind != replication.EnumRowsEventTypeUpdate || e.Table == nil ||
+		string(e.Table.Schema) != s.schema || string(e.Table.Table) != s.name {
 		return nil
 	}
 	return e.DecodeData(pos, data)
@@ -274,14 +329,17 @@ func isWriteRows(t replication.EventType) bool {
 // decode turns a row image into an entry. A row the relay cannot read (a
 // column of an unexpected type) becomes an entry with decodeErr: a dead
 // letter naming why.
-func (s *Subscriber) decode(values []any) *entry {
-	c := s.cols
+func (s *Subscriber) decode(c columns, colsErr error, values []any) *entry {
 	e := &entry{}
-	if len(values) != c.count {
-		e.decodeErr = fmt.Errorf("the row image has %d columns, the table %d: the table changed while the relay read it; the row is published by the sweep", len(values), c.count)
+	if colsErr != nil || len(values) != c.count {
+		// Not readable from the log: the sweep publishes it from the table.
 		e.skip = true
-		if id, ok := asInt(values, c.id); ok {
+		if id, ok := asInt(values, c.id); ok && colsErr == nil {
 			e.row.ID = id
+		}
+		if !s.toldCols {
+			s.toldCols = true
+			s.logger.Warn("rows of the binary log cannot be read by their columns; the sweep publishes them from the table, not in commit order", slog.Any("error", colsErr), slog.Int("values", len(values)), slog.Int("columns", c.count))
 		}
 		return e
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
 
 	"github.com/outbox-bridge/bridge/internal/health"
 	"github.com/outbox-bridge/bridge/internal/outbox"
@@ -65,8 +66,13 @@ type Subscriber struct {
 	quiet  *slog.Logger // the replication library's: its errors come back as errors
 	// schema and name are the table's, as the binary log names it.
 	schema, name string
-	cols         columns
 	lockName     string
+	// The reader's (reader.go): the columns of the last table map read,
+	// and whether rows it could not read were logged.
+	lastMap  *replication.TableMapEvent
+	mapCols  columns
+	mapErr   error
+	toldCols bool
 
 	// Counters are the subscriber's running totals.
 	Counters Counters
@@ -126,8 +132,7 @@ func NewSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, logg
 		return nil, err
 	}
 	cfg.ServerID = cmp.Or(cfg.ServerID, DeriveServerID(schema+"."+name))
-	cols, err := readColumns(ctx, db.SQL, schema, name)
-	if err != nil {
+	if _, err := readColumns(ctx, db.SQL, schema, name); err != nil {
 		return nil, err
 	}
 	if _, err := db.SQL.ExecContext(ctx, q.PositionCreate); err != nil {
@@ -135,7 +140,7 @@ func NewSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, logg
 	}
 	hardCtx, hardCancel := context.WithCancel(context.Background())
 	s := &Subscriber{
-		db: db, store: store, q: q, cfg: cfg, srv: srv, schema: schema, name: name, cols: cols,
+		db: db, store: store, q: q, cfg: cfg, srv: srv, schema: schema, name: name,
 		lockName:   lockName(schema, name),
 		logger:     logger.With(slog.String("component", "mysql-binlog"), slog.String("table", cfg.Table)),
 		quiet:      slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -302,7 +307,7 @@ func (s *Subscriber) loop(out chan<- *message.Message) {
 			continue
 		}
 		err = s.session(conn, out)
-		conn.Close()
+		s.release(conn)
 		if source.Closed(s.closing) {
 			return
 		}
@@ -354,6 +359,20 @@ func isSettings(err error) bool {
 	return errors.As(err, &me) && (me.Code == 1227 || me.Code == 1045)
 }
 
+// release lets go of the lock and gives its session back to the pool as
+// it was taken (a session of database/sql's pool outlives its Conn).
+func (s *Subscriber) release(conn *sql.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, _ = conn.ExecContext(ctx, "DO RELEASE_LOCK(?)", s.lockName)
+	_, _ = conn.ExecContext(ctx, "SET SESSION wait_timeout = @@GLOBAL.wait_timeout")
+	conn.Close()
+}
+
+// lockIdle is the wait_timeout of the lock's session: how long a holder
+// that stopped answering keeps a standby waiting.
+const lockIdle = 30 * time.Second
+
 // acquire takes the table's lock on a session of its own, held while this
 // relay reads; nil and the holder (its connection id, user and host) when
 // another session holds it.
@@ -370,6 +389,13 @@ func (s *Subscriber) acquire() (*sql.Conn, string, error) {
 		return nil, "", err
 	}
 	if got.Int64 == 1 {
+		// A holder that stops answering (frozen, cut off) loses the lock
+		// once its session idles this long; its own checks (keepLock)
+		// keep it busy every 2 s.
+		if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION wait_timeout = %d", int(lockIdle.Seconds()))); err != nil {
+			conn.Close()
+			return nil, "", err
+		}
 		return conn, "", nil
 	}
 	conn.Close()
