@@ -3,6 +3,7 @@ package source
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"time"
 
 	"github.com/outbox-bridge/bridge/internal/dedup"
@@ -26,4 +27,16 @@ var ErrClosed = errors.New("outbox subscriber closed")
 type Reconciler interface {
 	InDoubt(ctx context.Context, c dedup.Candidate) (bool, error)
 	Reconcile(ctx context.Context, candidates []dedup.Candidate) (map[int64]dedup.Stored, error)
+}
+
+// Backoff is the wait before attempt+1 of a failed row: initial doubled
+// per attempt, capped at most, then scaled by a random factor in [0.5, 1)
+// so that failing rows spread out.
+func Backoff(attempt int, initial, most time.Duration) time.Duration {
+	d := initial
+	for i := 1; i < attempt && d < most; i++ {
+		d *= 2
+	}
+	d = min(d, most)
+	return time.Duration(float64(d) * (0.5 + rand.Float64()/2))
 }

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -262,15 +261,9 @@ func (s *Subscriber) payloadLimit() int64 {
 	return outbox.PayloadMaxBytes(s.cfg.MaxPayload())
 }
 
-// backoff is the wait before attempt+1: BackoffInitial doubled per
-// attempt, capped at BackoffMax, scaled by a random factor in [0.5, 1).
+// backoff is the wait before attempt+1 (source.Backoff).
 func (s *Subscriber) backoff(attempt int) time.Duration {
-	d := s.cfg.BackoffInitial
-	for i := 1; i < attempt && d < s.cfg.BackoffMax; i++ {
-		d *= 2
-	}
-	d = min(d, s.cfg.BackoffMax)
-	return time.Duration(float64(d) * (0.5 + rand.Float64()/2))
+	return source.Backoff(attempt, s.cfg.BackoffInitial, s.cfg.BackoffMax)
 }
 
 // sleep waits d or until closing; false when closing.

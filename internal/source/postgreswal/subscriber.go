@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"reflect"
 	"strings"
 	"sync"
@@ -382,15 +381,9 @@ func (s *Subscriber) beginClose() { s.closeOnce.Do(func() { close(s.closing) }) 
 
 func (s *Subscriber) isClosing() bool { return source.Closed(s.closing) }
 
-// backoff is the wait before attempt+1: BackoffInitial doubled per
-// attempt, capped at BackoffMax, scaled by a random factor in [0.5, 1).
+// backoff is the wait before attempt+1 (source.Backoff).
 func (s *Subscriber) backoff(attempt int) time.Duration {
-	d := s.cfg.BackoffInitial
-	for i := 1; i < attempt && d < s.cfg.BackoffMax; i++ {
-		d *= 2
-	}
-	d = min(d, s.cfg.BackoffMax)
-	return time.Duration(float64(d) * (0.5 + rand.Float64()/2))
+	return source.Backoff(attempt, s.cfg.BackoffInitial, s.cfg.BackoffMax)
 }
 
 // LagSeconds is how far behind the slot's reader is, in seconds: while

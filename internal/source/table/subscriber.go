@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -451,16 +450,9 @@ func (s *Subscriber) waitSettled(limit time.Duration) {
 	}
 }
 
-// backoff is the delay before attempt+1: BackoffInitial doubled per
-// attempt, capped at BackoffMax, then scaled by a random factor in
-// [0.5, 1) so that failing rows spread out.
+// backoff is the wait before attempt+1 (source.Backoff).
 func (s *Subscriber) backoff(attempt int) time.Duration {
-	d := s.cfg.BackoffInitial
-	for i := 1; i < attempt && d < s.cfg.BackoffMax; i++ {
-		d *= 2
-	}
-	d = min(d, s.cfg.BackoffMax)
-	return time.Duration(float64(d) * (0.5 + rand.Float64()/2))
+	return source.Backoff(attempt, s.cfg.BackoffInitial, s.cfg.BackoffMax)
 }
 
 // claimWindow is when the claim that took a row ran, on this process's clock.
