@@ -716,11 +716,27 @@ func TestBinlogPublishesRowsAsCommitted(t *testing.T) {
 	_, err = tx.Exec(`UPDATE ` + e.table + ` SET subject = 'events.final', payload = 'final', headers = JSON_OBJECT('X-Id', CAST(LAST_INSERT_ID() AS CHAR)) WHERE idempotency_key = 'u-1'`)
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit())
+	// Savepoints inside a transaction (Django's atomic blocks nest with
+	// them): the rows rolled back to one are not in the log; the others
+	// are published, the transaction ending only at its COMMIT.
+	tx, err = e.db.Begin()
+	require.NoError(t, err)
+	for _, stmt := range []string{
+		`INSERT INTO ` + e.table + ` (idempotency_key, subject, payload) VALUES ('sp-1', 'events.sp', 'sp-1')`,
+		`SAVEPOINT a`,
+		`INSERT INTO ` + e.table + ` (idempotency_key, subject, payload) VALUES ('sp-2', 'events.sp', 'sp-2')`,
+		`ROLLBACK TO SAVEPOINT a`,
+		`INSERT INTO ` + e.table + ` (idempotency_key, subject, payload) VALUES ('sp-3', 'events.sp', 'sp-3')`,
+	} {
+		_, err = tx.Exec(stmt)
+		require.NoError(t, err, stmt)
+	}
+	require.NoError(t, tx.Commit())
 	_, err = e.db.Exec(`ALTER TABLE ` + e.table + ` MODIFY subject TEXT NOT NULL AFTER payload`)
 	require.NoError(t, err)
 	_, err = e.db.Exec(`INSERT INTO ` + e.table + ` (idempotency_key, subject, payload) VALUES ('swap-1', 'events.swap', 'swap')`)
 	require.NoError(t, err)
-	poll(t, 30*time.Second, func() bool { return e.countDone(t) == 2 }, "the rows were not relayed")
+	poll(t, 30*time.Second, func() bool { return e.countDone(t) == 4 }, "the rows were not relayed")
 
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	p.wait(t, 30*time.Second)
@@ -738,5 +754,5 @@ func TestBinlogPublishesRowsAsCommitted(t *testing.T) {
 	for _, m := range bridgetest.Messages(t, e.js, "EVENTS") {
 		got = append(got, m.Subject()+" "+string(m.Data())+" "+m.Headers().Get("X-Id"))
 	}
-	require.Equal(t, []string{"events.final final 1", "events.swap swap ", "events.new new-1 ", "events.new new-2 "}, got)
+	require.Equal(t, []string{"events.final final 1", "events.sp sp-1 ", "events.sp sp-3 ", "events.swap swap ", "events.new new-1 ", "events.new new-2 "}, got)
 }

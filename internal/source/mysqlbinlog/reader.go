@@ -184,6 +184,7 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 	}
 	file := start.File
 	started := false
+	inTx := false // between a transaction's start and its commit
 	lastGTID := start.GTID
 	var cur []*entry
 	curIndex := map[int64]int{} // a row of cur by id
@@ -272,10 +273,24 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 					clear(curIndex)
 				}
 			}
+		case *replication.MariadbGTIDEvent:
+			// MariaDB's GTID event begins a transaction (there is no BEGIN
+			// query), unless it is a statement of its own (DDL).
+			inTx = !e.IsStandalone()
 		case *replication.XIDEvent, *replication.QueryEvent:
-			if q, ok := e.(*replication.QueryEvent); ok && string(q.Query) == "BEGIN" {
-				continue
+			if q, ok := e.(*replication.QueryEvent); ok {
+				query := strings.ToUpper(strings.TrimSpace(string(q.Query)))
+				switch {
+				case query == "BEGIN":
+					inTx = true
+					continue
+				case inTx && query != "COMMIT":
+					// Inside a transaction (SAVEPOINT, ROLLBACK TO …): not
+					// its end, and no position to store.
+					continue
+				}
 			}
+			inTx = false
 			var set gomysql.GTIDSet
 			switch x := e.(type) {
 			case *replication.XIDEvent:
