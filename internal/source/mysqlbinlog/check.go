@@ -162,12 +162,13 @@ func Setup(ctx context.Context, db *outbox.DB, table string) (created bool, err 
 	if _, err := db.SQL.ExecContext(ctx, q.PositionCreate); err != nil {
 		return false, fmt.Errorf("create the position table %s_binlog: %w", table, err)
 	}
-	var n int
-	if err := db.SQL.QueryRowContext(ctx, "SELECT count(*) FROM "+table+"_binlog").Scan(&n); err != nil {
+	var gtid, file, at string
+	var offset int64
+	switch err := db.SQL.QueryRowContext(ctx, q.PositionRead).Scan(&gtid, &file, &offset, &at); {
+	case err == nil:
+		return false, nil // kept
+	case !errors.Is(err, sql.ErrNoRows):
 		return false, fmt.Errorf("read the position table %s_binlog: %w", table, err)
-	}
-	if n > 0 {
-		return false, nil
 	}
 	pos, err := serverPosition(ctx, db.SQL, srv)
 	if err != nil {
