@@ -254,7 +254,7 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 				}
 				continue
 			}
-			if !isWriteRows(ev.Header.EventType) {
+			if e.Type() != replication.EnumRowsEventTypeInsert {
 				continue
 			}
 			cols, colsErr := s.columnsOf(e.Table)
@@ -330,15 +330,6 @@ func (s *Subscriber) decodeRowsEvent(e *replication.RowsEvent, data []byte) erro
 		return nil
 	}
 	return e.DecodeData(pos, data)
-}
-
-func isWriteRows(t replication.EventType) bool {
-	switch t {
-	case replication.WRITE_ROWS_EVENTv0, replication.WRITE_ROWS_EVENTv1, replication.WRITE_ROWS_EVENTv2,
-		replication.MARIADB_WRITE_ROWS_COMPRESSED_EVENT_V1:
-		return true
-	}
-	return false
 }
 
 // decode turns a row image into an entry. A row the relay cannot read (a

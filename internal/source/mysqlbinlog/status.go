@@ -64,14 +64,7 @@ func Status(ctx context.Context, db *outbox.DB, table string) (Info, error) {
 	if info.Server, err = serverPosition(ctx, db.SQL, srv); err != nil {
 		return info, err
 	}
-	var id sql.NullInt64
-	if err := db.SQL.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", lockName(schema, name)).Scan(&id); err == nil && id.Valid {
-		info.Reader = fmt.Sprintf("connection %d", id.Int64)
-		var user, host string
-		if err := db.SQL.QueryRowContext(ctx, "SELECT user, host FROM information_schema.processlist WHERE id = ?", id.Int64).Scan(&user, &host); err == nil {
-			info.Reader = fmt.Sprintf("connection %d (%s@%s)", id.Int64, user, host)
-		}
-	}
+	info.Reader = lockHolder(ctx, db.SQL, lockName(schema, name))
 	rows, err := db.SQL.QueryContext(ctx, "SHOW BINARY LOGS")
 	if err != nil {
 		return info, fmt.Errorf("list the server's binary log files: %w", err)

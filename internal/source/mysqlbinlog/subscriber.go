@@ -362,6 +362,20 @@ func (s *Subscriber) release(conn *sql.Conn) {
 	conn.Close()
 }
 
+// lockHolder names the session holding the lock name: its connection id
+// and, when the processlist shows it, user@host; "" when none holds it.
+func lockHolder(ctx context.Context, db *sql.DB, name string) string {
+	var id sql.NullInt64
+	if err := db.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", name).Scan(&id); err != nil || !id.Valid {
+		return ""
+	}
+	var user, host string
+	if err := db.QueryRowContext(ctx, "SELECT user, host FROM information_schema.processlist WHERE id = ?", id.Int64).Scan(&user, &host); err == nil {
+		return fmt.Sprintf("connection %d (%s@%s)", id.Int64, user, host)
+	}
+	return fmt.Sprintf("connection %d", id.Int64)
+}
+
 // lockIdle is the wait_timeout of the lock's session: how long a holder
 // that stopped answering keeps a standby waiting.
 const lockIdle = 30 * time.Second
@@ -392,15 +406,9 @@ func (s *Subscriber) acquire() (*sql.Conn, string, error) {
 		return conn, "", nil
 	}
 	conn.Close()
-	holder := "another session"
-	var id sql.NullInt64
-	if err := s.db.SQL.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", s.lockName).Scan(&id); err == nil && id.Valid {
-		var user, host string
-		if err := s.db.SQL.QueryRowContext(ctx, "SELECT user, host FROM information_schema.processlist WHERE id = ?", id.Int64).Scan(&user, &host); err == nil {
-			holder = fmt.Sprintf("connection %d (%s@%s)", id.Int64, user, host)
-		} else {
-			holder = fmt.Sprintf("connection %d", id.Int64)
-		}
+	holder := lockHolder(ctx, s.db.SQL, s.lockName)
+	if holder == "" {
+		holder = "another session"
 	}
 	return nil, holder, nil
 }
