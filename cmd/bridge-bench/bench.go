@@ -187,6 +187,7 @@ func (e *env) startNATS() (func(), error) {
 		if err != nil {
 			return nil, err
 		}
+		srv.SetLoggerV2(serverLog, false, false, false)
 		go srv.Start()
 		if !srv.ReadyForConnections(10 * time.Second) {
 			return nil, fmt.Errorf("in-process nats-server did not start")

@@ -36,6 +36,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/outbox-bridge/bridge/internal/broker"
 )
 
 // settings are the knobs of one run, printed with the results.
@@ -281,6 +283,11 @@ func parseRelayCounts(text string) ([]int, error) {
 func progress(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "%s  "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 }
+
+// serverLog takes the in-process nats-servers' warnings and errors to
+// stderr: a stream the server cannot create is a bare "error creating store
+// for stream" (10049) to the bench, with the cause in the server's log.
+var serverLog = broker.ServerLog(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 
 func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -90,6 +90,7 @@ func StartEmbedded(listen, storeDir string, logger *slog.Logger) (_ *Embedded, e
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS server: %w", err)
 	}
+	srv.SetLoggerV2(ServerLog(logger), false, false, false)
 	go srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
 		srv.Shutdown()
