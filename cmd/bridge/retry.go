@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/spf13/cobra"
 
+	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
@@ -28,6 +29,9 @@ func newRetryCommand() *cobra.Command {
 		Long: `Make rows that failed claimable at once: a dead letter (permanent_failed) goes
 back to pending with attempts reset to 0; a failed row waiting out its backoff is
 claimable now, its attempts kept. last_error is kept until the next attempt.
+With source: postgres-wal or mysql-binlog the rows are not in the log again:
+the relay's next sweep sends them (wal.sweep_interval or
+binlog.sweep_interval, 1m by default).
 
 Select the rows by id (--id, repeatable), by subject (--subject, a NATS subject
 where * matches one token and > the rest: 'orders.>'), or all of them
@@ -52,15 +56,14 @@ payload), or the row fails again.`,
 			if subject != "" && !server.IsValidSubject(subject) {
 				return usage("--subject %q is not a NATS subject: dot-separated tokens, * for one token, > for the rest at the end, such as orders.> or orders.*.created", subject)
 			}
-			if len(ids) > 0 {
-				cfg, err := loadConfig(cmd)
-				if err != nil {
-					return err
-				}
-				if len(cfg.Database.Tables) > 0 {
-					return usage("--id names rows of one outbox table; give one --table with it, not several or a pattern")
-				}
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
 			}
+			if len(ids) > 0 && len(cfg.Database.Tables) > 0 {
+				return usage("--id names rows of one outbox table; give one --table with it, not several or a pattern")
+			}
+			when := retriedWhen(cfg)
 			return withStore(cmd, func(ctx context.Context, store *outbox.Store, many bool) error {
 				var failed, dead, missing []int64
 				var err error
@@ -74,7 +77,7 @@ payload), or the row fails again.`,
 					if err != nil {
 						return err
 					}
-					printRetried(cmd, nd, nf, inTable(store, many))
+					printRetried(cmd, nd, nf, when, inTable(store, many))
 					return nil
 				case subject != "":
 					failed, dead, err = store.Retryable(ctx, func(s string) bool { return server.SubjectMatchesFilter(s, subject) })
@@ -88,7 +91,7 @@ payload), or the row fails again.`,
 				if err != nil {
 					return err
 				}
-				printRetried(cmd, nd, nf, inTable(store, many))
+				printRetried(cmd, nd, nf, when, inTable(store, many))
 				if len(missing) > 0 {
 					return fmt.Errorf("no row with id %s in %s", joinIDs(missing), store.Table())
 				}
@@ -102,8 +105,21 @@ payload), or the row fails again.`,
 	return acceptsManyTables(cmd)
 }
 
-func printRetried(cmd *cobra.Command, dead, failed int, where string) {
-	fmt.Fprintf(cmd.OutOrStdout(), "%s back to pending, %s claimable now%s\n", outbox.Count(dead, "dead letter"), outbox.Count(failed, "failed row"), where)
+func printRetried(cmd *cobra.Command, dead, failed int, when, where string) {
+	fmt.Fprintf(cmd.OutOrStdout(), "%s back to pending, %s %s%s\n", outbox.Count(dead, "dead letter"), outbox.Count(failed, "failed row"), when, where)
+}
+
+// retriedWhen says when the relay of cfg sends a retried row: a table
+// relay claims it at once; a log source's sweep takes it, the log holding
+// no new row for it.
+func retriedWhen(cfg *config.Config) string {
+	switch cfg.Source {
+	case config.SourcePostgresWAL:
+		return fmt.Sprintf("due now (the relay's next sweep sends them: wal.sweep_interval %s)", cfg.WAL.SweepInterval)
+	case config.SourceMySQLBinlog:
+		return fmt.Sprintf("due now (the relay's next sweep sends them: binlog.sweep_interval %s)", cfg.Binlog.SweepInterval)
+	}
+	return "claimable now"
 }
 
 // retryIDs retries dead and failed, in batches.
