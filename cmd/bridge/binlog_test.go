@@ -772,3 +772,71 @@ func TestBinlogPublishesRowsAsCommitted(t *testing.T) {
 	}
 	require.Equal(t, []string{"events.final final 1", "events.sp sp-1 ", "events.sp sp-3 ", "events.swap swap ", "events.new new-1 ", "events.new new-2 "}, got)
 }
+
+// TestBinlogRelayWithDMLGrants: a DBA applies bridge migrate --print (the
+// bridge table and its <table>_binlog); a relay whose user holds the
+// replication grants and DML on the schema, no CREATE, starts, stores its
+// first position and relays. MySQL refuses CREATE TABLE IF NOT EXISTS
+// without the CREATE privilege even where the table exists (error 1142).
+func TestBinlogRelayWithDMLGrants(t *testing.T) {
+	t.Parallel()
+	url, table := bridgetest.MySQLBinlogTable(t)
+	schema := strings.TrimSuffix(table, ".outbox")
+	db, err := outbox.Open(context.Background(), url)
+	require.NoError(t, err)
+	defer db.Close()
+	dir := t.TempDir()
+	r := runBridge(t, dir, []string{"BRIDGE_SOURCE=mysql-binlog", "BRIDGE_DATABASE_URL=" + url, "BRIDGE_DATABASE_TABLE=" + table}, "migrate", "--print")
+	require.Zero(t, r.code, "%s", r)
+	require.Contains(t, r.stdout, "CREATE TABLE IF NOT EXISTS "+table+"_binlog")
+	var script []string
+	for _, l := range strings.Split(r.stdout, "\n") {
+		if !strings.HasPrefix(l, "--") {
+			script = append(script, l)
+		}
+	}
+	for _, stmt := range strings.Split(strings.Join(script, "\n"), ";\n") {
+		if stmt = strings.TrimSpace(stmt); stmt != "" {
+			_, err := db.SQL.Exec(stmt)
+			require.NoError(t, err, stmt)
+		}
+	}
+
+	user := "dml_" + strings.TrimPrefix(schema, "t_")
+	const password = "dml-pw"
+	_, err = db.SQL.Exec("CREATE USER '" + user + "'@'%' IDENTIFIED BY '" + password + "'")
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = db.SQL.Exec("DROP USER '" + user + "'@'%'") })
+	for _, grant := range []string{"SELECT, INSERT, UPDATE, DELETE ON " + schema + ".*", "REPLICATION SLAVE, REPLICATION CLIENT ON *.*"} {
+		_, err = db.SQL.Exec("GRANT " + grant + " TO '" + user + "'@'%'")
+		require.NoError(t, err)
+	}
+	host := strings.TrimPrefix(url, "mysql://")
+	host = host[strings.Index(host, "@")+1:]
+	host = host[:strings.Index(host, "/")]
+
+	n := bridgetest.StartNATS(t)
+	js := natsClient(t, n.URL())
+	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}})
+	require.NoError(t, err)
+	http := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	p := start(t, dir, []string{"BRIDGE_SOURCE=mysql-binlog", "BRIDGE_DATABASE_URL=mysql://" + user + ":" + password + "@" + host + "/" + schema,
+		"BRIDGE_DATABASE_TABLE=" + table, "BRIDGE_NATS_URL=" + n.URL(), "BRIDGE_HTTP_LISTEN=" + http, "BRIDGE_LOG_LEVEL=warn"}, "run")
+	poll(t, 30*time.Second, func() bool {
+		require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
+		code, _ := readyz(http)
+		return code == 200
+	}, "relay never ready")
+	_, err = db.SQL.Exec(`INSERT INTO ` + table + ` (idempotency_key, subject, payload) VALUES ('g-1', 'events.g', 'g-1'), ('g-2', 'events.g', 'g-2')`)
+	require.NoError(t, err)
+	poll(t, 30*time.Second, func() bool {
+		require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
+		var done int
+		require.NoError(t, db.SQL.QueryRow(`SELECT COUNT(*) FROM `+table+` WHERE status = 'done'`).Scan(&done))
+		return done == 2
+	}, "rows never relayed")
+	var stored int
+	require.NoError(t, db.SQL.QueryRow(`SELECT COUNT(*) FROM `+table+`_binlog`).Scan(&stored))
+	require.Equal(t, 1, stored, "the relay stores its position in the table the DBA made")
+	require.NotContains(t, p.stderr.String(), password)
+}

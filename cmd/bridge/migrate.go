@@ -51,8 +51,8 @@ With source: mysql-binlog it first checks the server's binary log (log_bin on,
 binlog_format ROW, binlog_row_image FULL, the REPLICATION SLAVE and CLIENT grants;
 exit 2 naming each that does not fit), then creates <table>_binlog, the relay's
 position, and stores the server's current position in it, so that rows committed
-from then on are read from the binary log in commit order. --print leaves it out:
-bridge run creates it (and stores the position) on its first start.
+from then on are read from the binary log in commit order. --print adds its
+CREATE TABLE; applied by hand, bridge run stores the position on its first start.
 
 Several tables (--table repeated) or a pattern: with * in the schema part only
 ('tenant_*.outbox'), the table is created or upgraded in every schema (MySQL:
@@ -209,6 +209,13 @@ func printMigrations(cmd *cobra.Command, cfg *config.Config, after int64) error 
 	script, err := outbox.MigrationScript(dialect, cfg.Database.Table, after)
 	if err != nil {
 		return classify(err)
+	}
+	if cfg.Source == config.SourceMySQLBinlog && dialect == outbox.DialectMySQL {
+		position, err := outbox.BinlogPositionScript(cfg.Database.Table)
+		if err != nil {
+			return classify(err)
+		}
+		script += position
 	}
 	_, err = fmt.Fprint(cmd.OutOrStdout(), script)
 	return err

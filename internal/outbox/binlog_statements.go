@@ -1,6 +1,8 @@
 package outbox
 
 import (
+	"fmt"
+
 	"github.com/go-sql-driver/mysql"
 )
 
@@ -50,3 +52,23 @@ func ExpandMySQL(query string, n int) string { return mysqlExpand(query, n) }
 // the driver does not make, such as the binary log's replication
 // connection. Errors: ErrUnknownScheme (wrapped), naming the redacted URL.
 func MySQLConfig(rawURL string) (*mysql.Config, error) { return mysqlConfig(rawURL) }
+
+// BinlogPositionScript is the DDL of the mysql-binlog source's position
+// table (<table>_binlog) for `bridge migrate --print`, with a comment
+// saying what it holds; the relay stores the first position itself.
+// Errors: a table name ParseTableName refuses.
+func BinlogPositionScript(table string) (string, error) {
+	t, err := ParseTableName(table)
+	if err != nil {
+		return "", err
+	}
+	d, _ := driverOf(DialectMySQL)
+	f, err := loadQueries(d, t)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("\n-- source: mysql-binlog: the relay's position in the binary log. bridge migrate creates it\n"+
+		"-- and stores the server's current position; made by hand, it stays empty until bridge run\n"+
+		"-- stores the position at its first start (after a sweep of the rows pending before it).\n%s;\n",
+		takeBinlogStatements(f).PositionCreate), nil
+}

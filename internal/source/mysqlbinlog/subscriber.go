@@ -134,7 +134,7 @@ func NewSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, logg
 	if _, err := readColumns(ctx, db.SQL, schema, name); err != nil {
 		return nil, err
 	}
-	if _, err := db.SQL.ExecContext(ctx, q.PositionCreate); err != nil {
+	if err := createPositionTable(ctx, db.SQL, q, schema, name); err != nil {
 		return nil, fmt.Errorf("create the position table %s_binlog: %w", cfg.Table, err)
 	}
 	hardCtx, hardCancel := context.WithCancel(context.Background())
@@ -170,6 +170,24 @@ func resolveTable(ctx context.Context, db *sql.DB, table string) (schema, name s
 		return "", "", fmt.Errorf("look up outbox table %s: %w", table, err)
 	}
 	return schema, name, nil
+}
+
+// createPositionTable creates the position table (<table>_binlog) where
+// the schema lacks it. It looks first: MySQL and MariaDB refuse CREATE
+// TABLE IF NOT EXISTS to a user without the CREATE privilege (error 1142)
+// even when the table is there, and a relay may run with DML grants once
+// bridge migrate, or a DBA with bridge migrate --print, has made it.
+func createPositionTable(ctx context.Context, db *sql.DB, q outbox.BinlogStatements, schema, name string) error {
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?`,
+		schema, name+"_binlog").Scan(&n); err != nil {
+		return err
+	}
+	if n > 0 {
+		return nil
+	}
+	_, err := db.ExecContext(ctx, q.PositionCreate)
+	return err
 }
 
 // lockName is the name of the lock a reader of the table holds
