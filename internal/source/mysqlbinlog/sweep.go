@@ -3,6 +3,7 @@ package mysqlbinlog
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -29,17 +30,18 @@ func (p *pipeline) sweep(cutoff time.Time) bool {
 	}
 	clear(p.asides)
 	if err := p.loadAsides(ctx); err != nil {
-		s.logger.Warn("sweep: cannot read the rows set aside; trying again at the next sweep", slog.Any("error", err))
+		p.sweepFailed(ctx, "sweep: cannot read the rows set aside; trying again at the next sweep", err)
 		return true
 	}
 	cursor := int64(0)
 	for {
 		rows, err := p.sweepRead(ctx, cursor, cutoff)
 		if err != nil {
-			s.logger.Warn("sweep: cannot read pending rows; trying again at the next sweep", slog.Any("error", err))
+			p.sweepFailed(ctx, "sweep: cannot read pending rows; trying again at the next sweep", err)
 			return true
 		}
 		if len(rows) == 0 {
+			s.swept.Store(nil)
 			return true
 		}
 		// In id order, one row per ordering key a round: a second row of a
@@ -126,4 +128,24 @@ func dbNow(ctx context.Context, db *sql.DB) (time.Time, error) {
 		return time.Time{}, err
 	}
 	return time.Parse("2006-01-02 15:04:05.999999", now)
+}
+
+// sweepFailed logs a failed sweep and keeps it for readiness, with whether
+// the outbox table is gone: renamed or dropped under a running relay, it is
+// an error the probe names (the log's rows no longer name it), not one the
+// next sweep may get past.
+func (p *pipeline) sweepFailed(ctx context.Context, msg string, err error) {
+	s := p.s
+	if ctx.Err() != nil {
+		return // closing
+	}
+	f := &sweepFault{err: err}
+	if _, _, lookErr := resolveTable(ctx, s.db.SQL, s.schema+"."+s.name); errors.Is(lookErr, errTableNotFound) {
+		f = &sweepFault{err: fmt.Errorf("outbox table %s not found (renamed or dropped while the relay ran?): no row of it is relayed; "+
+			"restore it, or stop the relay and run bridge migrate", s.cfg.Table), missing: true}
+		s.logger.Error("sweep: the outbox table is gone", slog.Any("error", f.err))
+	} else {
+		s.logger.Warn(msg, slog.Any("error", err))
+	}
+	s.swept.Store(f)
 }
