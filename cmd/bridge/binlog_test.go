@@ -654,7 +654,7 @@ func TestBinlogNoDuplicateAfterLateRestart(t *testing.T) {
 		})
 		kill(t, p)
 		<-produced
-		reconciled += strings.Count(p.stderr.String(), "reconciled rows read again")
+		reconciled += strings.Count(p.stderr.String(), "rows read again reconciled against their streams")
 		time.Sleep(window + time.Second) // every id the killed relay published leaves the window
 	}
 	total := rounds * perRound

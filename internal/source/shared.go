@@ -3,6 +3,7 @@ package source
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math/rand/v2"
 	"time"
 
@@ -27,6 +28,36 @@ var ErrClosed = errors.New("outbox subscriber closed")
 type Reconciler interface {
 	InDoubt(ctx context.Context, c dedup.Candidate) (bool, error)
 	Reconcile(ctx context.Context, candidates []dedup.Candidate) (map[int64]dedup.Stored, error)
+}
+
+// FindInDoubt reconciles the candidates r.InDoubt judges in doubt and
+// returns those found in their streams, by row id; the caller publishes
+// the others as usual. A candidate InDoubt cannot judge is left out (a
+// warning each), and every one when Reconcile fails (a warning); logger
+// and what ("sweep", "reconcile", …) name the caller in those lines and in
+// the one that counts the rows in doubt and found.
+func FindInDoubt(ctx context.Context, r Reconciler, candidates []dedup.Candidate, logger *slog.Logger, what string) map[int64]dedup.Stored {
+	var doubt []dedup.Candidate
+	for _, c := range candidates {
+		in, err := r.InDoubt(ctx, c)
+		if err != nil {
+			logger.Warn(what+": cannot tell whether the row is in doubt; publishing it", slog.Int64("row_id", c.ID), slog.Any("error", err))
+			continue
+		}
+		if in {
+			doubt = append(doubt, c)
+		}
+	}
+	if len(doubt) == 0 {
+		return nil
+	}
+	found, err := r.Reconcile(ctx, doubt)
+	if err != nil {
+		logger.Warn(what+": reconcile failed; publishing the rows in doubt", slog.Int("rows", len(doubt)), slog.Any("error", err))
+		return nil
+	}
+	logger.Info(what+": rows read again reconciled against their streams", slog.Int("in_doubt", len(doubt)), slog.Int("found", len(found)))
+	return found
 }
 
 // Backoff is the wait before attempt+1 of a failed row: initial doubled

@@ -419,31 +419,15 @@ func (p *pipeline) reconcile(rows []*entry) {
 	n := min(len(rows), p.doubt)
 	p.doubt -= n
 	claimed := p.dbStart.Add(time.Since(p.localStart))
-	var doubt []dedup.Candidate
+	var candidates []dedup.Candidate
 	byID := map[int64]*entry{}
 	for _, e := range rows[:n] {
-		if e.result != unsettled {
-			continue
-		}
-		c := dedup.Candidate{ID: e.row.ID, IdempotencyKey: e.row.IdempotencyKey, Subject: e.row.Subject, FirstClaimedAt: p.doubtSince, ClaimedAt: claimed}
-		in, err := s.cfg.Reconciler.InDoubt(s.hardCtx, c)
-		if err != nil {
-			s.logger.Warn("reconcile: cannot tell whether the row is in doubt; publishing it", slog.Int64("row_id", e.row.ID), slog.Any("error", err))
-			continue
-		}
-		if in {
-			doubt, byID[e.row.ID] = append(doubt, c), e
+		if e.result == unsettled {
+			candidates = append(candidates, dedup.Candidate{ID: e.row.ID, IdempotencyKey: e.row.IdempotencyKey, Subject: e.row.Subject, FirstClaimedAt: p.doubtSince, ClaimedAt: claimed})
+			byID[e.row.ID] = e
 		}
 	}
-	if len(doubt) == 0 {
-		return
-	}
-	found, err := s.cfg.Reconciler.Reconcile(s.hardCtx, doubt)
-	if err != nil {
-		s.logger.Warn("reconcile failed; publishing the rows in doubt", slog.Int("rows", len(doubt)), slog.Any("error", err))
-		return
-	}
-	s.logger.Info("reconciled rows read again against their streams", slog.Int("in_doubt", len(doubt)), slog.Int("found", len(found)))
+	found := source.FindInDoubt(s.hardCtx, s.cfg.Reconciler, candidates, s.logger, "reconcile")
 	for id, stored := range found {
 		e := byID[id]
 		e.result, e.stream, e.seq, e.dup = acked, stored.Stream, stored.Seq, true

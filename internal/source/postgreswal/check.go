@@ -182,8 +182,8 @@ func (c *checker) check(ctx context.Context, items []checkItem) ([]checkResult, 
 		return nil, fmt.Errorf("check %d outbox rows read again: %w", len(ids), err)
 	}
 	results := make([]checkResult, len(items))
-	var doubt []dedup.Candidate
-	doubtAt := map[int64]int{}
+	var candidates []dedup.Candidate
+	at := map[int64]int{}
 	now := time.Now().Add(time.Duration(c.clockOffset.Load())) // database clock
 	settledN := 0
 	for i, it := range items {
@@ -207,26 +207,14 @@ func (c *checker) check(ctx context.Context, items []checkItem) ([]checkResult, 
 		if c.cfg.Reconciler == nil {
 			continue
 		}
-		cand := dedup.Candidate{ID: it.id, IdempotencyKey: it.idKey, Subject: it.subject, FirstClaimedAt: it.txTime, ClaimedAt: now}
-		inDoubt, err := c.cfg.Reconciler.InDoubt(ctx, cand)
-		if err != nil {
-			c.logger.Warn("check: cannot tell whether the row read again is in doubt; publishing it", slog.Int64("row_id", it.id), slog.Any("error", err))
-			continue
-		}
-		if inDoubt {
-			doubt, doubtAt[it.id] = append(doubt, cand), i
-		}
+		candidates = append(candidates, dedup.Candidate{ID: it.id, IdempotencyKey: it.idKey, Subject: it.subject, FirstClaimedAt: it.txTime, ClaimedAt: now})
+		at[it.id] = i
 	}
-	if len(doubt) > 0 {
-		found, err := c.cfg.Reconciler.Reconcile(ctx, doubt)
-		if err != nil {
-			c.logger.Warn("check: reconcile failed; publishing the rows in doubt", slog.Int("rows", len(doubt)), slog.Any("error", err))
-		}
-		for id, stored := range found {
-			r := &results[doubtAt[id]]
+	if len(candidates) > 0 {
+		for id, stored := range source.FindInDoubt(ctx, c.cfg.Reconciler, candidates, c.logger, "check") {
+			r := &results[at[id]]
 			r.v, r.stream, r.seq = storedRow, stored.Stream, stored.Seq
 		}
-		c.logger.Info("checked rows read again against their stream", slog.Int("in_doubt", len(doubt)), slog.Int("found", len(found)))
 	}
 	if settledN > 0 {
 		c.checked.Add(int64(settledN))

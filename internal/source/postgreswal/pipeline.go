@@ -719,31 +719,16 @@ func (p *pipeline) reconcile() {
 		return
 	}
 	now := time.Now()
-	var doubt []dedup.Candidate
+	var candidates []dedup.Candidate
 	byID := map[int64]*entry{}
 	for _, e := range p.win.live() {
 		if e.marker || e.state != queued || e.firstEmit.IsZero() {
 			continue
 		}
-		c := dedup.Candidate{ID: e.row.ID, IdempotencyKey: e.row.IdempotencyKey, Subject: e.row.Subject, FirstClaimedAt: e.firstEmit, ClaimedAt: now}
-		inDoubt, err := s.cfg.Reconciler.InDoubt(s.hardCtx, c)
-		if err != nil {
-			s.logger.Warn("reconcile: cannot tell whether the row is in doubt; publishing it", slog.Int64("row_id", e.row.ID), slog.Any("error", err))
-			continue
-		}
-		if inDoubt {
-			doubt, byID[e.row.ID] = append(doubt, c), e
-		}
+		candidates = append(candidates, dedup.Candidate{ID: e.row.ID, IdempotencyKey: e.row.IdempotencyKey, Subject: e.row.Subject, FirstClaimedAt: e.firstEmit, ClaimedAt: now})
+		byID[e.row.ID] = e
 	}
-	if len(doubt) == 0 {
-		return
-	}
-	found, err := s.cfg.Reconciler.Reconcile(s.hardCtx, doubt)
-	if err != nil {
-		s.logger.Warn("reconcile failed; publishing the rows in doubt", slog.Int("rows", len(doubt)), slog.Any("error", err))
-		return
-	}
-	s.logger.Info("reconciled rows in doubt against the stream", slog.Int("in_doubt", len(doubt)), slog.Int("found", len(found)))
+	found := source.FindInDoubt(s.hardCtx, s.cfg.Reconciler, candidates, s.logger, "reconcile")
 	for id, stored := range found {
 		e := byID[id]
 		p.back(e)

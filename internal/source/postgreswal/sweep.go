@@ -340,24 +340,12 @@ func (sw *sweeper) reconcileSwept(ctx context.Context, rows []outbox.Row) map[in
 		return nil
 	}
 	now := time.Now().Add(time.Duration(sw.clockOffset.Load())) // database clock
-	var doubt []dedup.Candidate
+	var candidates []dedup.Candidate
 	for _, r := range rows {
-		if r.FirstClaimedAt.IsZero() {
-			continue
-		}
-		c := dedup.Candidate{ID: r.ID, IdempotencyKey: r.IdempotencyKey, Subject: r.Subject, FirstClaimedAt: r.FirstClaimedAt, ClaimedAt: now}
-		if inDoubt, err := sw.cfg.Reconciler.InDoubt(ctx, c); err == nil && inDoubt {
-			doubt = append(doubt, c)
+		if !r.FirstClaimedAt.IsZero() {
+			candidates = append(candidates, dedup.Candidate{ID: r.ID, IdempotencyKey: r.IdempotencyKey, Subject: r.Subject, FirstClaimedAt: r.FirstClaimedAt, ClaimedAt: now})
 		}
 	}
-	if len(doubt) == 0 {
-		return nil
-	}
-	found, err := sw.cfg.Reconciler.Reconcile(ctx, doubt)
-	if err != nil {
-		sw.logger.Warn("sweep: reconcile failed; publishing the rows in doubt", slog.Int("rows", len(doubt)), slog.Any("error", err))
-		return nil
-	}
-	sw.logger.Info("sweep: reconciled rows in doubt against the stream", slog.Int("in_doubt", len(doubt)), slog.Int("found", len(found)))
+	found := source.FindInDoubt(ctx, sw.cfg.Reconciler, candidates, sw.logger, "sweep")
 	return found
 }
