@@ -147,6 +147,7 @@ func setup(cmd *cobra.Command, daemon bool) (context.Context, *config.Config, *s
 		return nil, nil, nil, err
 	}
 	logger := newLogger(cfg, cmd.ErrOrStderr(), daemon)
+	outbox.LogMySQLDriver(logger)
 	if daemon {
 		bi := buildinfo.Read()
 		logger.Info("bridge starting", slog.String("version", bi.Version), slog.String("commit", bi.Commit),

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-bridge/bridge/internal/bridgetest"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
@@ -493,4 +496,28 @@ func TestMySQLCandidatesRunAgainAsAPreparedStatement(t *testing.T) {
 		require.NoError(t, rows.Close())
 		require.Equal(t, 2, n, "execution %d: the row without key and the head of key-a", i+1)
 	}
+}
+
+// TestMySQLDriverLogsThroughSlog: the driver's own line for a session
+// killed under it comes to the relay's logger (component mysql-driver),
+// not to stderr as "[mysql] …". Not parallel: the driver's logger is the
+// process's.
+func TestMySQLDriverLogsThroughSlog(t *testing.T) {
+	var logs bridgetest.SyncBuffer
+	outbox.LogMySQLDriver(slog.New(slog.NewTextHandler(&logs, nil)))
+	t.Cleanup(func() { outbox.LogMySQLDriver(slog.New(slog.NewTextHandler(os.Stderr, nil))) })
+	ctx := context.Background()
+	s := setup(t, "mysql") // opened after: its sessions take the logger
+	conn, err := s.DB().SQL.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	var id int64
+	require.NoError(t, conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id))
+	_, err = s.DB().SQL.ExecContext(ctx, "KILL CONNECTION "+strconv.FormatInt(id, 10))
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond)
+	_ = conn.QueryRowContext(ctx, "SELECT 1").Scan(new(int))
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "component=mysql-driver") }, 5*time.Second, 50*time.Millisecond,
+		"no driver line came through: %q", logs.String())
+	require.Contains(t, logs.String(), "level=WARN")
 }

@@ -3,7 +3,12 @@ package outbox
 import (
 	"context"
 	sqldriver "database/sql/driver"
+	"fmt"
+	"log/slog"
+	"strings"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 // mysqlConnector wraps go-sql-driver/mysql's connector so that a session
@@ -134,3 +139,17 @@ func (st *mysqlStmt) QueryContext(ctx context.Context, args []sqldriver.NamedVal
 func (st *mysqlStmt) CheckNamedValue(nv *sqldriver.NamedValue) error {
 	return st.Stmt.(sqldriver.NamedValueChecker).CheckNamedValue(nv)
 }
+
+// LogMySQLDriver sends go-sql-driver/mysql's own log lines (a connection
+// dropped under it: "unexpected EOF", "closing bad idle connection", …),
+// which it otherwise prints to stderr as "[mysql] date file:line text", to
+// logger at WARN with component "mysql-driver", so that a JSON log stays
+// JSON. The driver's logger is global to the process: call it once, at
+// start.
+func LogMySQLDriver(logger *slog.Logger) {
+	_ = mysql.SetLogger(mysqlDriverLog{logger.With(slog.String("component", "mysql-driver"))})
+}
+
+type mysqlDriverLog struct{ l *slog.Logger }
+
+func (d mysqlDriverLog) Print(v ...any) { d.l.Warn(strings.TrimSpace(fmt.Sprint(v...))) }
