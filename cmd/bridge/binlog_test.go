@@ -840,33 +840,3 @@ func TestBinlogRelayWithDMLGrants(t *testing.T) {
 	require.Equal(t, 1, stored, "the relay stores its position in the table the DBA made")
 	require.NotContains(t, p.stderr.String(), password)
 }
-
-// TestBinlogReadyzNamesATableRenamedAway: the outbox table renamed under a
-// running relay (its rows in the log no longer name it) is named on
-// /readyz by the next sweep; renamed back, the relay is ready and relays.
-func TestBinlogReadyzNamesATableRenamedAway(t *testing.T) {
-	t.Parallel()
-	e := newBinlogEnv(t)
-	http := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	p := start(t, e.dir, e.env("BRIDGE_HTTP_LISTEN="+http, "BRIDGE_BINLOG_SWEEP_INTERVAL=1s"), "run")
-	readyIs := func(want int, body string) {
-		t.Helper()
-		var got []string // the last answer, for the message
-		poll(t, 30*time.Second, func() bool {
-			require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
-			code, b := readyz(http)
-			got = []string{strconv.Itoa(code), b}
-			return code == want && strings.Contains(b, body)
-		}, "readyz never answered %d with %q: %v", want, body, &got)
-	}
-	readyIs(200, "")
-	_, err := e.db.Exec(`RENAME TABLE ` + e.table + ` TO ` + e.table + `_away`)
-	require.NoError(t, err)
-	readyIs(503, "outbox table "+e.table+" not found")
-	_, err = e.db.Exec(`RENAME TABLE ` + e.table + `_away TO ` + e.table)
-	require.NoError(t, err)
-	readyIs(200, "")
-	_, err = e.db.Exec(`INSERT INTO ` + e.table + ` (idempotency_key, subject, payload) VALUES ('back', 'events.back', 'back')`)
-	require.NoError(t, err)
-	poll(t, 30*time.Second, func() bool { return e.statuses(t)["back"] == "done" }, "the row after the table came back was never relayed")
-}

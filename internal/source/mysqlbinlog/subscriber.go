@@ -82,11 +82,8 @@ type Subscriber struct {
 	// recovered is what readiness says (degraded) for recoveredFor after
 	// the rows of a purged position were swept.
 	recovered atomic.Pointer[recovery]
-	// swept is why the last sweep failed (nil: it completed), for
-	// readiness: the sweep is the one read of the table that runs when
-	// the log brings none of its rows.
-	swept    atomic.Pointer[sweepFault]
-	progress atomic.Int64 // unix ns: rows last settled (the stall watch)
+	swept     source.SweepHealth
+	progress  atomic.Int64 // unix ns: rows last settled (the stall watch)
 
 	closing    chan struct{}
 	closeOnce  sync.Once
@@ -104,13 +101,6 @@ const recoveredFor = 10 * time.Minute
 type recovery struct {
 	text  string
 	until time.Time
-}
-
-// sweepFault is a failed sweep: missing when the outbox table was not
-// found (renamed or dropped: the log's rows of it no longer name it).
-type sweepFault struct {
-	err     error
-	missing bool
 }
 
 // readState is what Ready reports.
@@ -164,13 +154,9 @@ func NewSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, logg
 	return s, nil
 }
 
-// errTableNotFound is resolveTable's error for a table the server does not
-// list.
-var errTableNotFound = errors.New("outbox table not found")
-
 // resolveTable returns the schema and name of table as the server has
 // them (the connection's database when table is not qualified). Errors:
-// errTableNotFound (wrapped); the database's.
+// outbox.ErrNoTable (wrapped); the database's.
 func resolveTable(ctx context.Context, db *sql.DB, table string) (schema, name string, err error) {
 	var want any
 	name = table
@@ -180,7 +166,7 @@ func resolveTable(ctx context.Context, db *sql.DB, table string) (schema, name s
 	err = db.QueryRowContext(ctx, `SELECT table_schema, table_name FROM information_schema.tables
 		WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?`, want, name).Scan(&schema, &name)
 	if errors.Is(err, sql.ErrNoRows) {
-		return "", "", fmt.Errorf("%w: %s: run bridge migrate", errTableNotFound, table)
+		return "", "", fmt.Errorf("%w: table %s: create it with `bridge migrate`", outbox.ErrNoTable, table)
 	}
 	if err != nil {
 		return "", "", fmt.Errorf("look up outbox table %s: %w", table, err)
@@ -270,11 +256,8 @@ func (s *Subscriber) Ready(context.Context) error {
 	case st.fault != "":
 		return errors.New(st.fault)
 	case st.streaming:
-		if f := s.swept.Load(); f != nil {
-			if f.missing {
-				return f.err
-			}
-			return health.Degraded(fmt.Errorf("the sweep of %s failed; the rows the log does not bring wait for the next: %w", s.cfg.Table, f.err))
+		if err := s.swept.Err(); err != nil {
+			return err
 		}
 		if r := s.recovered.Load(); r != nil && time.Now().Before(r.until) {
 			return health.Degraded(errors.New(r.text))

@@ -41,7 +41,7 @@ func (p *pipeline) sweep(cutoff time.Time) bool {
 			return true
 		}
 		if len(rows) == 0 {
-			s.swept.Store(nil)
+			s.swept.Completed()
 			return true
 		}
 		// In id order, one row per ordering key a round: a second row of a
@@ -131,21 +131,18 @@ func dbNow(ctx context.Context, db *sql.DB) (time.Time, error) {
 }
 
 // sweepFailed logs a failed sweep and keeps it for readiness, with whether
-// the outbox table is gone: renamed or dropped under a running relay, it is
-// an error the probe names (the log's rows no longer name it), not one the
-// next sweep may get past.
+// the outbox table is gone (source.SweepHealth).
 func (p *pipeline) sweepFailed(ctx context.Context, msg string, err error) {
 	s := p.s
 	if ctx.Err() != nil {
 		return // closing
 	}
-	f := &sweepFault{err: err}
-	if _, _, lookErr := resolveTable(ctx, s.db.SQL, s.schema+"."+s.name); errors.Is(lookErr, errTableNotFound) {
-		f = &sweepFault{err: fmt.Errorf("outbox table %s not found (renamed or dropped while the relay ran?): no row of it is relayed; "+
-			"restore it, or stop the relay and run bridge migrate", s.cfg.Table), missing: true}
-		s.logger.Error("sweep: the outbox table is gone", slog.Any("error", f.err))
+	_, _, lookErr := resolveTable(ctx, s.db.SQL, s.schema+"."+s.name)
+	gone := errors.Is(lookErr, outbox.ErrNoTable)
+	s.swept.Failed(s.cfg.Table, err, gone)
+	if gone {
+		s.logger.Error("sweep: the outbox table is gone", slog.Any("error", s.swept.Err()))
 	} else {
 		s.logger.Warn(msg, slog.Any("error", err))
 	}
-	s.swept.Store(f)
 }

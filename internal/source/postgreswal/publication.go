@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-bridge/bridge/internal/outbox"
+	"github.com/outbox-bridge/bridge/internal/source"
 )
 
 // publicationCheckEvery is how often a running relay reads its publication
@@ -71,7 +74,15 @@ func (s *Subscriber) publicationLoop() {
 		all, err := s.stream.publication(ctx)
 		p := all.of(s.table)
 		if err == nil {
-			s.setPublicationFault(publicationFault(s.cfg.Names, p))
+			fault := publicationFault(s.cfg.Names, p)
+			if p.exists && !p.hasTable {
+				// Not in the publication because not there at all: bridge
+				// migrate would make a new, empty table beside the rows.
+				if _, lookErr := resolveTable(ctx, s.db.SQL, s.cfg.Table); errors.Is(lookErr, outbox.ErrNoTable) {
+					fault = source.TableGone(s.cfg.Table).Error()
+				}
+			}
+			s.setPublicationFault(fault)
 		}
 		if err == nil && p.exists && p.insert && p.hasTable && s.stream.slotFault.Load() != nil && s.stream.state.Load().streaming {
 			// The server refused the slot, and a session streams again

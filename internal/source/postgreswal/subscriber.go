@@ -106,6 +106,8 @@ type Subscriber struct {
 	// (loadAsides), then the pipeline's; asideSum: what Ready says of them.
 	asides   *asides
 	asideSum asideState
+	// swept is what the last sweep found, for readiness.
+	swept source.SweepHealth
 
 	// confirmed: the slot position this table's rows allow to confirm
 	// (every row of the table before it settled); the stream confirms the
@@ -356,6 +358,9 @@ func (s *Subscriber) Ready(context.Context) error {
 	st := s.stream.state.Load()
 	switch {
 	case st.streaming:
+		if err := s.swept.Err(); err != nil {
+			return err
+		}
 		if text := setAsideReady(s.asideSum.Load()); text != "" {
 			return health.Degraded(errors.New(text))
 		}

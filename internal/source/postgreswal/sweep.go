@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -75,6 +76,8 @@ type sweeper struct {
 	streaming func() bool
 	// asides is what the pipeline says of the rows set aside (nil: none).
 	asides *asideState
+	// health is what the last sweep found, for readiness.
+	health *source.SweepHealth
 	// requests go to the pipeline; now asks for a round at once (the
 	// backoff of a row set aside ended, or rows waiting for one are
 	// released).
@@ -88,7 +91,7 @@ type sweeper struct {
 func (s *Subscriber) sweeper() *sweeper {
 	return &sweeper{
 		db: s.db.SQL, q: s.q, store: s.store, cfg: s.cfg, logger: s.logger, swept: &s.Counters.Swept, clockOffset: &s.stream.clockOffset,
-		streaming: func() bool { return s.stream.state.Load().streaming }, asides: &s.asideSum,
+		streaming: func() bool { return s.stream.state.Load().streaming }, asides: &s.asideSum, health: &s.swept,
 		requests: s.sweeps, now: s.sweepNow, closing: s.closing, ctx: s.hardCtx,
 	}
 }
@@ -112,8 +115,19 @@ func (sw *sweeper) run() {
 			// wait for it.
 			continue
 		}
-		if err := sw.sweep(sw.ctx); err != nil && !source.Closed(sw.closing) {
-			sw.logger.Warn("sweep of pending rows failed; trying again at the next interval", slog.Any("error", err))
+		switch err := sw.sweep(sw.ctx); {
+		case err == nil:
+			sw.health.Completed()
+		case source.Closed(sw.closing):
+		default:
+			_, lookErr := resolveTable(sw.ctx, sw.db, sw.cfg.Table)
+			gone := errors.Is(lookErr, outbox.ErrNoTable)
+			sw.health.Failed(sw.cfg.Table, err, gone)
+			if gone {
+				sw.logger.Error("sweep: the outbox table is gone", slog.Any("error", sw.health.Err()))
+			} else {
+				sw.logger.Warn("sweep of pending rows failed; trying again at the next interval", slog.Any("error", err))
+			}
 		}
 	}
 }
