@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
@@ -64,4 +65,15 @@ func (r *Retention) run(ctx context.Context) {
 // (postgres-wal). Errors are logged and retried at the next interval.
 func RunRetention(ctx context.Context, store *outbox.Store, keep time.Duration, logger *slog.Logger) {
 	NewRetention(store, keep, logger).run(ctx)
+}
+
+// LogSourceServices are the services of a log source (postgres-wal,
+// mysql-binlog): its stall watch and, unless relay.delete_on_relay is set,
+// retention of store's done rows (RunRetention).
+func LogSourceServices(stall func(context.Context), relay config.Relay, store *outbox.Store, logger *slog.Logger) []func(context.Context) {
+	services := []func(context.Context){stall}
+	if !relay.DeleteOnRelay {
+		services = append(services, func(ctx context.Context) { RunRetention(ctx, store, relay.Retention, logger) })
+	}
+	return services
 }

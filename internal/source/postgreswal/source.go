@@ -64,14 +64,7 @@ func (s *Source) Checks() source.Checks {
 // Services: the stall watch and, unless relay.delete_on_relay is set,
 // retention.
 func (s *Source) Services() []func(context.Context) {
-	services := []func(context.Context){s.Stall.Run}
-	if !s.Config.Relay.DeleteOnRelay {
-		retention := s.Config.Relay.Retention
-		services = append(services, func(ctx context.Context) {
-			source.RunRetention(ctx, s.Store, retention, s.Logger)
-		})
-	}
-	return services
+	return source.LogSourceServices(s.Stall.Run, s.Config.Relay, s.Store, s.Logger)
 }
 
 // Inherit takes over prev's stall and when its rows last moved, so that a
