@@ -468,6 +468,19 @@ func TestBinlogFaultsNamedAndNothingLost(t *testing.T) {
 		}
 		last[ok] = i
 	}
+
+	// Idle, the relay alone on its server: it writes nothing, though each
+	// position it stores is a transaction of the log it reads (before,
+	// each write brought the next, one a second for ever).
+	stored := func() string {
+		var at string
+		require.NoError(t, e.db.QueryRow(`SELECT updated_at FROM outbox_binlog`).Scan(&at))
+		return at
+	}
+	time.Sleep(2 * time.Second) // the last mark's own position, if any
+	idleFrom := stored()
+	time.Sleep(4 * time.Second)
+	require.Equal(t, idleFrom, stored(), "an idle relay stored its position again")
 	require.Contains(t, p.stderr.String(), "purged")
 }
 

@@ -132,12 +132,14 @@ func (s *Subscriber) session(lock *sql.Conn, out chan<- *message.Message) error 
 	lockLost := s.keepLock(ctx, lock)
 	var sweepAt *Position // the sweep waits until the marks reach this position
 	var sweepCutoff time.Time
+	defer s.wantPosition.Store(false) // a session that ends leaves no sweep waiting
 	for {
 		if sweepAt != nil && s.stored.Load().covers(*sweepAt, s.srv.Flavor) {
 			if !p.sweep(sweepCutoff) {
 				return nil
 			}
 			sweepAt = nil
+			s.wantPosition.Store(false)
 			sweep.Reset(s.cfg.SweepInterval)
 		}
 		select {
@@ -183,6 +185,7 @@ func (s *Subscriber) session(lock *sql.Conn, out chan<- *message.Message) error 
 				continue
 			}
 			sweepAt, sweepCutoff = &at, cutoff
+			s.wantPosition.Store(true)
 		case err := <-lockLost:
 			return err
 		}

@@ -192,10 +192,20 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 	var lastMove time.Time
 	// idle holds the position past the last transaction without rows of
 	// the table while it waits for its hand-over (at most one a second);
-	// it is handed over when a second passes without an event.
+	// it is handed over when a second passes without an event. idleOwn:
+	// every transaction since the last hand-over was the relay's own (its
+	// marks and position, or other changes to rows of the table that
+	// insert none): handed over only while a sweep waits for the position
+	// (Subscriber.wantPosition), or each position write, itself a
+	// transaction, would bring the next one, for ever.
 	var idle *Position
+	idleOwn := false
+	// Of the transaction being read: sawOwn, a rows event on the table or
+	// the position table; sawOther, an insert into the table or a rows
+	// event of another table.
+	sawOwn, sawOther := false, false
 	hand := func(t txn) bool {
-		idle, lastMove = nil, time.Now()
+		idle, idleOwn, lastMove = nil, false, time.Now()
 		select {
 		case txs <- t:
 			return true
@@ -212,7 +222,7 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 			case ctx.Err() != nil:
 				return nil
 			case errors.Is(err, context.DeadlineExceeded):
-				if idle != nil && len(cur) == 0 && !hand(txn{pos: *idle, commit: true}) {
+				if idle != nil && len(cur) == 0 && (!idleOwn || s.wantPosition.Load()) && !hand(txn{pos: *idle, commit: true}) {
 					return nil
 				}
 				continue
@@ -235,11 +245,19 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 				// new file even when no transaction follows, so that a
 				// sweep waiting for the server's position is not held by
 				// an idle log (file and offset, where GTIDs are off).
-				idle = &Position{GTID: lastGTID, File: file, Pos: uint32(e.Position)}
+				idle, idleOwn = &Position{GTID: lastGTID, File: file, Pos: uint32(e.Position)}, false
 			}
 		case *replication.RowsEvent:
 			if e.Table == nil || string(e.Table.Schema) != s.schema || string(e.Table.Table) != s.name {
+				if e.Table != nil && string(e.Table.Schema) == s.schema && string(e.Table.Table) == s.name+"_binlog" {
+					sawOwn = true
+				} else {
+					sawOther = true
+				}
 				continue
+			}
+			if e.Type() != replication.EnumRowsEventTypeInsert {
+				sawOwn = true
 			}
 			if e.Type() == replication.EnumRowsEventTypeUpdate {
 				// A row its own transaction changed after inserting it (an
@@ -257,6 +275,7 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 			if e.Type() != replication.EnumRowsEventTypeInsert {
 				continue
 			}
+			sawOther = true
 			cols, colsErr := s.columnsOf(e.Table)
 			for _, values := range e.Rows {
 				en := s.decode(cols, colsErr, values)
@@ -303,7 +322,10 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 				pos.GTID = set.String()
 			}
 			lastGTID = pos.GTID
-			if len(cur) == 0 && time.Since(lastMove) < time.Second {
+			own := sawOwn && !sawOther
+			sawOwn, sawOther = false, false
+			if len(cur) == 0 && (own || time.Since(lastMove) < time.Second) {
+				idleOwn = own && (idle == nil || idleOwn)
 				idle = &pos
 				continue
 			}

@@ -83,7 +83,11 @@ type Subscriber struct {
 	// the rows of a purged position were swept.
 	recovered atomic.Pointer[recovery]
 	swept     source.SweepHealth
-	progress  atomic.Int64 // unix ns: rows last settled (the stall watch)
+	// wantPosition is set while a sweep waits for the stored position to
+	// reach the server's: the reader then hands over the position past
+	// the relay's own writes too (read).
+	wantPosition atomic.Bool
+	progress     atomic.Int64 // unix ns: rows last settled (the stall watch)
 
 	closing    chan struct{}
 	closeOnce  sync.Once
