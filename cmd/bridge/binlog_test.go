@@ -469,16 +469,34 @@ func TestBinlogFaultsNamedAndNothingLost(t *testing.T) {
 		last[ok] = i
 	}
 
-	// Idle, the relay alone on its server: it writes nothing, though each
-	// position it stores is a transaction of the log it reads (before,
-	// each write brought the next, one a second for ever).
+	// Idle, the relay and one of another table alone on their server:
+	// neither writes, though each position stored is a transaction of the
+	// log both read (before, each write brought the next: one a second for
+	// ever, and the two relays' writes each other's).
+	e2 := &binlogEnv{url: url, table: "outbox2", db: db.SQL, natsURL: n.URL(), js: js, dir: t.TempDir()}
+	r = runBridge(t, e2.dir, e2.env(), "migrate")
+	require.Zero(t, r.code, "%s", r)
+	http2 := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	p2 := start(t, e2.dir, e2.env("BRIDGE_HTTP_LISTEN="+http2, "BRIDGE_BINLOG_SWEEP_INTERVAL=1h"), "run")
+	poll(t, 30*time.Second, func() bool {
+		require.False(t, p2.exited(), "relay exited (%d):\n%s", p2.code, p2.stderr)
+		code, _ := readyz(http2)
+		return code == 200
+	}, "the second relay never ready")
 	stored := func() string {
-		var at string
+		var at, at2 string
 		require.NoError(t, e.db.QueryRow(`SELECT updated_at FROM outbox_binlog`).Scan(&at))
-		return at
+		require.NoError(t, e.db.QueryRow(`SELECT updated_at FROM outbox2_binlog`).Scan(&at2))
+		return at + " " + at2
 	}
-	time.Sleep(2 * time.Second) // the last mark's own position, if any
+	// Settled first: the second relay's first sweep asks for its position.
 	idleFrom := stored()
+	poll(t, 20*time.Second, func() bool {
+		time.Sleep(1500 * time.Millisecond)
+		now := stored()
+		defer func() { idleFrom = now }()
+		return now == idleFrom
+	}, "the relays never stopped storing their positions")
 	time.Sleep(4 * time.Second)
 	require.Equal(t, idleFrom, stored(), "an idle relay stored its position again")
 	require.Contains(t, p.stderr.String(), "purged")

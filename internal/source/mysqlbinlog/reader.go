@@ -193,16 +193,16 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 	// idle holds the position past the last transaction without rows of
 	// the table while it waits for its hand-over (at most one a second);
 	// it is handed over when a second passes without an event. idleOwn:
-	// every transaction since the last hand-over was the relay's own (its
-	// marks and position, or other changes to rows of the table that
-	// insert none): handed over only while a sweep waits for the position
-	// (Subscriber.wantPosition), or each position write, itself a
-	// transaction, would bring the next one, for ever.
+	// every transaction since the last hand-over was bookkeeping (this
+	// relay's marks and position, a position of another relay, changes to
+	// rows of the table that insert none): handed over only while a sweep
+	// waits for the position (Subscriber.wantPosition), or each position
+	// write, itself a transaction, would bring the next one, for ever.
 	var idle *Position
 	idleOwn := false
 	// Of the transaction being read: sawOwn, a rows event on the table or
-	// the position table; sawOther, an insert into the table or a rows
-	// event of another table.
+	// a position table (*_binlog); sawOther, an insert into the table or a
+	// rows event of another table.
 	sawOwn, sawOther := false, false
 	hand := func(t txn) bool {
 		idle, idleOwn, lastMove = nil, false, time.Now()
@@ -249,7 +249,12 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 			}
 		case *replication.RowsEvent:
 			if e.Table == nil || string(e.Table.Schema) != s.schema || string(e.Table.Table) != s.name {
-				if e.Table != nil && string(e.Table.Schema) == s.schema && string(e.Table.Table) == s.name+"_binlog" {
+				// A position table, this relay's or another's (the relay of
+				// another table of the server: each one's write would
+				// bring the other's, for ever): bookkeeping, not a move.
+				// A table of the service's named so only delays the
+				// position, to the next transaction or sweep.
+				if e.Table != nil && strings.HasSuffix(string(e.Table.Table), "_binlog") {
 					sawOwn = true
 				} else {
 					sawOther = true
