@@ -871,3 +871,96 @@ func TestBinlogRelayWithDMLGrants(t *testing.T) {
 	require.Equal(t, 1, stored, "the relay stores its position in the table the DBA made")
 	require.NotContains(t, p.stderr.String(), password)
 }
+
+// TestBinlogStreamLeaderLost: the relay publishes rows read from the
+// binary log to an R3 stream whose leader is stopped while a producer
+// commits, then started again. Publishes fail while a new leader is
+// elected: a fault of the destination, not of the rows, so none is set
+// aside or dead, and every row is in the stream once, in commit order
+// (one producer: id order).
+func TestBinlogStreamLeaderLost(t *testing.T) {
+	t.Parallel()
+	c := bridgetest.StartCluster(t)
+	url, table := bridgetest.MySQLBinlogTable(t)
+	db, err := outbox.Open(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	js := natsClient(t, c.URLs())
+	ctx := context.Background()
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Replicas: 3, Duplicates: 2 * time.Minute})
+	require.NoError(t, err)
+	e := &binlogEnv{url: url, table: table, db: db.SQL, natsURL: c.URLs(), js: js, dir: t.TempDir()}
+	r := runBridge(t, e.dir, e.env(), "migrate")
+	require.Zero(t, r.code, "%s", r)
+	http := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	p := start(t, e.dir, e.env("BRIDGE_HTTP_LISTEN="+http, "BRIDGE_RELAY_MAX_ATTEMPTS=3", "BRIDGE_BINLOG_SWEEP_INTERVAL=1h"), "run")
+	poll(t, 30*time.Second, func() bool {
+		require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
+		code, _ := readyz(http)
+		return code == 200
+	}, "relay never ready")
+
+	var produced atomic.Int64
+	stop, producing := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(producing)
+		for n := 0; ; n += 10 {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			var values []string
+			var args []any
+			for i := n; i < n+10; i++ {
+				values = append(values, "(?, 'events.leader', ?, ?)")
+				args = append(args, fmt.Sprintf("k-%d", i), []byte(strconv.Itoa(i)), fmt.Sprintf("key-%d", i%5))
+			}
+			if _, err := e.db.Exec(`INSERT INTO `+e.table+` (idempotency_key, subject, payload, ordering_key) VALUES `+strings.Join(values, ", "), args...); err != nil {
+				t.Errorf("insert: %v", err)
+				return
+			}
+			produced.Store(int64(n + 10))
+		}
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		<-producing
+	})
+	progress := func(what string) {
+		t.Helper()
+		at := e.countDone(t)
+		poll(t, 90*time.Second, func() bool {
+			require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
+			return e.countDone(t) >= at+200
+		}, "no progress after: %s", what)
+	}
+	progress("start")
+	var leader string
+	poll(t, 30*time.Second, func() bool {
+		s, err := js.Stream(ctx, "EVENTS")
+		if err == nil && s.CachedInfo().Cluster != nil {
+			leader = s.CachedInfo().Cluster.Leader
+		}
+		return leader != ""
+	}, "EVENTS has no leader")
+	c.Stop(t, leader)
+	progress("leader " + leader + " stopped")
+	c.Restart(t, leader)
+	progress("leader " + leader + " started again")
+	close(stop)
+	<-producing
+	total := int(produced.Load())
+	poll(t, 60*time.Second, func() bool { return e.countDone(t) == total }, "not every row relayed")
+
+	require.Zero(t, e.count(t, "failed")+e.count(t, "permanent_failed"), "a row set aside or dead for the destination's fault")
+	msgs := bridgetest.Messages(t, js, "EVENTS")
+	require.Len(t, msgs, total, "the stream holds exactly one message per row")
+	for i, m := range msgs {
+		require.Equal(t, strconv.Itoa(i), string(m.Data()), "stream position %d: commit order", i)
+	}
+}
