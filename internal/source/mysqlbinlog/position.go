@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,9 +29,22 @@ func (p Position) String() string {
 }
 
 // covers reports whether p is at or past q: by GTID set where both have
-// one (p's set contains q's), by file and offset otherwise.
+// one (p's set contains q's; on MariaDB, p is as far in each of q's
+// domains, whichever server wrote there), by file and offset otherwise.
 func (p Position) covers(q Position, flavor string) bool {
 	if p.GTID != "" && q.GTID != "" {
+		if flavor == mysql.MariaDBFlavor {
+			ps, err1 := lastPerDomain(p.GTID)
+			qs, err2 := lastPerDomain(q.GTID)
+			if err1 == nil && err2 == nil {
+				for domain, g := range qs {
+					if at, ok := ps[domain]; !ok || at.SequenceNumber < g.SequenceNumber {
+						return false
+					}
+				}
+				return true
+			}
+		}
 		ps, err1 := mysql.ParseGTIDSet(flavor, p.GTID)
 		qs, err2 := mysql.ParseGTIDSet(flavor, q.GTID)
 		if err1 == nil && err2 == nil {
@@ -41,6 +55,54 @@ func (p Position) covers(q Position, flavor string) bool {
 		return true
 	}
 	return mysql.Position{Name: p.File, Pos: p.Pos}.Compare(mysql.Position{Name: q.File, Pos: q.Pos}) >= 0
+}
+
+// gtidPosition is the GTID set a replica starts from, of a set the log or
+// the server gave. MariaDB takes one GTID per replication domain, the last
+// one applied (as its gtid_slave_pos holds): a set with two GTIDs of one
+// domain, as an event's set has once two server_ids wrote in the domain (a
+// failover to a replica with another server_id), is refused with error
+// 1943 "GTID 0-2-405 and 0-1-408 conflict (duplicate domain id 0)". Per
+// domain the GTID with the highest sequence number is kept: sequence
+// numbers grow within a domain whichever server writes (MariaDB, "Global
+// Transaction ID", gtid_strict_mode). MySQL's sets (uuid:interval lists)
+// and sets that do not parse are returned as they are.
+func gtidPosition(flavor, set string) string {
+	if flavor != mysql.MariaDBFlavor || set == "" {
+		return set
+	}
+	last, err := lastPerDomain(set)
+	if err != nil {
+		return set
+	}
+	domains := make([]uint32, 0, len(last))
+	for d := range last {
+		domains = append(domains, d)
+	}
+	slices.Sort(domains)
+	parts := make([]string, len(domains))
+	for i, d := range domains {
+		parts[i] = last[d].String()
+	}
+	return strings.Join(parts, ",")
+}
+
+// lastPerDomain is, per domain of a MariaDB GTID list, its GTID with the
+// highest sequence number.
+func lastPerDomain(set string) (map[uint32]*mysql.MariadbGTID, error) {
+	parsed, err := mysql.ParseMariadbGTIDSet(set)
+	if err != nil {
+		return nil, err
+	}
+	last := map[uint32]*mysql.MariadbGTID{}
+	for domain, servers := range parsed.(*mysql.MariadbGTIDSet).Sets {
+		for _, g := range servers {
+			if at, ok := last[domain]; !ok || g.SequenceNumber > at.SequenceNumber {
+				last[domain] = g
+			}
+		}
+	}
+	return last, nil
 }
 
 // serverPosition is the end of the server's binary log now: the GTID set

@@ -21,6 +21,10 @@ func TestPositionCovers(t *testing.T) {
 		{Position{GTID: "0-1-9"}, Position{GTID: "0-1-10"}, gomysql.MariaDBFlavor, false},
 		{Position{GTID: "0-1-10,1-2-5"}, Position{GTID: "1-2-6"}, gomysql.MariaDBFlavor, false},
 		{Position{GTID: "0-1-10,1-2-7"}, Position{GTID: "0-1-3,1-2-6"}, gomysql.MariaDBFlavor, true},
+		// Another server wrote in the domain (a failover): by sequence.
+		{Position{GTID: "0-2-11"}, Position{GTID: "0-1-10"}, gomysql.MariaDBFlavor, true},
+		{Position{GTID: "0-2-9"}, Position{GTID: "0-1-10"}, gomysql.MariaDBFlavor, false},
+		{Position{GTID: "0-1-408,0-2-405"}, Position{GTID: "0-1-408"}, gomysql.MariaDBFlavor, true},
 		// File and offset where either has no GTID set.
 		{Position{File: "binlog.000002", Pos: 4}, Position{File: "binlog.000001", Pos: 900}, gomysql.MySQLFlavor, true},
 		{Position{File: "binlog.000001", Pos: 4}, Position{File: "binlog.000001", Pos: 900}, gomysql.MySQLFlavor, false},
@@ -28,6 +32,25 @@ func TestPositionCovers(t *testing.T) {
 	} {
 		require.Equal(t, c.want, c.p.covers(c.q, c.flavor), "%s covers %s", c.p, c.q)
 	}
+}
+
+// TestGTIDPositionOnePerDomain: MariaDB refuses a start position with two
+// GTIDs of one domain (error 1943), which an event's set holds once two
+// server_ids wrote there; the highest sequence of each domain is kept.
+func TestGTIDPositionOnePerDomain(t *testing.T) {
+	for set, want := range map[string]string{
+		"0-1-408,0-2-405":   "0-1-408",
+		"0-2-405,0-1-408":   "0-1-408",
+		"0-1-3,0-2-9,1-5-7": "0-2-9,1-5-7",
+		"1-5-7,0-1-3":       "0-1-3,1-5-7",
+		"0-1-10":            "0-1-10",
+		"":                  "",
+		"not a gtid":        "not a gtid",
+	} {
+		require.Equal(t, want, gtidPosition(gomysql.MariaDBFlavor, set), set)
+	}
+	mysqlSet := "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5"
+	require.Equal(t, mysqlSet, gtidPosition(gomysql.MySQLFlavor, mysqlSet))
 }
 
 func TestDeriveServerID(t *testing.T) {

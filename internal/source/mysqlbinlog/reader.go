@@ -168,7 +168,9 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 	defer syncer.Close()
 	var streamer *replication.BinlogStreamer
 	if s.srv.GTID && start.GTID != "" {
-		set, err := gomysql.ParseGTIDSet(s.srv.Flavor, start.GTID)
+		// A set stored before gtidPosition (two GTIDs of a domain) is
+		// read as one it makes.
+		set, err := gomysql.ParseGTIDSet(s.srv.Flavor, gtidPosition(s.srv.Flavor, start.GTID))
 		if err != nil {
 			return fmt.Errorf("stored position %s: %w", start, err)
 		}
@@ -324,7 +326,7 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 			}
 			pos := Position{File: file, Pos: ev.Header.LogPos}
 			if set != nil && s.srv.GTID {
-				pos.GTID = set.String()
+				pos.GTID = gtidPosition(s.srv.Flavor, set.String())
 			}
 			lastGTID = pos.GTID
 			own := sawOwn && !sawOther
