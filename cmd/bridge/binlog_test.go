@@ -976,3 +976,57 @@ func TestBinlogStreamLeaderLost(t *testing.T) {
 		require.Equal(t, strconv.Itoa(i), string(m.Data()), "stream position %d: commit order", i)
 	}
 }
+
+// TestBinlogRowItsConstraintRefusesToMark: a row inserted while the
+// session skipped CHECK constraints (headers that are not JSON) is a dead
+// letter that cannot be marked: any update of it is checked. It stays
+// pending, named on /readyz (degraded), and the rows of its transaction
+// and after it are relayed (before, the marker retried the batch for
+// ever and everything after waited, every probe green). Mended, the next
+// sweep publishes it.
+func TestBinlogRowItsConstraintRefusesToMark(t *testing.T) {
+	t.Parallel()
+	e := newBinlogEnv(t)
+	http := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	p := start(t, e.dir, e.env("BRIDGE_HTTP_LISTEN="+http, "BRIDGE_BINLOG_SWEEP_INTERVAL=1s"), "run")
+	poll(t, 30*time.Second, func() bool {
+		require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
+		code, _ := readyz(http)
+		return code == 200
+	}, "relay never ready")
+	ctx := context.Background()
+	conn, err := e.db.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(ctx, "SET SESSION check_constraint_checks = 0")
+	require.NoError(t, err)
+	_, err = conn.ExecContext(ctx, `INSERT INTO `+e.table+` (idempotency_key, subject, payload, headers) VALUES
+		('c-1', 'events.c', 'c-1', '{}'), ('c-bad', 'events.c', 'c-bad', 'not json'), ('c-2', 'events.c', 'c-2', '{}')`)
+	require.NoError(t, err)
+	_, err = e.db.Exec(`INSERT INTO ` + e.table + ` (idempotency_key, subject, payload) VALUES ('c-3', 'events.c', 'c-3')`)
+	require.NoError(t, err)
+	var got map[string]string
+	poll(t, 30*time.Second, func() bool {
+		require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
+		got = e.statuses(t)
+		return got["c-1"] == "done" && got["c-2"] == "done" && got["c-3"] == "done"
+	}, "the rows beside and after the unmarkable one were not relayed: %v", &got)
+	require.Equal(t, "pending", got["c-bad"])
+	poll(t, 10*time.Second, func() bool {
+		code, body := readyz(http)
+		return code == 200 && strings.Contains(body, "cannot be marked")
+	}, "/readyz never named the row that cannot be marked")
+
+	_, err = e.db.Exec(`UPDATE ` + e.table + ` SET headers = '{}' WHERE idempotency_key = 'c-bad'`)
+	require.NoError(t, err)
+	poll(t, 30*time.Second, func() bool { return e.statuses(t)["c-bad"] == "done" }, "the mended row was never published")
+	poll(t, 30*time.Second, func() bool {
+		_, body := readyz(http)
+		return !strings.Contains(body, "cannot be marked")
+	}, "/readyz still names the mended row")
+	var events []string
+	for _, m := range bridgetest.Messages(t, e.js, "EVENTS") {
+		events = append(events, string(m.Data()))
+	}
+	require.Equal(t, []string{"c-1", "c-2", "c-3", "c-bad"}, events)
+}

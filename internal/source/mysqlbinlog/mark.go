@@ -3,9 +3,14 @@ package mysqlbinlog
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/outbox-bridge/bridge/internal/outbox"
 )
@@ -71,12 +76,12 @@ func (s *Subscriber) mark(job markJob) error {
 	}
 	defer tx.Rollback()
 	for i := 0; i < len(done); i += markChunk {
-		if err := s.markDone(ctx, tx, done[i:min(i+markChunk, len(done))]); err != nil {
+		if err := s.markEach(ctx, tx, done[i:min(i+markChunk, len(done))], s.markDone); err != nil {
 			return err
 		}
 	}
 	for i := 0; i < len(failed); i += markChunk {
-		if err := s.markFailed(ctx, tx, failed[i:min(i+markChunk, len(failed))]); err != nil {
+		if err := s.markEach(ctx, tx, failed[i:min(i+markChunk, len(failed))], s.markFailed); err != nil {
 			return err
 		}
 	}
@@ -92,6 +97,8 @@ func (s *Subscriber) mark(job markJob) error {
 		pos := *job.pos
 		s.stored.Store(&pos)
 	}
+	done = slices.DeleteFunc(done, func(e *entry) bool { return e.unmarked })
+	failed = slices.DeleteFunc(failed, func(e *entry) bool { return e.unmarked })
 	deadLetters := 0
 	for _, e := range failed {
 		if e.result == dead {
@@ -110,6 +117,119 @@ func (s *Subscriber) mark(job markJob) error {
 		s.progress.Store(time.Now().UnixNano())
 	}
 	return nil
+}
+
+// markEach marks rows with mark in one statement; when a constraint of the
+// table refuses it (a row inserted with check_constraint_checks = 0 whose
+// headers are not JSON: any update of the row is checked), one statement
+// per row, in the same transaction (a statement that fails is rolled back
+// alone), and the rows refused are left pending, named on readiness
+// (Subscriber.unmarkable), so that the others' marks and the position are
+// written: before, the marker retried the batch for ever, and everything
+// after it waited, every probe green.
+func (s *Subscriber) markEach(ctx context.Context, tx *sql.Tx, rows []*entry, mark func(context.Context, *sql.Tx, []*entry) error) error {
+	err := mark(ctx, tx, rows)
+	if err == nil {
+		s.unmarkable.forget(rows...)
+	}
+	if err == nil || !constraintRefused(err) {
+		return err
+	}
+	for _, e := range rows {
+		err := mark(ctx, tx, []*entry{e})
+		switch {
+		case err == nil:
+			s.unmarkable.forget(e)
+		case constraintRefused(err):
+			e.unmarked = true
+			if s.unmarkable.add(e.row.ID, err, e.result == acked) {
+				s.logger.Error("a constraint of the table refuses the row's mark: it stays pending, and each sweep tries it again; mend or delete the row",
+					slog.Int64("id", e.row.ID), slog.Any("error", err))
+			}
+		default:
+			return err
+		}
+	}
+	return nil
+}
+
+// constraintRefused reports a CHECK constraint's refusal of an update:
+// MariaDB's ER_CONSTRAINT_FAILED (4025), MySQL's
+// ER_CHECK_CONSTRAINT_VIOLATED (3819).
+func constraintRefused(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 4025 || me.Number == 3819)
+}
+
+// unmarkable are the rows whose marks a constraint of the table refused,
+// for readiness, each for unmarkableFor after it was last refused (the
+// sweep, or a restart, tries it again; a row mended or deleted is
+// forgotten then).
+type unmarkable struct {
+	mu   sync.Mutex
+	rows map[int64]refusal
+}
+
+type refusal struct {
+	err error
+	at  time.Time
+	// published: the row is in its stream (its done mark was refused); the
+	// sweep leaves it (it would publish it again), and it is named until
+	// the relay stops.
+	published bool
+}
+
+// add records a refusal; true the first time for the row.
+func (u *unmarkable) add(id int64, err error, published bool) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.rows == nil {
+		u.rows = map[int64]refusal{}
+	}
+	_, known := u.rows[id]
+	u.rows[id] = refusal{err: err, at: time.Now(), published: published}
+	return !known
+}
+
+// published reports a row in its stream whose done mark was refused.
+func (u *unmarkable) published(id int64) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.rows[id].published
+}
+
+// forget drops the refusals of rows now marked.
+func (u *unmarkable) forget(rows ...*entry) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.rows) == 0 {
+		return
+	}
+	for _, e := range rows {
+		delete(u.rows, e.row.ID)
+	}
+}
+
+// err is the readiness of the rows refused within the last within: nil
+// when none.
+func (u *unmarkable) err(within time.Duration) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var ids []int64
+	var first refusal
+	for id, r := range u.rows {
+		if !r.published && time.Since(r.at) > within {
+			delete(u.rows, id)
+			continue
+		}
+		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	slices.Sort(ids)
+	first = u.rows[ids[0]]
+	return fmt.Errorf("%d rows cannot be marked (row %d: %v): they stay pending and each sweep tries them again; mend or delete them", len(ids), ids[0], first.err)
 }
 
 func (s *Subscriber) markDone(ctx context.Context, tx *sql.Tx, rows []*entry) error {

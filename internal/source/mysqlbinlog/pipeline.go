@@ -35,6 +35,9 @@ type entry struct {
 	stream  string
 	seq     uint64
 	dup     bool
+	// unmarked: a constraint of the table refused the row's mark
+	// (markEach); it stays pending.
+	unmarked bool
 }
 
 // result is what became of an entry in its batch.

@@ -83,6 +83,8 @@ type Subscriber struct {
 	// the rows of a purged position were swept.
 	recovered atomic.Pointer[recovery]
 	swept     source.SweepHealth
+	// unmarkable are the rows whose marks a constraint refused (markEach).
+	unmarkable unmarkable
 	// wantPosition is set while a sweep waits for the stored position to
 	// reach the server's: the reader then hands over the position past
 	// the relay's own writes too (read).
@@ -262,6 +264,9 @@ func (s *Subscriber) Ready(context.Context) error {
 	case st.streaming:
 		if err := s.swept.Err(); err != nil {
 			return err
+		}
+		if err := s.unmarkable.err(2*s.cfg.SweepInterval + time.Minute); err != nil {
+			return health.Degraded(err)
 		}
 		if r := s.recovered.Load(); r != nil && time.Now().Before(r.until) {
 			return health.Degraded(errors.New(r.text))

@@ -51,6 +51,9 @@ func (p *pipeline) sweep(cutoff time.Time) bool {
 		keys := map[string]bool{}
 		next := rows[len(rows)-1].row.ID
 		for _, e := range rows {
+			if s.unmarkable.published(e.row.ID) {
+				continue // in its stream, its done mark refused: not again
+			}
 			if key := e.row.OrderingKey; key.Valid {
 				if keys[key.String] {
 					next = e.row.ID - 1
