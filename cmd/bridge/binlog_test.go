@@ -1030,3 +1030,51 @@ func TestBinlogRowItsConstraintRefusesToMark(t *testing.T) {
 	}
 	require.Equal(t, []string{"c-1", "c-2", "c-3", "c-bad"}, events)
 }
+
+// TestBinlogLargeTransactionPublishedAsCommitted: a transaction of more
+// rows than a batch is read in parts; an UPDATE of a row of an earlier
+// part by the same transaction is published too (before, that row went
+// out as inserted), as is one of the last part, and every row once, in
+// order.
+func TestBinlogLargeTransactionPublishedAsCommitted(t *testing.T) {
+	t.Parallel()
+	e := newBinlogEnv(t)
+	http := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	p := start(t, e.dir, e.env("BRIDGE_HTTP_LISTEN="+http, "BRIDGE_RELAY_MAX_IN_FLIGHT=50", "BRIDGE_BINLOG_SWEEP_INTERVAL=1h"), "run")
+	poll(t, 30*time.Second, func() bool {
+		require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
+		code, _ := readyz(http)
+		return code == 200
+	}, "relay never ready")
+	tx, err := e.db.Begin()
+	require.NoError(t, err)
+	const rows = 170
+	for i := 0; i < rows; i += 10 {
+		var values []string
+		var args []any
+		for j := i; j < i+10; j++ {
+			values = append(values, "(?, 'events.large', ?, 'large')")
+			args = append(args, fmt.Sprintf("l-%d", j), []byte(fmt.Sprintf("inserted %d", j)))
+		}
+		_, err := tx.Exec(`INSERT INTO `+e.table+` (idempotency_key, subject, payload, ordering_key) VALUES `+strings.Join(values, ", "), args...)
+		require.NoError(t, err)
+	}
+	for _, j := range []int{0, 120, rows - 1} {
+		_, err := tx.Exec(`UPDATE `+e.table+` SET payload = ? WHERE idempotency_key = ?`, []byte(fmt.Sprintf("updated %d", j)), fmt.Sprintf("l-%d", j))
+		require.NoError(t, err)
+	}
+	require.NoError(t, tx.Commit())
+	poll(t, 30*time.Second, func() bool {
+		require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
+		return e.countDone(t) == rows
+	}, "not every row relayed")
+	msgs := bridgetest.Messages(t, e.js, "EVENTS")
+	require.Len(t, msgs, rows)
+	for i, m := range msgs {
+		want := fmt.Sprintf("inserted %d", i)
+		if i == 0 || i == 120 || i == rows-1 {
+			want = fmt.Sprintf("updated %d", i)
+		}
+		require.Equal(t, want, string(m.Data()), "stream position %d", i)
+	}
+}

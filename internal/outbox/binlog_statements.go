@@ -16,8 +16,8 @@ type BinlogStatements struct {
 	// read); MarkDone, DeleteDone and MarkFailed settle them.
 	Statuses, MarkDone, DeleteDone, MarkFailed string
 	// SweepRead reads the rows the log will not bring; Asides the ordering
-	// keys with failed rows.
-	SweepRead, Asides string
+	// keys with failed rows; Reread the rows of a transaction read in parts.
+	SweepRead, Asides, Reread string
 	// PositionCreate, PositionRead, PositionWrite and PositionDrop are the
 	// position table's.
 	PositionCreate, PositionRead, PositionWrite, PositionDrop string
@@ -27,6 +27,7 @@ func takeBinlogStatements(f *queryFiles) BinlogStatements {
 	return BinlogStatements{
 		Statuses: f.take("binlog_statuses"), MarkDone: f.take("binlog_mark_done"), DeleteDone: f.take("binlog_delete_done"),
 		MarkFailed: f.take("binlog_mark_failed"), SweepRead: f.take("binlog_sweep_read"), Asides: f.take("binlog_asides"),
+		Reread: f.take("binlog_reread"),
 		PositionCreate: f.take("binlog_position_create"), PositionRead: f.take("binlog_position_read"),
 		PositionWrite: f.take("binlog_position_write"), PositionDrop: f.take("binlog_position_drop"),
 	}

@@ -38,6 +38,9 @@ type entry struct {
 	// unmarked: a constraint of the table refused the row's mark
 	// (markEach); it stays pending.
 	unmarked bool
+	// reread: the row's transaction was read in parts; its content is
+	// taken from the table (pipeline.reread).
+	reread bool
 }
 
 // result is what became of an entry in its batch.
@@ -421,6 +424,12 @@ func (p *pipeline) filter(rows []*entry) error {
 			return err
 		}
 	}
+	if err := p.reread(ctx, rows, func(e *entry) bool {
+		h, ok := status[e.row.ID]
+		return ok && h.status == string(outbox.StatusPending) && h.key == e.row.IdempotencyKey
+	}); err != nil {
+		return err
+	}
 	for _, e := range rows {
 		h, ok := status[e.row.ID]
 		switch {
@@ -433,6 +442,47 @@ func (p *pipeline) filter(rows []*entry) error {
 			if head, ok := p.asides[e.row.OrderingKey.String]; ok && head < e.row.ID {
 				e.result, e.reason = setAside, fmt.Sprintf("waits for row %d of its ordering key, set aside", head)
 				s.Counters.SetAside.Add(1)
+			}
+		}
+	}
+	return nil
+}
+
+// reread takes the content of the rows of transactions read in parts
+// (entry.reread) that are pending from the table, which holds what their
+// transactions committed: an UPDATE of a row by its own transaction comes
+// in the log after its insert, and when the part with the insert was
+// handed on already, the reader cannot apply it (before, such a row was
+// published as inserted). The read follows the status read, which waited
+// for the transactions' commit.
+func (p *pipeline) reread(ctx context.Context, rows []*entry, pending func(*entry) bool) error {
+	s := p.s
+	var ids []any
+	byID := map[int64]*entry{}
+	for _, e := range rows {
+		if e.reread && !e.skip && pending(e) {
+			ids = append(ids, e.row.ID)
+			byID[e.row.ID] = e
+		}
+	}
+	limit := s.payloadLimit()
+	if limit == 0 {
+		limit = 1 << 62
+	}
+	for i := 0; i < len(ids); i += 1000 {
+		chunk := ids[i:min(i+1000, len(ids))]
+		res, err := s.db.SQL.QueryContext(ctx, outbox.ExpandMySQL(s.q.Reread, len(chunk)), append([]any{limit}, chunk...)...)
+		if err != nil {
+			return err
+		}
+		table, err := scanEntries(res)
+		if err != nil {
+			return err
+		}
+		for _, t := range table {
+			if e := byID[t.row.ID]; e != nil && t.row.IdempotencyKey == e.row.IdempotencyKey {
+				e.row.Subject, e.row.Headers, e.row.OrderingKey = t.row.Subject, t.row.Headers, t.row.OrderingKey
+				e.row.Payload, e.row.PayloadSize, e.row.PayloadLeftOut = t.row.Payload, t.row.PayloadSize, t.row.PayloadLeftOut
 			}
 		}
 	}

@@ -206,6 +206,8 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 	// a position table (*_binlog); sawOther, an insert into the table or a
 	// rows event of another table.
 	sawOwn, sawOther := false, false
+	// parts: the transaction being read was handed on in parts.
+	parts := false
 	hand := func(t txn) bool {
 		idle, idleOwn, lastMove = nil, false, time.Now()
 		select {
@@ -291,7 +293,13 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 				cur = append(cur, en)
 				curBytes += en.row.Size()
 				if len(cur) >= s.cfg.MaxInFlight || curBytes >= s.cfg.MaxInFlightBytes/2 {
-					// A part of a large transaction (see txn).
+					// A part of a large transaction (see txn): its rows'
+					// content is the table's (pipeline.reread), an UPDATE
+					// later in the transaction not being applicable here.
+					parts = true
+					for _, e := range cur {
+						e.reread = true
+					}
 					if !hand(txn{rows: cur, bytes: curBytes, at: time.Unix(int64(ev.Header.Timestamp), 0)}) {
 						return nil
 					}
@@ -331,6 +339,12 @@ func (s *Subscriber) read(ctx context.Context, start Position, txs chan<- txn) e
 			lastGTID = pos.GTID
 			own := sawOwn && !sawOther
 			sawOwn, sawOther = false, false
+			if parts {
+				for _, e := range cur {
+					e.reread = true
+				}
+				parts = false
+			}
 			if len(cur) == 0 && (own || time.Since(lastMove) < time.Second) {
 				idleOwn = own && (idle == nil || idleOwn)
 				idle = &pos

@@ -98,6 +98,12 @@ func (p *pipeline) sweepRead(ctx context.Context, cursor int64, cutoff time.Time
 	if err != nil {
 		return nil, err
 	}
+	return scanEntries(res)
+}
+
+// scanEntries reads the rows of a query with binlog_sweep_read.sql's
+// columns, and closes them.
+func scanEntries(res *sql.Rows) ([]*entry, error) {
 	defer res.Close()
 	var out []*entry
 	for res.Next() {
