@@ -1078,3 +1078,37 @@ func TestBinlogLargeTransactionPublishedAsCommitted(t *testing.T) {
 		require.Equal(t, want, string(m.Data()), "stream position %d", i)
 	}
 }
+
+// TestBinlogRowsTheLogNeverBroughtAreNamed: a row written by a session
+// with sql_log_bin = 0 while the relay reads the log is not in it: the
+// sweep publishes it, and says so, at WARN and on /readyz (degraded)
+// until a sweep finds none (before: silently, late and out of commit
+// order).
+func TestBinlogRowsTheLogNeverBroughtAreNamed(t *testing.T) {
+	t.Parallel()
+	e := newBinlogEnv(t)
+	http := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	p := start(t, e.dir, e.env("BRIDGE_HTTP_LISTEN="+http, "BRIDGE_BINLOG_SWEEP_INTERVAL=1s"), "run")
+	poll(t, 30*time.Second, func() bool {
+		require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
+		code, _ := readyz(http)
+		return code == 200
+	}, "relay never ready")
+	ctx := context.Background()
+	conn, err := e.db.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(ctx, "SET SESSION sql_log_bin = 0")
+	require.NoError(t, err)
+	_, err = conn.ExecContext(ctx, `INSERT INTO `+e.table+` (idempotency_key, subject, payload) VALUES ('unlogged', 'events.unlogged', 'unlogged')`)
+	require.NoError(t, err)
+	poll(t, 30*time.Second, func() bool {
+		require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
+		return e.statuses(t)["unlogged"] == "done"
+	}, "the sweep never published the row the log did not bring")
+	require.Contains(t, p.stderr.String(), "were not in it")
+	poll(t, 30*time.Second, func() bool {
+		_, body := readyz(http)
+		return !strings.Contains(body, "were not in it")
+	}, "/readyz still names the rows after a sweep found none")
+}

@@ -41,6 +41,8 @@ type entry struct {
 	// reread: the row's transaction was read in parts; its content is
 	// taken from the table (pipeline.reread).
 	reread bool
+	// untried: read by the sweep, its last_error NULL.
+	untried bool
 }
 
 // result is what became of an entry in its batch.
@@ -105,6 +107,9 @@ func (s *Subscriber) session(lock *sql.Conn, out chan<- *message.Message) error 
 			p.doubtSince = written.Add(-time.Minute)
 			p.dbStart, p.localStart = now, time.Now()
 		}
+	}
+	if p.since, err = dbNow(ctx, s.db.SQL); err != nil {
+		return err
 	}
 	if err := p.loadAsides(ctx); err != nil {
 		return err
@@ -307,6 +312,9 @@ type pipeline struct {
 	doubt               int
 	doubtSince, dbStart time.Time
 	localStart          time.Time
+	// since is the database clock when the session began reading: a row
+	// created after it comes from the log (missedByLog).
+	since time.Time
 }
 
 // loadAsides reads the ordering keys with failed rows.

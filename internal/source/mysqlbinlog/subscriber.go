@@ -85,6 +85,9 @@ type Subscriber struct {
 	swept     source.SweepHealth
 	// unmarkable are the rows whose marks a constraint refused (markEach).
 	unmarkable unmarkable
+	// missed says what the last sweep found that the log never brought
+	// (pipeline.missedByLog); nil: nothing.
+	missed atomic.Pointer[string]
 	// wantPosition is set while a sweep waits for the stored position to
 	// reach the server's: the reader then hands over the position past
 	// the relay's own writes too (read).
@@ -267,6 +270,9 @@ func (s *Subscriber) Ready(context.Context) error {
 		}
 		if err := s.unmarkable.err(2*s.cfg.SweepInterval + time.Minute); err != nil {
 			return health.Degraded(err)
+		}
+		if m := s.missed.Load(); m != nil {
+			return health.Degraded(errors.New(*m))
 		}
 		if r := s.recovered.Load(); r != nil && time.Now().Before(r.until) {
 			return health.Degraded(errors.New(r.text))

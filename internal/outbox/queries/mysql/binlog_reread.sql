@@ -7,6 +7,6 @@ payload (longer payloads are read by their length only), ids. Columns as
 binlog_sweep_read.sql's.
 */ -}}
 SELECT id, idempotency_key, subject, CASE WHEN LENGTH(payload) <= ? THEN payload END, headers, ordering_key, status,
-	attempts, created_at, LENGTH(payload)
+	attempts, created_at, LENGTH(payload), last_error IS NULL
 FROM {{.Table}}
 WHERE id IN (/*ids*/)
