@@ -162,9 +162,9 @@ func constraintRefused(err error) bool {
 }
 
 // unmarkable are the rows whose marks a constraint of the table refused,
-// for readiness, each for unmarkableFor after it was last refused (the
-// sweep, or a restart, tries it again; a row mended or deleted is
-// forgotten then).
+// for readiness and the sweep: a row is forgotten once marked, or (a row
+// not published) once a while has passed without another refusal (each
+// sweep tries it again: a row deleted is not refused again).
 type unmarkable struct {
 	mu   sync.Mutex
 	rows map[int64]refusal
@@ -191,11 +191,13 @@ func (u *unmarkable) add(id int64, err error, published bool) bool {
 	return !known
 }
 
-// published reports a row in its stream whose done mark was refused.
-func (u *unmarkable) published(id int64) bool {
+// refused reports a row whose mark was refused, and whether it is in its
+// stream (its done mark refused).
+func (u *unmarkable) refused(id int64) (known, published bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return u.rows[id].published
+	r, known := u.rows[id]
+	return known, r.published
 }
 
 // forget drops the refusals of rows now marked.
@@ -216,7 +218,6 @@ func (u *unmarkable) err(within time.Duration) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	var ids []int64
-	var first refusal
 	for id, r := range u.rows {
 		if !r.published && time.Since(r.at) > within {
 			delete(u.rows, id)
@@ -228,8 +229,7 @@ func (u *unmarkable) err(within time.Duration) error {
 		return nil
 	}
 	slices.Sort(ids)
-	first = u.rows[ids[0]]
-	return fmt.Errorf("%d rows cannot be marked (row %d: %v): they stay pending and each sweep tries them again; mend or delete them", len(ids), ids[0], first.err)
+	return fmt.Errorf("%d rows cannot be marked (row %d: %v): they stay pending and each sweep tries them again; mend or delete them", len(ids), ids[0], u.rows[ids[0]].err)
 }
 
 func (s *Subscriber) markDone(ctx context.Context, tx *sql.Tx, rows []*entry) error {

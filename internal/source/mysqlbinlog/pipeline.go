@@ -41,8 +41,9 @@ type entry struct {
 	// reread: the row's transaction was read in parts; its content is
 	// taken from the table (pipeline.reread).
 	reread bool
-	// untried: read by the sweep, its last_error NULL.
-	untried bool
+	// untried: read by the sweep, its last_error NULL; refused: its mark
+	// was refused before (unmarkable).
+	untried, refused bool
 }
 
 // result is what became of an entry in its batch.

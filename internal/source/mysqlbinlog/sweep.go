@@ -52,9 +52,11 @@ func (p *pipeline) sweep(cutoff time.Time) bool {
 		keys := map[string]bool{}
 		next := rows[len(rows)-1].row.ID
 		for _, e := range rows {
-			if s.unmarkable.published(e.row.ID) {
+			refused, published := s.unmarkable.refused(e.row.ID)
+			if published {
 				continue // in its stream, its done mark refused: not again
 			}
+			e.refused = refused
 			if key := e.row.OrderingKey; key.Valid {
 				if keys[key.String] {
 					next = e.row.ID - 1
@@ -73,7 +75,7 @@ func (p *pipeline) sweep(cutoff time.Time) bool {
 			publish = append(publish, e)
 		}
 		for _, e := range publish {
-			if e.status == string(outbox.StatusPending) && e.untried && e.row.CreatedAt.After(p.since) {
+			if e.status == string(outbox.StatusPending) && e.untried && !e.refused && e.row.CreatedAt.After(p.since) {
 				missed++
 			}
 		}
