@@ -82,7 +82,8 @@ type Subscriber struct {
 	// recovered is what readiness says (degraded) for recoveredFor after
 	// the rows of a purged position were swept.
 	recovered atomic.Pointer[recovery]
-	swept     source.SweepHealth
+	// swept is what the last sweep found, for readiness.
+	swept source.SweepHealth
 	// unmarkable are the rows whose marks a constraint refused (markEach).
 	unmarkable unmarkable
 	// missed says what the last sweep found that the log never brought
