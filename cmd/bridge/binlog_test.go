@@ -61,6 +61,34 @@ func newBinlogEnvWindow(t *testing.T, window time.Duration) *binlogEnv {
 	return e
 }
 
+// session is a connection of its own with a session variable set
+// ("sql_log_bin = 0"), closed at the test's end.
+func (e *binlogEnv) session(t *testing.T, set string) *sql.Conn {
+	t.Helper()
+	conn, err := e.db.Conn(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	_, err = conn.ExecContext(context.Background(), "SET SESSION "+set)
+	require.NoError(t, err)
+	return conn
+}
+
+// runReady starts a relay of the table with extra settings and its HTTP
+// on a free port, and waits until /readyz answers 200 (the server sends
+// from the position: rows come from the log from then on). It returns the
+// relay and its HTTP address.
+func (e *binlogEnv) runReady(t *testing.T, extra ...string) (*process, string) {
+	t.Helper()
+	http := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	p := start(t, e.dir, e.env(append(extra, "BRIDGE_HTTP_LISTEN="+http)...), "run")
+	poll(t, 30*time.Second, func() bool {
+		require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
+		code, _ := readyz(http)
+		return code == 200
+	}, "relay never ready")
+	return p, http
+}
+
 func (e *binlogEnv) env(extra ...string) []string {
 	return append([]string{
 		"BRIDGE_SOURCE=mysql-binlog",
@@ -582,13 +610,7 @@ func (e *binlogEnv) statuses(t *testing.T) map[string]string {
 func TestBinlogBadRowsStayWithTheirRows(t *testing.T) {
 	t.Parallel()
 	e := newBinlogEnv(t)
-	http := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	p := start(t, e.dir, e.env("BRIDGE_HTTP_LISTEN="+http, "BRIDGE_BINLOG_SWEEP_INTERVAL=1s", "BRIDGE_RELAY_MAX_ATTEMPTS=1000"), "run")
-	poll(t, 30*time.Second, func() bool {
-		require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
-		code, _ := readyz(http)
-		return code == 200
-	}, "relay never ready") // the rows come from the binary log
+	p, _ := e.runReady(t, "BRIDGE_BINLOG_SWEEP_INTERVAL=1s", "BRIDGE_RELAY_MAX_ATTEMPTS=1000")
 	ins := func(key, subject, headers, okey string) {
 		t.Helper()
 		var ok any
@@ -904,13 +926,7 @@ func TestBinlogStreamLeaderLost(t *testing.T) {
 	e := &binlogEnv{url: url, table: table, db: db.SQL, natsURL: c.URLs(), js: js, dir: t.TempDir()}
 	r := runBridge(t, e.dir, e.env(), "migrate")
 	require.Zero(t, r.code, "%s", r)
-	http := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	p := start(t, e.dir, e.env("BRIDGE_HTTP_LISTEN="+http, "BRIDGE_RELAY_MAX_ATTEMPTS=3", "BRIDGE_BINLOG_SWEEP_INTERVAL=1h"), "run")
-	poll(t, 30*time.Second, func() bool {
-		require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
-		code, _ := readyz(http)
-		return code == 200
-	}, "relay never ready")
+	p, _ := e.runReady(t, "BRIDGE_RELAY_MAX_ATTEMPTS=3", "BRIDGE_BINLOG_SWEEP_INTERVAL=1h")
 
 	var produced atomic.Int64
 	stop, producing := make(chan struct{}), make(chan struct{})
@@ -987,20 +1003,10 @@ func TestBinlogStreamLeaderLost(t *testing.T) {
 func TestBinlogRowItsConstraintRefusesToMark(t *testing.T) {
 	t.Parallel()
 	e := newBinlogEnv(t)
-	http := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	p := start(t, e.dir, e.env("BRIDGE_HTTP_LISTEN="+http, "BRIDGE_BINLOG_SWEEP_INTERVAL=1s"), "run")
-	poll(t, 30*time.Second, func() bool {
-		require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
-		code, _ := readyz(http)
-		return code == 200
-	}, "relay never ready")
+	p, http := e.runReady(t, "BRIDGE_BINLOG_SWEEP_INTERVAL=1s")
 	ctx := context.Background()
-	conn, err := e.db.Conn(ctx)
-	require.NoError(t, err)
-	defer conn.Close()
-	_, err = conn.ExecContext(ctx, "SET SESSION check_constraint_checks = 0")
-	require.NoError(t, err)
-	_, err = conn.ExecContext(ctx, `INSERT INTO `+e.table+` (idempotency_key, subject, payload, headers) VALUES
+	conn := e.session(t, "check_constraint_checks = 0")
+	_, err := conn.ExecContext(ctx, `INSERT INTO `+e.table+` (idempotency_key, subject, payload, headers) VALUES
 		('c-1', 'events.c', 'c-1', '{}'), ('c-bad', 'events.c', 'c-bad', 'not json'), ('c-2', 'events.c', 'c-2', '{}')`)
 	require.NoError(t, err)
 	_, err = e.db.Exec(`INSERT INTO ` + e.table + ` (idempotency_key, subject, payload) VALUES ('c-3', 'events.c', 'c-3')`)
@@ -1040,13 +1046,7 @@ func TestBinlogRowItsConstraintRefusesToMark(t *testing.T) {
 func TestBinlogLargeTransactionPublishedAsCommitted(t *testing.T) {
 	t.Parallel()
 	e := newBinlogEnv(t)
-	http := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	p := start(t, e.dir, e.env("BRIDGE_HTTP_LISTEN="+http, "BRIDGE_RELAY_MAX_IN_FLIGHT=50", "BRIDGE_BINLOG_SWEEP_INTERVAL=1h"), "run")
-	poll(t, 30*time.Second, func() bool {
-		require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
-		code, _ := readyz(http)
-		return code == 200
-	}, "relay never ready")
+	p, _ := e.runReady(t, "BRIDGE_RELAY_MAX_IN_FLIGHT=50", "BRIDGE_BINLOG_SWEEP_INTERVAL=1h")
 	tx, err := e.db.Begin()
 	require.NoError(t, err)
 	const rows = 170
@@ -1088,20 +1088,10 @@ func TestBinlogLargeTransactionPublishedAsCommitted(t *testing.T) {
 func TestBinlogRowsTheLogNeverBroughtAreNamed(t *testing.T) {
 	t.Parallel()
 	e := newBinlogEnv(t)
-	http := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	p := start(t, e.dir, e.env("BRIDGE_HTTP_LISTEN="+http, "BRIDGE_BINLOG_SWEEP_INTERVAL=1s"), "run")
-	poll(t, 30*time.Second, func() bool {
-		require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
-		code, _ := readyz(http)
-		return code == 200
-	}, "relay never ready")
+	p, http := e.runReady(t, "BRIDGE_BINLOG_SWEEP_INTERVAL=1s")
 	ctx := context.Background()
-	conn, err := e.db.Conn(ctx)
-	require.NoError(t, err)
-	defer conn.Close()
-	_, err = conn.ExecContext(ctx, "SET SESSION sql_log_bin = 0")
-	require.NoError(t, err)
-	_, err = conn.ExecContext(ctx, `INSERT INTO `+e.table+` (idempotency_key, subject, payload) VALUES ('unlogged', 'events.unlogged', 'unlogged')`)
+	conn := e.session(t, "sql_log_bin = 0")
+	_, err := conn.ExecContext(ctx, `INSERT INTO `+e.table+` (idempotency_key, subject, payload) VALUES ('unlogged', 'events.unlogged', 'unlogged')`)
 	require.NoError(t, err)
 	poll(t, 30*time.Second, func() bool {
 		require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
