@@ -26,8 +26,7 @@ type BinlogStatements struct {
 func takeBinlogStatements(f *queryFiles) BinlogStatements {
 	return BinlogStatements{
 		Statuses: f.take("binlog_statuses"), MarkDone: f.take("binlog_mark_done"), DeleteDone: f.take("binlog_delete_done"),
-		MarkFailed: f.take("binlog_mark_failed"), SweepRead: f.take("binlog_sweep_read"), Asides: f.take("binlog_asides"),
-		Reread: f.take("binlog_reread"),
+		MarkFailed: f.take("binlog_mark_failed"), SweepRead: f.take("binlog_sweep_read"), Asides: f.take("binlog_asides"), Reread: f.take("binlog_reread"),
 		PositionCreate: f.take("binlog_position_create"), PositionRead: f.take("binlog_position_read"),
 		PositionWrite: f.take("binlog_position_write"), PositionDrop: f.take("binlog_position_drop"),
 	}

@@ -143,7 +143,7 @@ func (s *Subscriber) markEach(ctx context.Context, tx *sql.Tx, rows []*entry, ma
 		case constraintRefused(err):
 			e.unmarked = true
 			if s.unmarkable.add(e.row.ID, err, e.result == acked) {
-				s.logger.Error("a constraint of the table refuses the row's mark: it stays pending, and each sweep tries it again; mend or delete the row",
+				s.logger.Error("a constraint of the table refuses the row's mark: it keeps its status, and each sweep tries it again; mend or delete the row",
 					slog.Int64("id", e.row.ID), slog.Any("error", err))
 			}
 		default:
@@ -175,7 +175,8 @@ type refusal struct {
 	at  time.Time
 	// published: the row is in its stream (its done mark was refused); the
 	// sweep leaves it (it would publish it again), and it is named until
-	// the relay stops.
+	// the relay stops. After a restart the sweep publishes it again, once:
+	// nothing outside the table records it.
 	published bool
 }
 
@@ -229,7 +230,7 @@ func (u *unmarkable) err(within time.Duration) error {
 		return nil
 	}
 	slices.Sort(ids)
-	return fmt.Errorf("%d rows cannot be marked (row %d: %v): they stay pending and each sweep tries them again; mend or delete them", len(ids), ids[0], u.rows[ids[0]].err)
+	return fmt.Errorf("%d rows cannot be marked (row %d: %v): they keep their status, and each sweep tries them again; mend or delete them", len(ids), ids[0], u.rows[ids[0]].err)
 }
 
 func (s *Subscriber) markDone(ctx context.Context, tx *sql.Tx, rows []*entry) error {

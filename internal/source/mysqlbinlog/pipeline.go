@@ -36,7 +36,7 @@ type entry struct {
 	seq     uint64
 	dup     bool
 	// unmarked: a constraint of the table refused the row's mark
-	// (markEach); it stays pending.
+	// (markEach); it keeps its status.
 	unmarked bool
 	// reread: the row's transaction was read in parts; its content is
 	// taken from the table (pipeline.reread).
@@ -510,6 +510,13 @@ func (p *pipeline) reconcile(rows []*entry) {
 	var candidates []dedup.Candidate
 	byID := map[int64]*entry{}
 	for _, e := range rows[:n] {
+		if e.at.After(p.dbStart.Add(time.Second)) {
+			// Committed after this session began (its event's time,
+			// seconds): the run before could not have read it, nor any
+			// row after it in the log.
+			p.doubt = 0
+			break
+		}
 		if e.result == unsettled {
 			candidates = append(candidates, dedup.Candidate{ID: e.row.ID, IdempotencyKey: e.row.IdempotencyKey, Subject: e.row.Subject, FirstClaimedAt: p.doubtSince, ClaimedAt: claimed})
 			byID[e.row.ID] = e

@@ -74,12 +74,12 @@ func (p *pipeline) sweep(cutoff time.Time) bool {
 			}
 			publish = append(publish, e)
 		}
+		complete := p.publish(publish)
 		for _, e := range publish {
-			if e.status == string(outbox.StatusPending) && e.untried && !e.refused && e.row.CreatedAt.After(p.since) {
+			if e.result == acked && e.status == string(outbox.StatusPending) && e.untried && !e.refused && e.row.CreatedAt.After(p.since) {
 				missed++
 			}
 		}
-		complete := p.publish(publish)
 		for _, e := range publish {
 			if key := e.row.OrderingKey; key.Valid && p.asides[key.String] == e.row.ID && e.result != setAside {
 				delete(p.asides, key.String)
