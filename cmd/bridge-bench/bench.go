@@ -275,11 +275,26 @@ func (e *env) stream(ctx context.Context, phase string) (name, prefix string, er
 	if e.s.Cluster {
 		replicas = 3
 	}
-	_, err = e.js.CreateStream(ctx, jetstream.StreamConfig{
+	cfg := jetstream.StreamConfig{
 		Name: name, Subjects: []string{prefix + ".>"}, Storage: jetstream.FileStorage, Replicas: replicas,
 		Duplicates: 2 * time.Minute,
-	})
-	return name, prefix, err
+	}
+	for attempt := 1; ; attempt++ {
+		_, err = e.js.CreateStream(ctx, cfg)
+		// A stream deleted just before (the previous phase's) removes its
+		// account's streams directory, once empty, on a goroutine of the
+		// server's own (nats-server 2.15 server/stream.go, stream delete):
+		// a stream created meanwhile can lose the directory under it, 10049
+		// "error creating store for stream" (the server logs "could not
+		// create storage directory … no such file or directory"). A second
+		// try creates it again.
+		var apiErr *jetstream.APIError
+		if err == nil || attempt == 3 || !errors.As(err, &apiErr) || apiErr.ErrorCode != 10049 {
+			return name, prefix, err
+		}
+		progress("stream %s: %v; creating it again", name, err)
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // dropTable drops a phase's table and the table of its migration versions
