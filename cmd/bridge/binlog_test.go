@@ -649,7 +649,7 @@ func TestBinlogBadRowsStayWithTheirRows(t *testing.T) {
 	require.NoError(t, e.db.QueryRow(`SELECT id FROM `+e.table+` WHERE idempotency_key = 'bad-headers'`).Scan(&dead))
 	r := runBridge(t, e.dir, e.env("BRIDGE_BINLOG_SWEEP_INTERVAL=1s"), "retry", "--id", strconv.FormatInt(dead, 10))
 	require.Equal(t, 0, r.code, r.stderr)
-	require.Contains(t, r.stdout, "1 dead letter back to pending, 0 failed rows due now (the relay's next sweep sends them: binlog.sweep_interval 1s)")
+	require.Contains(t, r.stdout, "1 dead letter back to pending, 0 failed rows due now (the relay's next sweep sends them: binlog.sweep_interval, 1s in this configuration)")
 	poll(t, 30*time.Second, func() bool {
 		require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
 		return e.statuses(t)["bad-headers"] == "done"

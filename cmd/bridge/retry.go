@@ -115,9 +115,9 @@ func printRetried(cmd *cobra.Command, dead, failed int, when, where string) {
 func retriedWhen(cfg *config.Config) string {
 	switch cfg.Source {
 	case config.SourcePostgresWAL:
-		return fmt.Sprintf("due now (the relay's next sweep sends them: wal.sweep_interval %s)", cfg.WAL.SweepInterval)
+		return fmt.Sprintf("due now (the relay's next sweep sends them: wal.sweep_interval, %s in this configuration)", cfg.WAL.SweepInterval)
 	case config.SourceMySQLBinlog:
-		return fmt.Sprintf("due now (the relay's next sweep sends them: binlog.sweep_interval %s)", cfg.Binlog.SweepInterval)
+		return fmt.Sprintf("due now (the relay's next sweep sends them: binlog.sweep_interval, %s in this configuration)", cfg.Binlog.SweepInterval)
 	}
 	return "claimable now"
 }
