@@ -1,10 +1,13 @@
 package source
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 
 	"github.com/outbox-bridge/bridge/internal/health"
+	"github.com/outbox-bridge/bridge/internal/outbox"
 )
 
 // SweepHealth is what the last sweep of a log source (postgres-wal,
@@ -20,15 +23,18 @@ type sweepFault struct {
 	gone bool
 }
 
-// Failed records a failed sweep of table: gone when the table was not
-// found (renamed or dropped), otherwise err.
-func (h *SweepHealth) Failed(table string, err error, gone bool) {
-	if gone {
-		err = TableGone(table)
-	} else {
-		err = fmt.Errorf("the sweep of %s failed; the rows the log does not bring wait for the next: %w", table, err)
+// Failed records a failed sweep of table and logs it: lookErr is the
+// error of looking the table up after the failure; outbox.ErrNoTable
+// (wrapped) means it is gone (renamed or dropped), an ERROR; otherwise the
+// sweep's err, a WARN with msg.
+func (h *SweepHealth) Failed(logger *slog.Logger, table string, err, lookErr error, msg string) {
+	if errors.Is(lookErr, outbox.ErrNoTable) {
+		h.last.Store(&sweepFault{err: TableGone(table), gone: true})
+		logger.Error("sweep: the outbox table is gone", slog.Any("error", TableGone(table)))
+		return
 	}
-	h.last.Store(&sweepFault{err: err, gone: gone})
+	h.last.Store(&sweepFault{err: fmt.Errorf("the sweep of %s failed; the rows the log does not bring wait for the next: %w", table, err)})
+	logger.Warn(msg, slog.Any("error", err))
 }
 
 // Completed records a sweep that read the table to its end.

@@ -3,7 +3,6 @@ package mysqlbinlog
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -148,20 +147,14 @@ func dbNow(ctx context.Context, db *sql.DB) (time.Time, error) {
 }
 
 // sweepFailed logs a failed sweep and keeps it for readiness, with whether
-// the outbox table is gone (source.SweepHealth).
+// the outbox table is gone (source.SweepHealth.Failed).
 func (p *pipeline) sweepFailed(ctx context.Context, msg string, err error) {
 	s := p.s
 	if ctx.Err() != nil {
 		return // closing
 	}
 	_, _, lookErr := resolveTable(ctx, s.db.SQL, s.schema+"."+s.name)
-	gone := errors.Is(lookErr, outbox.ErrNoTable)
-	s.swept.Failed(s.cfg.Table, err, gone)
-	if gone {
-		s.logger.Error("sweep: the outbox table is gone", slog.Any("error", s.swept.Err()))
-	} else {
-		s.logger.Warn(msg, slog.Any("error", err))
-	}
+	s.swept.Failed(s.logger, s.cfg.Table, err, lookErr, msg)
 }
 
 // missedByLog reports the rows a sweep published that were created while

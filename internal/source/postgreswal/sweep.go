@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -121,13 +120,7 @@ func (sw *sweeper) run() {
 		case source.Closed(sw.closing):
 		default:
 			_, lookErr := resolveTable(sw.ctx, sw.db, sw.cfg.Table)
-			gone := errors.Is(lookErr, outbox.ErrNoTable)
-			sw.health.Failed(sw.cfg.Table, err, gone)
-			if gone {
-				sw.logger.Error("sweep: the outbox table is gone", slog.Any("error", sw.health.Err()))
-			} else {
-				sw.logger.Warn("sweep of pending rows failed; trying again at the next interval", slog.Any("error", err))
-			}
+			sw.health.Failed(sw.logger, sw.cfg.Table, err, lookErr, "sweep of pending rows failed; trying again at the next interval")
 		}
 	}
 }
