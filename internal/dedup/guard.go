@@ -88,6 +88,11 @@ type Guard struct {
 
 	subjects sync.Map // subject → resolution; cleared at every periodic check
 
+	// recheck is how often Run inspects again the streams found unsafe or
+	// unreadable (HoldBack): readiness follows a fixed stream within it,
+	// whether or not rows of the stream wait.
+	recheck time.Duration
+
 	// Violations counts unsafe findings (each stream and problem once).
 	Violations atomic.Int64
 }
@@ -116,7 +121,8 @@ func NewGuard(js jetstream.JetStream, mode GuardMode, horizon time.Duration, str
 		return nil, fmt.Errorf("%w: dedup.guard: %q: must be refuse, warn or off", config.ErrInvalid, mode)
 	}
 	return &Guard{js: js, mode: mode, horizon: horizon, logger: logger, routes: routes, seen: slices.Clone(streams),
-		ensured: slices.Clone(streams), logged: map[string]bool{}, verdicts: map[string]*verdict{}, unchecked: map[string]error{}}, nil
+		ensured: slices.Clone(streams), logged: map[string]bool{}, verdicts: map[string]*verdict{}, unchecked: map[string]error{},
+		recheck: HoldBack}, nil
 }
 
 // Inherit takes over what prev (the guard of an earlier relay of this
@@ -209,6 +215,18 @@ func (g *Guard) streams() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return slices.Clone(g.seen)
+}
+
+// troubled returns the known streams found unsafe or unreadable at their
+// last inspection.
+func (g *Guard) troubled() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.DeleteFunc(slices.Clone(g.seen), func(name string) bool {
+		v := g.verdicts[name]
+		_, unreadable := g.unchecked[name]
+		return !unreadable && (v == nil || v.unsafe == nil)
+	})
 }
 
 // inspectStream reads stream name and records its verdict. A stream that
@@ -435,25 +453,37 @@ func (g *Guard) Unsafe() []*UnsafeStreamError {
 // Run inspects the known streams every interval until ctx ends, so that a
 // stream changed by an operator is seen: made unsafe, its rows are held
 // back from then on; made safe, they flow again; deleted, its verdict is
-// dropped. It never stops the relay.
+// dropped. The streams found unsafe or unreadable are inspected again
+// every HoldBack (or interval, when shorter), so that what Unsafe and
+// Unchecked say — readiness — follows a fixed stream within that long even
+// when none of its rows waits to be admitted. It never stops the relay.
 func (g *Guard) Run(ctx context.Context, interval time.Duration) {
 	if g.mode == GuardOff {
 		return
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	recheck := time.NewTicker(min(g.recheck, interval))
+	defer recheck.Stop()
 	for {
+		var names []string
+		full := false
 		select {
 		case <-ctx.Done():
 			return
+		case <-recheck.C:
+			if names = g.troubled(); len(names) == 0 {
+				continue
+			}
 		case <-t.C:
+			g.subjects.Clear()
+			names, full = g.streams(), true
 		}
-		g.subjects.Clear()
-		for _, name := range g.streams() {
+		for _, name := range names {
 			unsafe, err := g.inspectStream(ctx, name)
 			switch {
 			case errors.Is(err, jetstream.ErrStreamNotFound):
-			case err != nil && ctx.Err() == nil:
+			case err != nil && ctx.Err() == nil && full: // logged once an interval
 				g.logger.Warn("dedup guard: cannot read stream", slog.String("stream", name), slog.Any("error", err))
 			case unsafe != nil:
 				g.report(unsafe)

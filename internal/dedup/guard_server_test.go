@@ -105,3 +105,27 @@ func TestGuardSaysWhatItCannotCheck(t *testing.T) {
 	require.Contains(t, unchecked, "look up the stream of subject events.x: ")
 	require.NotContains(t, unchecked, "context canceled")
 }
+
+// TestGuardReadinessFollowsAFixedStream: a stream found unsafe and then
+// fixed by an operator stops being reported (readiness) within the
+// recheck, not the periodic check's minute, even when none of its rows
+// waits to be admitted.
+func TestGuardReadinessFollowsAFixedStream(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := bridgetest.StartNATS(t)
+	_, js := n.JetStream(t)
+	cfg := jetstream.StreamConfig{Name: "SHORT", Subjects: []string{"short.>"}, Duplicates: 5 * time.Second}
+	_, err := js.CreateStream(ctx, cfg)
+	require.NoError(t, err)
+	g := newGuard(t, js, dedup.NewRoutes(), "SHORT")
+	g.Check(ctx)
+	require.Len(t, g.Unsafe(), 1, "a 5s duplicate window against a 35s horizon")
+
+	cfg.Duplicates = 2 * time.Minute
+	_, err = js.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	dedup.SetRecheck(g, 100*time.Millisecond)
+	g.Run(runFor(t, time.Second), time.Hour) // no periodic check in the second
+	require.Empty(t, g.Unsafe(), "the fixed stream is still reported unsafe")
+}
