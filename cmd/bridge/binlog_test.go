@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -558,9 +559,25 @@ func TestBinlogStandbyTakesOver(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
+	r := runBridge(t, e.dir, e.env(), "status")
+	require.Zero(t, r.code, "%s", r)
+	require.Contains(t, r.stdout, "read by:         no relay holds the table's lock now", "bridge status before any relay:\n%s", r.stdout)
 	a := start(t, e.dir, e.env(), "run")
 	insert(0, 100)
 	poll(t, 30*time.Second, func() bool { return e.countDone(t) == 100 }, "the first relay did not relay")
+	r = runBridge(t, e.dir, e.env(), "status", "--json")
+	require.Zero(t, r.code, "%s", r)
+	var doc struct {
+		BinaryLog struct {
+			Reader         string `json:"reader"`
+			StoredPosition string `json:"stored_position"`
+			StoredFileKept bool   `json:"stored_file_kept"`
+		} `json:"binary_log"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc), "%s", r.stdout)
+	require.Contains(t, doc.BinaryLog.Reader, "connection ", "bridge status --json names the relay's session: %s", r.stdout)
+	require.NotEmpty(t, doc.BinaryLog.StoredPosition, "%s", r.stdout)
+	require.True(t, doc.BinaryLog.StoredFileKept, "%s", r.stdout)
 
 	b := start(t, e.dir, e.env("BRIDGE_LOG_LEVEL=info"), "run")
 	addr := relayHTTPAddr(t, b)

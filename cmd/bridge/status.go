@@ -348,7 +348,7 @@ type binlogDoc struct {
 	StoredPosition   string   `json:"stored_position,omitempty"` // empty: none stored yet
 	StoredAgeSeconds *float64 `json:"stored_age_seconds,omitempty"`
 	ServerPosition   string   `json:"server_position"`
-	Reader           string   `json:"reader,omitempty"` // empty: no relay reads it
+	Reader           string   `json:"reader,omitempty"` // empty: no session holds the table's lock (no relay runs, or one waits between read sessions after an error)
 	OldestFile       string   `json:"oldest_file"`
 	StoredFileKept   bool     `json:"stored_file_kept"`
 }
@@ -385,7 +385,10 @@ func printBinlog(out io.Writer, info mysqlbinlog.Info, err error) {
 	if info.Reader != "" {
 		fmt.Fprintf(out, "  read by:         %s\n", info.Reader)
 	} else {
-		fmt.Fprintln(out, "  read by:         no relay (rows wait)")
+		// A relay whose read session failed lets go of the lock while it
+		// waits to start another (up to 30 s), so that a standby may take
+		// over: "none holds it" is what is known, not "none runs".
+		fmt.Fprintln(out, "  read by:         no relay holds the table's lock now (rows wait): none runs, or one waits to read again after an error (within 30 s; its /readyz and log say why)")
 	}
 	switch {
 	case !info.HasStored:
