@@ -31,12 +31,13 @@ type Reconciler interface {
 }
 
 // FindInDoubt reconciles the candidates r.InDoubt judges in doubt and
-// returns those found in their streams, by row id; the caller publishes
-// the others as usual. A candidate InDoubt cannot judge is left out (a
-// warning each), and every one when Reconcile fails (a warning); logger
-// and what ("sweep", "reconcile", …) name the caller in those lines and in
-// the one that counts the rows in doubt and found.
-func FindInDoubt(ctx context.Context, r Reconciler, candidates []dedup.Candidate, logger *slog.Logger, what string) map[int64]dedup.Stored {
+// returns those found in their streams, by row id, and how many were in
+// doubt (0: no stream was scanned); the caller publishes the others as
+// usual. A candidate InDoubt cannot judge is left out (a warning each), and
+// every one when Reconcile fails (a warning); logger and what ("sweep",
+// "reconcile", …) name the caller in those lines and in the one that
+// counts the rows in doubt and found.
+func FindInDoubt(ctx context.Context, r Reconciler, candidates []dedup.Candidate, logger *slog.Logger, what string) (found map[int64]dedup.Stored, doubted int) {
 	var doubt []dedup.Candidate
 	for _, c := range candidates {
 		in, err := r.InDoubt(ctx, c)
@@ -49,15 +50,15 @@ func FindInDoubt(ctx context.Context, r Reconciler, candidates []dedup.Candidate
 		}
 	}
 	if len(doubt) == 0 {
-		return nil
+		return nil, 0
 	}
 	found, err := r.Reconcile(ctx, doubt)
 	if err != nil {
 		logger.Warn(what+": reconcile failed; publishing the rows in doubt", slog.Int("rows", len(doubt)), slog.Any("error", err))
-		return nil
+		return nil, len(doubt)
 	}
 	logger.Info(what+": rows read again reconciled against their streams", slog.Int("in_doubt", len(doubt)), slog.Int("found", len(found)))
-	return found
+	return found, len(doubt)
 }
 
 // Backoff is the wait before attempt+1 of a failed row: initial doubled

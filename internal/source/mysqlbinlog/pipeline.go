@@ -165,12 +165,16 @@ func (s *Subscriber) session(lock *sql.Conn, out chan<- *message.Message) error 
 		case t := <-txs:
 			batch := []txn{t}
 			rows, size := len(t.rows), t.bytes
-			// While rows may be in doubt each batch is looked up in its
+			// While rows in doubt are read each batch is looked up in its
 			// streams, a scan of what they stored since: the batch waits a
 			// moment to fill (a backlog of small transactions came in
-			// batches of four or five, a scan each, ~5 rows a second).
+			// batches of four or five, a scan each, ~5 rows a second). Only
+			// once a batch held rows in doubt: after a restart within the
+			// duplicate window nothing is, and the new rows committed in
+			// the session's first seconds waited for nothing (p99 190 ms at
+			// 1,000 rows/s).
 			var fill <-chan time.Time
-			if p.doubt > 0 {
+			if p.doubt > 0 && p.scanning {
 				fill = time.After(doubtFill)
 			}
 		more:
@@ -313,6 +317,9 @@ type pipeline struct {
 	doubt               int
 	doubtSince, dbStart time.Time
 	localStart          time.Time
+	// scanning: the last batch held rows in doubt, looked up in their
+	// streams; the next batches wait a moment to fill (doubtFill).
+	scanning bool
 	// since is the database clock when the session began reading: a row
 	// created after it comes from the log (missedByLog).
 	since time.Time
@@ -474,7 +481,7 @@ func (p *pipeline) reread(ctx context.Context, rows []*entry, pending func(*entr
 			byID[e.row.ID] = e
 		}
 	}
-	limit := s.payloadLimit()
+	limit := s.cfg.PayloadLimit()
 	if limit == 0 {
 		limit = 1 << 62
 	}
@@ -522,7 +529,8 @@ func (p *pipeline) reconcile(rows []*entry) {
 			byID[e.row.ID] = e
 		}
 	}
-	found := source.FindInDoubt(s.hardCtx, s.cfg.Reconciler, candidates, s.logger, "reconcile")
+	found, doubted := source.FindInDoubt(s.hardCtx, s.cfg.Reconciler, candidates, s.logger, "reconcile")
+	p.scanning = doubted > 0
 	for id, stored := range found {
 		e := byID[id]
 		e.result, e.stream, e.seq, e.dup = acked, stored.Stream, stored.Seq, true

@@ -409,7 +409,7 @@ func (s *Subscriber) decode(c columns, colsErr error, values []any) *entry {
 	e.row.Subject = string(get(c.subject, "subject"))
 	payload := get(c.payload, "payload")
 	e.row.PayloadSize = int64(len(payload))
-	if limit := s.payloadLimit(); limit > 0 && int64(len(payload)) > limit {
+	if limit := s.cfg.PayloadLimit(); limit > 0 && int64(len(payload)) > limit {
 		e.row.PayloadLeftOut = true
 	} else {
 		e.row.Payload = payload

@@ -295,13 +295,6 @@ func (s *Subscriber) LagSeconds() float64 {
 	return time.Since(time.Unix(0, o)).Seconds()
 }
 
-func (s *Subscriber) payloadLimit() int64 {
-	if s.cfg.MaxPayload == nil {
-		return 0
-	}
-	return outbox.PayloadMaxBytes(s.cfg.MaxPayload())
-}
-
 // backoff is the wait before attempt+1 (source.Backoff).
 func (s *Subscriber) backoff(attempt int) time.Duration {
 	return source.Backoff(attempt, s.cfg.BackoffInitial, s.cfg.BackoffMax)

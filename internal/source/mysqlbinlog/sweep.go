@@ -97,7 +97,7 @@ func (p *pipeline) sweep(cutoff time.Time) bool {
 // sweepRead reads the next rows of the sweep after cursor.
 func (p *pipeline) sweepRead(ctx context.Context, cursor int64, cutoff time.Time) ([]*entry, error) {
 	s := p.s
-	limit := s.payloadLimit()
+	limit := s.cfg.PayloadLimit()
 	if limit == 0 {
 		limit = 1 << 62
 	}

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"reflect"
 	"sync/atomic"
-	"time"
 
 	"github.com/google/wire"
 	"github.com/nats-io/nats.go"
@@ -30,27 +29,12 @@ var ProviderSet = wire.NewSet(ProvideSubscriber, ProvideForwarder, ProvideStallW
 // dedup.namespace. It drains for shutdown_timeout less 3 s, leaving the
 // router time to stop.
 func ProvideSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, nc *nats.Conn, reconciler *dedup.Reconciler, cfg *config.Config, logger *slog.Logger) (*Subscriber, error) {
-	r := cfg.Relay
 	return NewSubscriber(ctx, db, store, logger, Config{
-		Table:            store.Table(),
-		URL:              cfg.DatabaseURL(),
-		ServerID:         uint32(cfg.Binlog.ServerID),
-		MaxInFlight:      r.MaxInFlight,
-		MaxInFlightBytes: int64(r.MaxInFlightBytes),
-		MaxPayload:       nc.MaxPayload,
-		AckDeadline:      r.AckDeadline,
-		MaxAttempts:      r.MaxAttempts,
-		BackoffInitial:   r.BackoffInitial,
-		BackoffMax:       r.BackoffMax,
-		DeleteOnRelay:    r.DeleteOnRelay,
-		Namespace:        cfg.NamespaceFor(store.Table()),
-		DrainTimeout:     max(cfg.ShutdownTimeout-3*time.Second, cfg.ShutdownTimeout/2),
-		SweepInterval:    cfg.Binlog.SweepInterval,
-		SweepBatch:       r.BatchSize,
-		InflightTimeout:  r.InflightTimeout,
-		Connected:        nc.IsConnected,
-		Owner:            r.Owner,
-		Reconciler:       reconciler,
+		Table:       store.Table(),
+		URL:         cfg.DatabaseURL(),
+		ServerID:    uint32(cfg.Binlog.ServerID),
+		LogDelivery: source.LogDeliveryOf(cfg, store.Table(), cfg.Binlog.SweepInterval, nc.MaxPayload, nc.IsConnected, reconciler),
+		Owner:       cfg.Relay.Owner,
 	})
 }
 

@@ -211,7 +211,8 @@ func (c *checker) check(ctx context.Context, items []checkItem) ([]checkResult, 
 		at[it.id] = i
 	}
 	if len(candidates) > 0 {
-		for id, stored := range source.FindInDoubt(ctx, c.cfg.Reconciler, candidates, c.logger, "check") {
+		found, _ := source.FindInDoubt(ctx, c.cfg.Reconciler, candidates, c.logger, "check")
+		for id, stored := range found {
 			r := &results[at[id]]
 			r.v, r.stream, r.seq = storedRow, stored.Stream, stored.Seq
 		}

@@ -728,7 +728,7 @@ func (p *pipeline) reconcile() {
 		candidates = append(candidates, dedup.Candidate{ID: e.row.ID, IdempotencyKey: e.row.IdempotencyKey, Subject: e.row.Subject, FirstClaimedAt: e.firstEmit, ClaimedAt: now})
 		byID[e.row.ID] = e
 	}
-	found := source.FindInDoubt(s.hardCtx, s.cfg.Reconciler, candidates, s.logger, "reconcile")
+	found, _ := source.FindInDoubt(s.hardCtx, s.cfg.Reconciler, candidates, s.logger, "reconcile")
 	for id, stored := range found {
 		e := byID[id]
 		p.back(e)

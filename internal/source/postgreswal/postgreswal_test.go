@@ -95,10 +95,10 @@ type relay struct {
 
 // relay starts the source with cfg (names and URL filled in) and the
 // forwarder of source: table; it stops when the test ends, or with stop.
-func (e *env) relay(t *testing.T, cfg postgreswal.Config) *relay {
+func (e *env) relay(t *testing.T, d source.LogDelivery) *relay {
 	t.Helper()
 	ctx := context.Background()
-	cfg.Names, cfg.ReplicationURL = e.names, e.url
+	cfg := postgreswal.Config{Names: e.names, ReplicationURL: e.url, LogDelivery: d}
 	if cfg.AckDeadline == 0 {
 		cfg.AckDeadline = 2 * time.Second
 	}
@@ -282,7 +282,7 @@ func TestCommitOrderExactlyOnce(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	oracle := bridgetest.NewOracle(t, e.url, e.names.Table)
-	e.relay(t, postgreswal.Config{})
+	e.relay(t, source.LogDelivery{})
 	total := scaled(20000)
 	e.produce(t, 8, total)
 	e.waitDone(t, total, 120*time.Second)
@@ -372,7 +372,7 @@ func TestStreamOutage(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	oracle := bridgetest.NewOracle(t, e.url, e.names.Table)
-	r := e.relay(t, postgreswal.Config{MaxInFlight: 300, SweepInterval: 500 * time.Millisecond})
+	r := e.relay(t, source.LogDelivery{MaxInFlight: 300, SweepInterval: 500 * time.Millisecond})
 	stopSampling := make(chan struct{})
 	samples := e.sampleSlot(t, stopSampling)
 
@@ -446,7 +446,7 @@ func TestSweepPublishesRowsTheSlotDoesNotDeliver(t *testing.T) {
 	_, _, err = postgreswal.Setup(ctx, e.db.SQL, e.names)
 	require.NoError(t, err)
 
-	r := e.relay(t, postgreswal.Config{SweepInterval: 200 * time.Millisecond, SweepBatch: 64})
+	r := e.relay(t, source.LogDelivery{SweepInterval: 200 * time.Millisecond, SweepBatch: 64})
 	e.insertTx(t, 0, 300, 400, 0) // delivered by the new slot
 	e.waitDone(t, 399, 60*time.Second)
 	require.Equal(t, outbox.StatusPermanentFailed, e.status(t, 10), "a dead letter is not swept")
@@ -480,7 +480,7 @@ func TestRowsThatCannotBePublishedAreDeadLetters(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := context.Background()
-	r := e.relay(t, postgreswal.Config{MaxAttempts: 3, SweepInterval: 200 * time.Millisecond})
+	r := e.relay(t, source.LogDelivery{MaxAttempts: 3, SweepInterval: 200 * time.Millisecond})
 	insert := func(key, subject, headers string) int64 {
 		var id int64
 		require.NoError(t, e.prod.QueryRow(`INSERT INTO `+e.names.Table+` (idempotency_key, subject, payload, headers) VALUES ($1, $2, 'x', $3) RETURNING id`,
@@ -533,7 +533,7 @@ func TestStreamRestarts(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	oracle := bridgetest.NewOracle(t, e.url, e.names.Table)
-	r := e.relay(t, postgreswal.Config{MaxInFlight: 500})
+	r := e.relay(t, source.LogDelivery{MaxInFlight: 500})
 	total := scaled(10000)
 	done := make(chan struct{})
 	go func() {
@@ -576,7 +576,7 @@ func TestRowRetriedPastTheWindowIsReconciled(t *testing.T) {
 
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	rec := dedup.NewReconciler(e.js, logger, dedup.ReconcilerConfig{PublishTimeout: time.Second})
-	r := e.relay(t, postgreswal.Config{Reconciler: rec})
+	r := e.relay(t, source.LogDelivery{Reconciler: rec})
 	var id int64
 	require.NoError(t, e.prod.QueryRow(`INSERT INTO `+e.names.Table+` (idempotency_key, subject, payload) VALUES ('late-1', 'late.x', 'x') RETURNING id`).Scan(&id))
 	e.waitDone(t, 1, 30*time.Second)
@@ -608,7 +608,7 @@ func TestDeleteOnRelayAndRowsAlreadyGone(t *testing.T) {
 	_, _, err := postgreswal.Setup(ctx, e.db.SQL, second)
 	require.NoError(t, err)
 
-	first := e.relay(t, postgreswal.Config{DeleteOnRelay: true})
+	first := e.relay(t, source.LogDelivery{DeleteOnRelay: true})
 	for i := 0; i < 500; i += 50 {
 		e.insertTx(t, 0, i, i+50, 0)
 	}
@@ -617,7 +617,7 @@ func TestDeleteOnRelayAndRowsAlreadyGone(t *testing.T) {
 	require.Equal(t, int64(500), first.sub.Counters.Relayed.Load())
 
 	e.names = second
-	again := e.relay(t, postgreswal.Config{DeleteOnRelay: true})
+	again := e.relay(t, source.LogDelivery{DeleteOnRelay: true})
 	deadline := time.Now().Add(30 * time.Second)
 	for again.sub.Counters.Checked.Load() < 500 {
 		require.True(t, time.Now().Before(deadline), "%d of 500 rows settled again", again.sub.Counters.Checked.Load())
@@ -680,7 +680,7 @@ func TestBudgetBoundsWhatIsHeld(t *testing.T) {
 			_, _, err := postgreswal.Setup(ctx, e.db.SQL, e.names)
 			require.NoError(t, err)
 
-			r := e.relay(t, postgreswal.Config{MaxInFlightBytes: bound, SweepInterval: 100 * time.Millisecond})
+			r := e.relay(t, source.LogDelivery{MaxInFlightBytes: bound, SweepInterval: 100 * time.Millisecond})
 			var held prometheus.Collector
 			for _, c := range r.sub.Collectors() {
 				if g, ok := c.(prometheus.GaugeFunc); ok && strings.Contains(g.Desc().String(), `"bridge_inflight_bytes"`) {
@@ -734,7 +734,7 @@ func TestRowsWaitingAcrossASlotRecreatedAreSwept(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := context.Background()
-	r := e.relay(t, postgreswal.Config{SweepInterval: 200 * time.Millisecond})
+	r := e.relay(t, source.LogDelivery{SweepInterval: 200 * time.Millisecond})
 	e.insertTx(t, 0, 0, 50, 0)
 	e.waitDone(t, 50, 30*time.Second)
 
@@ -800,7 +800,7 @@ func TestOneBadRowIsSetAside(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := context.Background()
-	r := e.relay(t, postgreswal.Config{MaxAttempts: 1000, SweepInterval: 500 * time.Millisecond})
+	r := e.relay(t, source.LogDelivery{MaxAttempts: 1000, SweepInterval: 500 * time.Millisecond})
 	insert := func(tx *sql.Tx, key, subject, orderingKey string) int64 {
 		var id int64
 		ok := sql.NullString{String: orderingKey, Valid: orderingKey != ""}
@@ -923,7 +923,7 @@ func TestOneBadRowIsSetAside(t *testing.T) {
 func TestSetAsideKeyWaitsThroughAnOutage(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	e.relay(t, postgreswal.Config{MaxAttempts: 1000, SweepInterval: 200 * time.Millisecond, BackoffInitial: 2 * time.Second, BackoffMax: 2 * time.Second})
+	e.relay(t, source.LogDelivery{MaxAttempts: 1000, SweepInterval: 200 * time.Millisecond, BackoffInitial: 2 * time.Second, BackoffMax: 2 * time.Second})
 	insert := func(key, subject, orderingKey string) int64 {
 		var id int64
 		require.NoError(t, e.prod.QueryRow(`INSERT INTO `+e.names.Table+` (idempotency_key, subject, payload, ordering_key) VALUES ($1, $2, 'x', $3) RETURNING id`,
@@ -972,7 +972,7 @@ func TestSetAsideRowDeletedReleasesItsKey(t *testing.T) {
 		t.Run(map[bool]string{false: "running", true: "after a restart"}[restart], func(t *testing.T) {
 			t.Parallel()
 			e := setup(t)
-			cfg := postgreswal.Config{MaxAttempts: 1000, SweepInterval: 500 * time.Millisecond, BackoffInitial: 20 * time.Second, BackoffMax: 20 * time.Second}
+			cfg := source.LogDelivery{MaxAttempts: 1000, SweepInterval: 500 * time.Millisecond, BackoffInitial: 20 * time.Second, BackoffMax: 20 * time.Second}
 			r := e.relay(t, cfg)
 			insert := func(key, subject string) int64 {
 				var id int64

@@ -549,7 +549,7 @@ func (r *reader) insert(ctx context.Context, data []byte) error {
 		}
 		return nil
 	}
-	d, err := relation.decode(r.types, cols, s.cfg.payloadLimit())
+	d, err := relation.decode(r.types, cols, s.cfg.PayloadLimit())
 	clear(r.cols) // the tuple points into the read buffer
 	if err != nil {
 		return fmt.Errorf("read an inserted row of %s: %w", s.cfg.Table, err)

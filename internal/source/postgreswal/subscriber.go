@@ -418,15 +418,6 @@ func (s *Subscriber) windowLag() time.Duration {
 	return time.Duration(max(now-oldest, 0))
 }
 
-// payloadLimit is the longest payload a row may have: longer, it can
-// never be published (see outbox.PayloadMaxBytes); 0 when unknown.
-func (c Config) payloadLimit() int64 {
-	if c.MaxPayload == nil {
-		return 0
-	}
-	return outbox.PayloadMaxBytes(c.MaxPayload())
-}
-
 // Confirmed is the slot position the relay has confirmed (or is about to).
 func (s *Subscriber) Confirmed() pglogrepl.LSN { return pglogrepl.LSN(s.confirmed.Load()) }
 

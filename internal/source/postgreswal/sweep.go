@@ -224,7 +224,7 @@ func (sw *sweeper) watermark(ctx context.Context) (held, bool) {
 // read: the row is PayloadLeftOut, and becomes a dead letter from its
 // length. more says whether rows may be left after these.
 func (sw *sweeper) pendingRows(ctx context.Context, after int64) (out []outbox.Row, more bool, err error) {
-	limit := sw.cfg.payloadLimit()
+	limit := sw.cfg.PayloadLimit()
 	if limit <= 0 {
 		limit = math.MaxInt64
 	}
@@ -353,6 +353,6 @@ func (sw *sweeper) reconcileSwept(ctx context.Context, rows []outbox.Row) map[in
 			candidates = append(candidates, dedup.Candidate{ID: r.ID, IdempotencyKey: r.IdempotencyKey, Subject: r.Subject, FirstClaimedAt: r.FirstClaimedAt, ClaimedAt: now})
 		}
 	}
-	found := source.FindInDoubt(ctx, sw.cfg.Reconciler, candidates, sw.logger, "sweep")
+	found, _ := source.FindInDoubt(ctx, sw.cfg.Reconciler, candidates, sw.logger, "sweep")
 	return found
 }

@@ -41,29 +41,14 @@ func ProvideSubscriber(ctx context.Context, db *outbox.DB, store *outbox.Store, 
 
 // subscriberConfig is the Config of the subscriber of table.
 func subscriberConfig(cfg *config.Config, table string, nc *nats.Conn, reconciler source.Reconciler) Config {
-	r := cfg.Relay
 	names := NamesOf(cfg)
 	names.Table = table
 	return Config{
 		Names:                 names,
 		ReplicationURL:        cfg.ReplicationURLOrDefault(),
-		MaxInFlight:           r.MaxInFlight,
-		MaxInFlightBytes:      int64(r.MaxInFlightBytes),
-		MaxPayload:            nc.MaxPayload,
-		AckDeadline:           r.AckDeadline,
-		MaxAttempts:           r.MaxAttempts,
-		BackoffInitial:        r.BackoffInitial,
-		BackoffMax:            r.BackoffMax,
-		DeleteOnRelay:         r.DeleteOnRelay,
-		Namespace:             cfg.NamespaceFor(table),
-		DrainTimeout:          max(cfg.ShutdownTimeout-3*time.Second, cfg.ShutdownTimeout/2),
-		SweepInterval:         cfg.WAL.SweepInterval,
+		LogDelivery:           source.LogDeliveryOf(cfg, table, cfg.WAL.SweepInterval, nc.MaxPayload, nc.IsConnected, reconciler),
 		RowsDeletedByProducer: cfg.WAL.RowsDeletedByProducer,
-		SweepBatch:            r.BatchSize,
-		InflightTimeout:       r.InflightTimeout,
-		Connected:             nc.IsConnected,
-		Reconciler:            reconciler,
-		SessionName:           outbox.SessionName(r.Owner),
+		SessionName:           outbox.SessionName(cfg.Relay.Owner),
 	}
 }
 
