@@ -925,10 +925,12 @@ func TestBinlogRelayWithDMLGrants(t *testing.T) {
 
 // TestBinlogStreamLeaderLost: the relay publishes rows read from the
 // binary log to an R3 stream whose leader is stopped while a producer
-// commits, then started again. Publishes fail while a new leader is
-// elected: a fault of the destination, not of the rows, so none is set
-// aside or dead, and every row is in the stream once, in commit order
-// (one producer: id order).
+// commits, then started again; then the stream loses its quorum (two of
+// three servers stopped) for 20 s. Publishes fail meanwhile: a fault of
+// the destination, not of the rows, so none is set aside or dead (three
+// attempts would make one), /readyz answers 503 naming the stream while
+// the quorum is lost, and every row is in the stream once, in commit
+// order (one producer: id order).
 func TestBinlogStreamLeaderLost(t *testing.T) {
 	t.Parallel()
 	c := bridgetest.StartCluster(t)
@@ -943,7 +945,7 @@ func TestBinlogStreamLeaderLost(t *testing.T) {
 	e := &binlogEnv{url: url, table: table, db: db.SQL, natsURL: c.URLs(), js: js, dir: t.TempDir()}
 	r := runBridge(t, e.dir, e.env(), "migrate")
 	require.Zero(t, r.code, "%s", r)
-	p, _ := e.runReady(t, "BRIDGE_RELAY_MAX_ATTEMPTS=3", "BRIDGE_BINLOG_SWEEP_INTERVAL=1h")
+	p, addr := e.runReady(t, "BRIDGE_RELAY_MAX_ATTEMPTS=3", "BRIDGE_BINLOG_SWEEP_INTERVAL=1h")
 
 	var produced atomic.Int64
 	stop, producing := make(chan struct{}), make(chan struct{})
@@ -985,18 +987,50 @@ func TestBinlogStreamLeaderLost(t *testing.T) {
 		}, "no progress after: %s", what)
 	}
 	progress("start")
-	var leader string
-	poll(t, 30*time.Second, func() bool {
-		s, err := js.Stream(ctx, "EVENTS")
-		if err == nil && s.CachedInfo().Cluster != nil {
-			leader = s.CachedInfo().Cluster.Leader
-		}
-		return leader != ""
-	}, "EVENTS has no leader")
+	leaderOf := func() string {
+		var leader string
+		poll(t, 60*time.Second, func() bool {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			s, err := js.Stream(cctx, "EVENTS")
+			if err == nil && s.CachedInfo().Cluster != nil {
+				leader = s.CachedInfo().Cluster.Leader
+			}
+			return leader != ""
+		}, "EVENTS has no leader")
+		return leader
+	}
+	leader := leaderOf()
 	c.Stop(t, leader)
 	progress("leader " + leader + " stopped")
 	c.Restart(t, leader)
 	progress("leader " + leader + " started again")
+
+	// The quorum lost: another server stopped first and the leader last
+	// (the other way round, the two left elect one of themselves between
+	// the stops; see TestClusterQuorumLost).
+	leader = leaderOf()
+	down := []string{"n1", leader}
+	if leader == "n1" {
+		down[0] = "n2"
+	}
+	for _, n := range down {
+		c.Stop(t, n)
+	}
+	lost := time.Now()
+	for time.Since(lost) < 20*time.Second {
+		if time.Since(lost) >= 10*time.Second {
+			code, body := readyz(addr)
+			require.Equal(t, 503, code, "/readyz %s into the loss of quorum: %s", time.Since(lost).Round(time.Second), body)
+			require.Contains(t, body, "stream EVENTS", "/readyz names the stream: %s", body)
+		}
+		require.Zero(t, e.count(t, "permanent_failed"), "no dead letter while the broker is out")
+		time.Sleep(500 * time.Millisecond)
+	}
+	for _, n := range down {
+		c.Restart(t, n)
+	}
+	progress("quorum back")
 	close(stop)
 	<-producing
 	total := int(produced.Load())
