@@ -25,6 +25,14 @@ func TestPositionCovers(t *testing.T) {
 		{Position{GTID: "0-2-11"}, Position{GTID: "0-1-10"}, gomysql.MariaDBFlavor, true},
 		{Position{GTID: "0-2-9"}, Position{GTID: "0-1-10"}, gomysql.MariaDBFlavor, false},
 		{Position{GTID: "0-1-408,0-2-405"}, Position{GTID: "0-1-408"}, gomysql.MariaDBFlavor, true},
+		// MySQL's sets: server_uuid:intervals, one per server that wrote.
+		{Position{GTID: "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-10"}, Position{GTID: "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-9"}, gomysql.MySQLFlavor, true},
+		{Position{GTID: "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-9"}, Position{GTID: "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-10"}, gomysql.MySQLFlavor, false},
+		// A failover: the promoted replica's set holds both servers'.
+		{Position{GTID: "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-10,4f22ab58-71ca-11e1-9e33-c80aa9429562:1-3"}, Position{GTID: "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-10"}, gomysql.MySQLFlavor, true},
+		{Position{GTID: "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-10"}, Position{GTID: "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-10,4f22ab58-71ca-11e1-9e33-c80aa9429562:1"}, gomysql.MySQLFlavor, false},
+		// A gap (a transaction not applied) is not covered.
+		{Position{GTID: "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-4:6-10"}, Position{GTID: "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5"}, gomysql.MySQLFlavor, false},
 		// File and offset where either has no GTID set.
 		{Position{File: "binlog.000002", Pos: 4}, Position{File: "binlog.000001", Pos: 900}, gomysql.MySQLFlavor, true},
 		{Position{File: "binlog.000001", Pos: 4}, Position{File: "binlog.000001", Pos: 900}, gomysql.MySQLFlavor, false},
