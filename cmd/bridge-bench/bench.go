@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/source/mysqlbinlog"
@@ -482,6 +483,51 @@ func (e *env) fillMySQL(ctx context.Context, store *outbox.Store, prefix string,
 	}
 	_, err := e.db.SQL.ExecContext(ctx, "ANALYZE TABLE "+store.Table())
 	return err
+}
+
+// fillByCommits is fill in transactions of --rows-per-commit rows each
+// (a multi-row INSERT), committed by 4 writers at once: the rows as a
+// service's transactions leave them, each its own transaction in a log.
+func (e *env) fillByCommits(ctx context.Context, store *outbox.Store, prefix string, n int) error {
+	per := e.s.RowsPerCommit
+	const writers = 4
+	g, ctx := errgroup.WithContext(ctx)
+	for w := range writers {
+		g.Go(func() error {
+			for first := 1 + w*per; first <= n; first += writers * per {
+				count := min(per, n-first+1)
+				var values []string
+				var args []any
+				for i := first; i < first+count; i++ {
+					values = append(values, e.placeholders(len(args), 5))
+					key := any(nil)
+					if e.s.OrderingKeys > 0 {
+						key = fmt.Sprintf("o-%d", i%e.s.OrderingKeys)
+					}
+					args = append(args, fmt.Sprintf("%s-%d", prefix, i), fmt.Sprintf("%s.%d", prefix, i%16), e.payload, "{}", key)
+				}
+				q := `INSERT INTO ` + store.Table() + ` (idempotency_key, subject, payload, headers, ordering_key) VALUES ` + strings.Join(values, ", ")
+				if _, err := e.db.SQL.ExecContext(ctx, q, args...); err != nil {
+					return fmt.Errorf("insert rows %d to %d: %w", first, first+count-1, err)
+				}
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// placeholders is one row's "(…)" of k parameters after the first n, in
+// the database's style ($n for PostgreSQL, ? otherwise).
+func (e *env) placeholders(n, k int) string {
+	ps := make([]string, k)
+	for i := range ps {
+		ps[i] = "?"
+		if e.db.Dialect() == outbox.DialectPostgres {
+			ps[i] = fmt.Sprintf("$%d", n+i+1)
+		}
+	}
+	return "(" + strings.Join(ps, ", ") + ")"
 }
 
 // waitDone polls until n rows of store are done, printing progress.

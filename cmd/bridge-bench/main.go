@@ -59,6 +59,7 @@ type settings struct {
 	Phases            string        `json:"phases"`
 	DeleteOnRelay     bool          `json:"delete_on_relay"`
 	OrderingKeys      int           `json:"ordering_keys"`
+	RowsPerCommit     int           `json:"rows_per_commit,omitempty"`
 	Source            string        `json:"source"`
 	// Relays is the relay count of the top-level bridge figures: the
 	// first of RelayCounts, the counts of --relays, one bridge phase each.
@@ -187,6 +188,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	fs.BoolVar(&s.DeleteOnRelay, "delete-on-relay", false, "run the relay with relay.delete_on_relay: rows are deleted at their PubAck instead of marked done")
 	fs.IntVar(&s.OrderingKeys, "ordering-keys", 0, "spread the rows of the bridge phase over this many ordering keys (row i gets key o-<i mod K>; 0: no ordering key)")
+	fs.IntVar(&s.RowsPerCommit, "rows-per-commit", 0, "commit the bridge phase's rows in transactions of this many rows, by 4 writers, before the relay starts (1: a backlog as services write it, one row per transaction, which is what a log source reads transaction by transaction; 0: all in one statement per 100,000 rows, the fastest fill)")
 	fs.StringVar(&s.Source, "source", "table", "the relay's source: table (claims), postgres-wal (the write-ahead log; needs PostgreSQL 14+ with wal_level = logical: a publication and a replication slot per phase are created and dropped) or mysql-binlog (the binary log; needs MariaDB or MySQL with log_bin, binlog_format = ROW: a position table per phase)")
 	fs.StringVar(&s.CPUProfile, "cpuprofile", "", "write a CPU profile of the relay child process to this file, read with go tool pprof (each phase that runs the relay overwrites it: use with --phases bridge)")
 	fs.StringVar(&s.MemProfile, "memprofile", "", "write the allocation profile of the relay child process, from its start to its end, to this file, read with go tool pprof -sample_index=alloc_space (or alloc_objects); as --cpuprofile, use with --phases bridge")
@@ -196,6 +198,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if s.OrderingKeys < 0 {
 		fmt.Fprintf(stderr, "bridge-bench: --ordering-keys %d: must be 0 (no ordering key) or more\n", s.OrderingKeys)
+		return 2
+	}
+	if s.RowsPerCommit < 0 {
+		fmt.Fprintf(stderr, "bridge-bench: --rows-per-commit %d: must be 0 (one statement per 100,000 rows) or more\n", s.RowsPerCommit)
 		return 2
 	}
 	if s.Source != "table" && s.Source != "postgres-wal" && s.Source != "mysql-binlog" {
@@ -302,6 +308,9 @@ func printTable(w io.Writer, r *results) {
 	}
 	if s.OrderingKeys > 0 {
 		mode += fmt.Sprintf(", %d ordering keys", s.OrderingKeys)
+	}
+	if s.RowsPerCommit > 0 {
+		mode += fmt.Sprintf(", bridge rows committed %d per transaction", s.RowsPerCommit)
 	}
 	if s.Cluster {
 		mode += ", 3-node cluster, R3 streams"

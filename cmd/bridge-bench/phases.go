@@ -108,7 +108,11 @@ func (e *env) bridge(ctx context.Context, i, relays int) (bridgeResult, error) {
 		}
 	}
 	progress("bridge: committing %d rows to %s", e.s.Rows, store.Table())
-	if err := e.fill(ctx, store, prefix, e.s.Rows); err != nil {
+	fill := e.fill
+	if e.s.RowsPerCommit > 0 {
+		fill = e.fillByCommits
+	}
+	if err := fill(ctx, store, prefix, e.s.Rows); err != nil {
 		return res, err
 	}
 	progress("bridge: relaying with %d relay(s)", relays)
