@@ -97,7 +97,7 @@ func (s *Subscriber) session(lock *sql.Conn, out chan<- *message.Message) error 
 		<-markerDone
 	}()
 
-	p := &pipeline{s: s, out: out, asides: map[string]int64{}, told: map[string]time.Time{}, jobs: jobs}
+	p := &pipeline{s: s, out: out, asides: map[string]int64{}, told: map[string]time.Time{}, jobs: jobs, carry: make(chan txn, 1)}
 	if found && s.cfg.Reconciler != nil {
 		// The rows up to four batches past the stored position may have
 		// been published by the run that stored it (the batch being
@@ -159,6 +159,15 @@ func (s *Subscriber) session(lock *sql.Conn, out chan<- *message.Message) error 
 			s.wantPosition.Store(false)
 			sweep.Reset(s.cfg.SweepInterval)
 		}
+		// The transaction a batch carried over comes before the queue's,
+		// and the session's other events are heard meanwhile (a backlog
+		// carries one over batch after batch).
+		next := txs
+		if p.carried {
+			next = p.carry
+		}
+		var t txn
+		ok := false
 		select {
 		case <-s.closing:
 			return nil
@@ -167,14 +176,8 @@ func (s *Subscriber) session(lock *sql.Conn, out chan<- *message.Message) error 
 				err = errors.New("the replication stream ended")
 			}
 			return s.readFailed(ctx, err)
-		case t := <-txs:
-			batch := p.gather(t, txs)
-			if err := p.batch(batch); err != nil {
-				if errors.Is(err, errClosing) {
-					return nil
-				}
-				return err
-			}
+		case t = <-next:
+			ok, p.carried = true, false
 		case <-sweep.C:
 			cutoff, err := dbNow(ctx, s.db.SQL)
 			// A pending row created just before the sweep may be a
@@ -195,12 +198,22 @@ func (s *Subscriber) session(lock *sql.Conn, out chan<- *message.Message) error 
 		case err := <-lockLost:
 			return err
 		}
+		if ok {
+			if err := p.batch(p.gather(t, txs)); err != nil {
+				if errors.Is(err, errClosing) {
+					return nil
+				}
+				return err
+			}
+		}
 	}
 }
 
 // gather returns the batch that begins with first: first and the
-// transactions queued behind it, up to MaxInFlight rows or
-// MaxInFlightBytes. It waits for more, up to fillWait in all, in two cases:
+// transactions queued behind it, up to MaxInFlight rows and
+// MaxInFlightBytes (first always fits; a transaction that would pass either
+// bound is carried to begin the next batch). It waits for more, up to
+// fillWait in all, in two cases:
 //
 //   - Rows in doubt are read (scanning): each batch is looked up in its
 //     streams, a scan of what they stored since, so a backlog of small
@@ -255,6 +268,11 @@ func (p *pipeline) gather(first txn, txs <-chan txn) []txn {
 			if gap != nil {
 				gap.Reset(behindGap)
 			}
+		}
+		if rows+len(t.rows) > s.cfg.MaxInFlight || size+t.bytes > s.cfg.MaxInFlightBytes {
+			p.carry <- t // empty: the batch began with what it held
+			p.carried = true
+			return batch
 		}
 		batch = append(batch, t)
 		rows, size = rows+len(t.rows), size+t.bytes
@@ -367,6 +385,10 @@ type pipeline struct {
 	// database clock less the local one then.
 	since       time.Time
 	clockOffset time.Duration
+	// carry holds, when carried, the transaction read that would have
+	// passed the bounds of the batch before: the next batch begins with it.
+	carry   chan txn
+	carried bool
 }
 
 // loadAsides reads the ordering keys with failed rows.
@@ -438,6 +460,13 @@ func (p *pipeline) batch(txs []txn) error {
 	complete := p.publish(rows)
 	if took := time.Since(began); took > 50*time.Millisecond {
 		s.logger.Debug("slow batch", slog.Int("rows", len(rows)), slog.Duration("status_read", filtered.Sub(began)), slog.Duration("publish", time.Since(filtered)))
+	}
+	// The marker needs the rows' outcomes, not their contents: up to three
+	// batches are with it (two queued, one being written), and their
+	// payloads would be held meanwhile (a backlog of 32 KiB rows in full
+	// batches: 4 × relay.max_in_flight_bytes).
+	for _, e := range rows {
+		e.row.Payload, e.row.Headers = nil, nil
 	}
 	job := markJob{rows: rows}
 	if complete {
