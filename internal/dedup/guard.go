@@ -84,7 +84,8 @@ type Guard struct {
 	ensured   []string
 	logged    map[string]bool     // stream + problem logged (and counted) once
 	verdicts  map[string]*verdict // stream name → last inspection
-	unchecked map[string]error    // stream name, or "" for lookups by subject → why it cannot be checked now
+	unchecked map[string]error    // stream name → why it cannot be checked now
+	lookups   map[string]error    // subject → why its stream could not be looked up (until a lookup or a PubAck answers)
 
 	subjects sync.Map // subject → resolution; cleared at every periodic check
 
@@ -122,7 +123,7 @@ func NewGuard(js jetstream.JetStream, mode GuardMode, horizon time.Duration, str
 	}
 	return &Guard{js: js, mode: mode, horizon: horizon, logger: logger, routes: routes, seen: slices.Clone(streams),
 		ensured: slices.Clone(streams), logged: map[string]bool{}, verdicts: map[string]*verdict{}, unchecked: map[string]error{},
-		recheck: HoldBack}, nil
+		lookups: map[string]error{}, recheck: HoldBack}, nil
 }
 
 // Inherit takes over what prev (the guard of an earlier relay of this
@@ -132,6 +133,7 @@ func NewGuard(js jetstream.JetStream, mode GuardMode, horizon time.Duration, str
 func (g *Guard) Inherit(prev *Guard) {
 	prev.mu.Lock()
 	seen, logged, unchecked := slices.Clone(prev.seen), maps.Clone(prev.logged), maps.Clone(prev.unchecked)
+	lookups := maps.Clone(prev.lookups)
 	verdicts := maps.Clone(prev.verdicts)
 	prev.mu.Unlock()
 	g.mu.Lock()
@@ -154,6 +156,11 @@ func (g *Guard) Inherit(prev *Guard) {
 	for name, err := range unchecked {
 		if _, ok := g.unchecked[name]; !ok {
 			g.unchecked[name] = err
+		}
+	}
+	for subject, err := range lookups {
+		if _, ok := g.lookups[subject]; !ok {
+			g.lookups[subject] = err
 		}
 	}
 	g.mu.Unlock()
@@ -183,6 +190,7 @@ func (g *Guard) Published(subject, stream string) {
 		return // known: every PubAck comes here
 	}
 	g.Observe(stream)
+	g.lookupAnswered(subject)
 	g.routes.Learn(subject, stream)
 	if v, ok := g.subjects.Load(subject); ok && v.(resolution).name == "" {
 		g.subjects.Store(subject, resolution{name: stream})
@@ -215,6 +223,35 @@ func (g *Guard) streams() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return slices.Clone(g.seen)
+}
+
+// lookUpAgain looks up again the subjects whose lookup failed, until one
+// fails again (the API still does not answer: the next round tries
+// again), and returns the streams found that the guard has no verdict of
+// yet: to be inspected, so that the first finding on them does not wait
+// for a row.
+func (g *Guard) lookUpAgain(ctx context.Context) []string {
+	var found []string
+	for _, subject := range g.failedLookups() {
+		lookup, cancel := context.WithTimeout(ctx, admitTimeout)
+		name, err := g.lookUp(lookup, subject)
+		cancel()
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			continue
+		}
+		if err != nil {
+			break
+		}
+		g.subjects.Store(subject, resolution{name: name})
+		g.Observe(name)
+		g.mu.Lock()
+		_, known := g.verdicts[name]
+		g.mu.Unlock()
+		if !known {
+			found = append(found, name)
+		}
+	}
+	return found
 }
 
 // troubled returns the known streams found unsafe or unreadable at their
@@ -334,20 +371,7 @@ func (g *Guard) Admit(ctx context.Context, subject string) error {
 	if v, ok := g.subjects.Load(subject); ok && (v.(resolution).name != "" || time.Now().Before(v.(resolution).retry)) {
 		name = v.(resolution).name
 	} else {
-		n, err := g.js.StreamNameBySubject(bounded(), subject)
-		switch {
-		case errors.Is(err, jetstream.ErrStreamNotFound):
-			g.clearUnchecked("")
-			if routed, ok := g.routes.Stream(subject); ok {
-				n, err = routed, nil
-			}
-		case err != nil && !errors.Is(err, context.Canceled):
-			g.mu.Lock()
-			g.unchecked[""] = fmt.Errorf("look up the stream of subject %.80s: %w", subject, err)
-			g.mu.Unlock()
-		case err == nil:
-			g.clearUnchecked("")
-		}
+		n, err := g.lookUp(bounded(), subject)
 		if err != nil {
 			g.subjects.Store(subject, resolution{retry: time.Now().Add(HoldBack)})
 			return nil
@@ -382,32 +406,79 @@ func (g *Guard) Admit(ctx context.Context, subject string) error {
 	return nil
 }
 
-func (g *Guard) clearUnchecked(name string) {
+// lookUp asks the JetStream API for the stream of subject, and failing
+// that the routes PubAcks taught. A lookup that fails (the API does not
+// answer, or the relay's NATS user may not use it) is listed by Unchecked
+// until a lookup of the subject answers or a PubAck names its stream.
+func (g *Guard) lookUp(ctx context.Context, subject string) (string, error) {
+	name, err := g.js.StreamNameBySubject(ctx, subject)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		g.lookupAnswered(subject)
+		if routed, ok := g.routes.Stream(subject); ok {
+			return routed, nil
+		}
+	case err != nil && !errors.Is(err, context.Canceled):
+		g.mu.Lock()
+		if _, ok := g.lookups[subject]; ok || len(g.lookups) < maxLookups {
+			g.lookups[subject] = fmt.Errorf("look up the stream of subject %.80s: %w", subject, err)
+		}
+		g.mu.Unlock()
+	case err == nil:
+		g.lookupAnswered(subject)
+	}
+	return name, err
+}
+
+// lookupAnswered drops subject from the failed lookups.
+func (g *Guard) lookupAnswered(subject string) {
 	g.mu.Lock()
-	delete(g.unchecked, name)
+	delete(g.lookups, subject)
 	g.mu.Unlock()
 }
 
+// failedLookups returns the subjects whose stream could not be looked up.
+func (g *Guard) failedLookups() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Sorted(maps.Keys(g.lookups))
+}
+
+// maxLookups bounds the failed lookups kept to be tried again: a relay of
+// many subjects cut off from the JetStream API remembers the first
+// thousand, whose lookups answering again tells that the API does.
+const maxLookups = 1000
+
+// maxListedLookups bounds the failed lookups Unchecked names one by one:
+// a relay of many subjects cut off from the JetStream API would otherwise
+// put every one of them in its readiness detail.
+const maxListedLookups = 3
+
 // Unchecked says, per stream, why the guard cannot check it now (the
 // stream cannot be read: the JetStream API does not answer, or the relay's
-// NATS user may not use it), in stream order; the key "" is a subject
-// whose stream could not be looked up. Such streams are not held back:
-// their rows are published unchecked. Empty when every stream was checked.
+// NATS user may not use it), in stream order, then the subjects whose
+// stream could not be looked up (the first maxListedLookups in subject
+// order, and how many more). Such streams are not held back: their rows
+// are published unchecked. Empty when every stream was checked and every
+// lookup answered; Run tries the failed ones again every HoldBack.
 func (g *Guard) Unchecked() []string {
 	if g.mode == GuardOff {
 		return nil
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := make([]string, 0, len(g.unchecked))
+	out := make([]string, 0, len(g.unchecked)+min(len(g.lookups), maxListedLookups+1))
 	for name, err := range g.unchecked {
-		if name == "" {
-			out = append(out, err.Error())
-			continue
-		}
 		out = append(out, "stream "+name+": "+err.Error())
 	}
 	slices.Sort(out)
+	subjects := slices.Sorted(maps.Keys(g.lookups))
+	for _, subject := range subjects[:min(len(subjects), maxListedLookups)] {
+		out = append(out, g.lookups[subject].Error())
+	}
+	if more := len(subjects) - maxListedLookups; more > 0 {
+		out = append(out, fmt.Sprintf("and the lookups of %d more subjects", more))
+	}
 	return out
 }
 
@@ -453,10 +524,12 @@ func (g *Guard) Unsafe() []*UnsafeStreamError {
 // Run inspects the known streams every interval until ctx ends, so that a
 // stream changed by an operator is seen: made unsafe, its rows are held
 // back from then on; made safe, they flow again; deleted, its verdict is
-// dropped. The streams found unsafe or unreadable are inspected again
-// every HoldBack (or interval, when shorter), so that what Unsafe and
-// Unchecked say — readiness — follows a fixed stream within that long even
-// when none of its rows waits to be admitted. It never stops the relay.
+// dropped. The streams found unsafe or unreadable, and the subjects whose
+// stream could not be looked up, are tried again every HoldBack (or
+// interval, when shorter), so that what Unsafe and Unchecked say —
+// readiness — follows a fixed stream or a JetStream API that answers again
+// within that long even when none of their rows waits to be admitted. It
+// never stops the relay.
 func (g *Guard) Run(ctx context.Context, interval time.Duration) {
 	if g.mode == GuardOff {
 		return
@@ -472,14 +545,13 @@ func (g *Guard) Run(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-recheck.C:
-			if names = g.troubled(); len(names) == 0 {
-				continue
-			}
+			names = append(g.lookUpAgain(ctx), g.troubled()...)
 		case <-t.C:
 			g.subjects.Clear()
-			names, full = g.streams(), true
+			names, full = append(g.lookUpAgain(ctx), g.streams()...), true
 		}
-		for _, name := range names {
+		slices.Sort(names)
+		for _, name := range slices.Compact(names) {
 			unsafe, err := g.inspectStream(ctx, name)
 			switch {
 			case errors.Is(err, jetstream.ErrStreamNotFound):

@@ -45,9 +45,12 @@ func TestGuardForgetsADeletedStream(t *testing.T) {
 	require.NoError(t, g.Admit(ctx, "int.x"))
 }
 
-// runFor returns a context that ends after d.
+// runFor returns a context canceled after d, as a relay's is when it
+// stops (canceled, not past a deadline: a request the cancel cuts short is
+// not the stream's fault).
 func runFor(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(d, cancel)
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -128,4 +131,56 @@ func TestGuardReadinessFollowsAFixedStream(t *testing.T) {
 	dedup.SetRecheck(g, 100*time.Millisecond)
 	g.Run(runFor(t, time.Second), time.Hour) // no periodic check in the second
 	require.Empty(t, g.Unsafe(), "the fixed stream is still reported unsafe")
+}
+
+// TestGuardReadinessFollowsAnAnsweringAPI: a subject whose stream could
+// not be looked up (the relay's NATS user may not use the JetStream API)
+// stops being reported once the API answers — here, once the user is
+// allowed it — within the recheck, though no row of the subject waits to
+// be admitted; and the stream found is inspected then.
+func TestGuardReadinessFollowsAnAnsweringAPI(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var opts *server.Options
+	users := func(api bool) []*server.User {
+		allow := []string{"events.>"}
+		if api {
+			allow = append(allow, "$JS.API.>")
+		}
+		return []*server.User{
+			{Username: "relay", Password: "pw", Permissions: &server.Permissions{Publish: &server.SubjectPermission{Allow: allow}}},
+			{Username: "admin", Password: "pw"},
+		}
+	}
+	srv := bridgetest.StartNATSWithOptions(t, func(o *server.Options) { o.Users, opts = users(false), o })
+	admin, err := nats.Connect("nats://admin:pw@" + srv.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(admin.Close)
+	ajs, err := jetstream.New(admin)
+	require.NoError(t, err)
+	_, err = ajs.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Duplicates: 5 * time.Second})
+	require.NoError(t, err)
+	nc, err := nats.Connect("nats://relay:pw@"+srv.Addr().String(), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(500*time.Millisecond))
+	require.NoError(t, err)
+
+	g := newGuard(t, js, dedup.NewRoutes())
+	for _, subject := range []string{"events.a", "events.b", "events.c", "events.d", "events.e"} {
+		require.NoError(t, g.Admit(ctx, subject), "a subject whose stream cannot be looked up is not held back")
+	}
+	unchecked := strings.Join(g.Unchecked(), "; ")
+	require.Contains(t, unchecked, "look up the stream of subject events.a: ")
+	require.NotContains(t, unchecked, "events.d", "at most three subjects are named")
+	require.Contains(t, unchecked, "and the lookups of 2 more subjects")
+	require.Empty(t, g.Unsafe())
+
+	reload := opts.Clone()
+	reload.Users = users(true)
+	require.NoError(t, srv.ReloadOptions(reload))
+	dedup.SetRecheck(g, 100*time.Millisecond)
+	g.Run(runFor(t, 2*time.Second), time.Hour) // no periodic check, no row admitted
+	require.Empty(t, g.Unchecked(), "the lookups still reported failed after the API answers")
+	require.Len(t, g.Unsafe(), 1, "the stream found is inspected: a 5s duplicate window against a 35s horizon")
 }
