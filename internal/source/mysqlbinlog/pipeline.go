@@ -61,8 +61,9 @@ const (
 // the position past it (none when the batch did not settle every row, or
 // for the sweep's batches).
 type markJob struct {
-	rows []*entry
-	pos  *Position
+	rows   []*entry
+	pos    *Position
+	weight int64 // the rows it holds of the queue's room (markQueue.put)
 }
 
 // session reads the log from the stored position (or, the first time,
@@ -86,23 +87,24 @@ func (s *Subscriber) session(lock *sql.Conn, out chan<- *message.Message) error 
 		s.logger.Info("no stored binary log position: reading from the server's current one; the sweep publishes the pending rows before it", slog.String("position", start.String()))
 	}
 	s.stored.Store(&start)
-	jobs := make(chan markJob, 2)
+	jobs := newMarkQueue(s.cfg.MaxInFlight)
 	markerDone := make(chan struct{})
 	go func() {
 		defer close(markerDone)
 		s.marker(jobs)
 	}()
 	defer func() {
-		close(jobs)
+		jobs.close()
 		<-markerDone
 	}()
 
 	p := &pipeline{s: s, out: out, asides: map[string]int64{}, told: map[string]time.Time{}, jobs: jobs, carry: make(chan txn, 1)}
 	if found && s.cfg.Reconciler != nil {
 		// The rows up to four batches past the stored position may have
-		// been published by the run that stored it (the batch being
-		// marked, two queued for the marker, the one being published), at
-		// any time since a little before it was stored.
+		// been published by the run that stored it (three batches' rows
+		// with the marker, queued or being written: markQueue; the batch
+		// being published), at any time since a little before it was
+		// stored.
 		if now, err := dbNow(ctx, s.db.SQL); err == nil && !written.IsZero() {
 			p.doubt = 4 * s.cfg.MaxInFlight
 			p.doubtSince = written.Add(-time.Minute)
@@ -366,7 +368,7 @@ func (s *Subscriber) writePosition(ctx context.Context, db interface {
 type pipeline struct {
 	s      *Subscriber
 	out    chan<- *message.Message
-	jobs   chan<- markJob
+	jobs   *markQueue
 	asides map[string]int64     // ordering key → the least id of its rows set aside
 	told   map[string]time.Time // subject → when a row of it set aside was last logged
 	// doubt is how many rows from the session's start may have been
@@ -441,7 +443,7 @@ func (p *pipeline) batch(txs []txn) error {
 	}
 	if len(rows) == 0 {
 		if pos != nil {
-			p.jobs <- markJob{pos: pos}
+			p.jobs.put(markJob{pos: pos})
 		}
 		return nil
 	}
@@ -472,7 +474,7 @@ func (p *pipeline) batch(txs []txn) error {
 	if complete {
 		job.pos = pos
 	}
-	p.jobs <- job
+	p.jobs.put(job)
 	if !complete {
 		return errClosing
 	}

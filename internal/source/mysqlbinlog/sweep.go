@@ -86,7 +86,7 @@ func (p *pipeline) sweep(cutoff time.Time) bool {
 		}
 		s.Counters.Swept.Add(int64(len(publish)))
 		s.Counters.SetAside.Add(int64(len(waiting)))
-		p.jobs <- markJob{rows: append(publish, waiting...)}
+		p.jobs.put(markJob{rows: append(publish, waiting...)})
 		if !complete {
 			return false
 		}
