@@ -1155,6 +1155,23 @@ func TestBinlogRowsTheLogNeverBroughtAreNamed(t *testing.T) {
 	}, "/readyz still names the rows after a sweep found none")
 }
 
+// holdMarks relays a first row ("warm"), then locks the position row of
+// the running relay's table until the returned transaction ends (rolled
+// back at the test's end): the next marks' transaction waits on it, as
+// one held up by the database would.
+func (e *binlogEnv) holdMarks(t *testing.T) *sql.Tx {
+	t.Helper()
+	_, err := e.db.Exec(`INSERT INTO ` + e.table + ` (idempotency_key, subject, payload) VALUES ('warm', 'events.x', 'warm')`)
+	require.NoError(t, err)
+	poll(t, 30*time.Second, func() bool { return e.countDone(t) == 1 }, "the first row was not relayed")
+	lock, err := e.db.BeginTx(context.Background(), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lock.Rollback() })
+	_, err = lock.Exec(`SELECT * FROM ` + e.table + `_binlog FOR UPDATE`)
+	require.NoError(t, err)
+	return lock
+}
+
 // TestBinlogSlowMarksDoNotHoldPublishing: while the marks' transaction
 // waits on the database (here a lock on the position row, as a commit held
 // up would), the relay goes on publishing the transactions the log brings
@@ -1173,14 +1190,7 @@ func TestBinlogSlowMarksDoNotHoldPublishing(t *testing.T) {
 		_, err := e.db.Exec(`INSERT INTO `+e.table+` (idempotency_key, subject, payload) VALUES (?, 'events.x', ?)`, key, key)
 		require.NoError(t, err)
 	}
-	insert("warm")
-	poll(t, 30*time.Second, func() bool { return e.countDone(t) == 1 }, "the first row was not relayed")
-
-	lock, err := e.db.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	defer func() { _ = lock.Rollback() }()
-	_, err = lock.Exec(`SELECT * FROM ` + e.table + `_binlog FOR UPDATE`)
-	require.NoError(t, err)
+	lock := e.holdMarks(t)
 	const rows = 30
 	for i := range rows {
 		insert("r-" + strconv.Itoa(i)) // a transaction, a batch, each
@@ -1204,5 +1214,106 @@ func TestBinlogSlowMarksDoNotHoldPublishing(t *testing.T) {
 	require.Len(t, seen, rows+1)
 	for key, n := range seen {
 		require.Equal(t, 1, n, "row %s published %d times", key, n)
+	}
+}
+
+// TestBinlogDeleteOnRelay: with relay.delete_on_relay each row read from
+// the log is deleted once its PubAck came (by primary key: a scan of the
+// table would lock the producers' rows until the marks commit), and the
+// rows inserted meanwhile are left alone until their turn.
+func TestBinlogDeleteOnRelay(t *testing.T) {
+	t.Parallel()
+	e := newBinlogEnv(t)
+	e.runReady(t, "BRIDGE_RELAY_DELETE_ON_RELAY=true")
+	for i := range 20 {
+		_, err := e.db.Exec(`INSERT INTO `+e.table+` (idempotency_key, subject, payload) VALUES (?, 'events.x', ?)`, "d-"+strconv.Itoa(i), strconv.Itoa(i))
+		require.NoError(t, err)
+	}
+	poll(t, 30*time.Second, func() bool { return e.count(t, "") == 0 }, "the relayed rows were not deleted")
+	var got []string
+	for _, m := range bridgetest.Messages(t, e.js, "EVENTS") {
+		got = append(got, string(m.Data()))
+	}
+	want := make([]string, 20)
+	for i := range want {
+		want[i] = strconv.Itoa(i)
+	}
+	require.Equal(t, want, got, "each row once, in commit order")
+}
+
+// TestBinlogDoubtZoneCountsUnmarkedRows: a relay killed while its marks
+// wait (the position row locked) has published rows it did not mark, after
+// rows it marked without storing the position past them (the parts of a
+// transaction larger than a batch; with max_in_flight 1, every row). A
+// restart after the duplicate window looks the unmarked ones up in the
+// stream instead of publishing them again: the doubt zone counts the rows
+// the table does not hold settled. It counted every row, the marked ones
+// used it up, and the rows after them were published twice (a saboteur).
+func TestBinlogDoubtZoneCountsUnmarkedRows(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name            string
+		maxInFlight     string
+		bigRows, single int
+	}{
+		{"a transaction in parts, then one-row transactions", "2", 20, 6},
+		{"one-row transactions, max_in_flight 1", "1", 0, 12},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			const window = 5 * time.Second
+			e := newBinlogEnvWindow(t, window)
+			env := e.env("BRIDGE_RELAY_MAX_IN_FLIGHT="+c.maxInFlight, "BRIDGE_BINLOG_SWEEP_INTERVAL=1h")
+			p, _ := e.runReady(t, "BRIDGE_RELAY_MAX_IN_FLIGHT="+c.maxInFlight, "BRIDGE_BINLOG_SWEEP_INTERVAL=1h")
+			lock := e.holdMarks(t)
+			var err error
+			if c.bigRows > 0 {
+				values := make([]string, c.bigRows)
+				for i := range values {
+					values[i] = fmt.Sprintf("('big-%d', 'events.x', 'big-%d')", i, i)
+				}
+				_, err = e.db.Exec(`INSERT INTO ` + e.table + ` (idempotency_key, subject, payload) VALUES ` + strings.Join(values, ","))
+				require.NoError(t, err)
+			}
+			for i := range c.single {
+				_, err = e.db.Exec(`INSERT INTO `+e.table+` (idempotency_key, subject, payload) VALUES (?, 'events.x', ?)`, "s-"+strconv.Itoa(i), "s-"+strconv.Itoa(i))
+				require.NoError(t, err)
+				time.Sleep(5 * time.Millisecond)
+			}
+			// Until the relay publishes no more: its marks wait on the lock.
+			stream, err := e.js.Stream(ctx, "EVENTS")
+			require.NoError(t, err)
+			last, still := uint64(0), 0
+			poll(t, 30*time.Second, func() bool {
+				info, err := stream.Info(ctx)
+				require.NoError(t, err)
+				if info.State.Msgs == last {
+					still++
+				} else {
+					last, still = info.State.Msgs, 0
+				}
+				return still >= 40 // 2 s at poll's 50 ms
+			}, "the relay kept publishing")
+			require.Greater(t, e.count(t, "pending"), 1, "rows published but not marked")
+			kill(t, p)
+			require.NoError(t, lock.Rollback())
+			time.Sleep(window + 2*time.Second)
+
+			total := 1 + c.bigRows + c.single
+			p = start(t, e.dir, env, "run")
+			poll(t, 60*time.Second, func() bool {
+				require.False(t, p.exited(), "relay exited:\n%s", p.stderr)
+				return e.countDone(t) == total
+			}, "not every row was relayed")
+			seen := map[string]int{}
+			for _, m := range bridgetest.Messages(t, e.js, "EVENTS") {
+				seen[string(m.Data())]++
+			}
+			require.Len(t, seen, total)
+			for key, n := range seen {
+				require.Equal(t, 1, n, "row %s published %d times", key, n)
+			}
+		})
 	}
 }

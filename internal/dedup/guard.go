@@ -189,8 +189,7 @@ func (g *Guard) Published(subject, stream string) {
 	if v, ok := g.subjects.Load(subject); ok && v.(resolution).name == stream {
 		return // known: every PubAck comes here
 	}
-	g.Observe(stream)
-	g.lookupAnswered(subject)
+	g.Observe(stream) // a failed lookup stays listed: the stream is not checked yet
 	g.routes.Learn(subject, stream)
 	if v, ok := g.subjects.Load(subject); ok && v.(resolution).name == "" {
 		g.subjects.Store(subject, resolution{name: stream})
@@ -226,8 +225,8 @@ func (g *Guard) streams() []string {
 }
 
 // lookUpAgain looks up again the subjects whose lookup failed, until one
-// fails again (the API still does not answer: the next round tries
-// again), and returns the streams found that the guard has no verdict of
+// fails again as they did (the API still does not answer: the next round
+// tries again), and returns the streams found that the guard has no verdict of
 // yet: to be inspected, so that the first finding on them does not wait
 // for a row.
 func (g *Guard) lookUpAgain(ctx context.Context) []string {
@@ -236,11 +235,11 @@ func (g *Guard) lookUpAgain(ctx context.Context) []string {
 		lookup, cancel := context.WithTimeout(ctx, admitTimeout)
 		name, err := g.lookUp(lookup, subject)
 		cancel()
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			continue
+		if err != nil && g.lookupFailed(subject) {
+			break
 		}
 		if err != nil {
-			break
+			continue // not found, or the subject's own error: not listed
 		}
 		g.subjects.Store(subject, resolution{name: name})
 		g.Observe(name)
@@ -407,12 +406,17 @@ func (g *Guard) Admit(ctx context.Context, subject string) error {
 }
 
 // lookUp asks the JetStream API for the stream of subject, and failing
-// that the routes PubAcks taught. A lookup that fails (the API does not
-// answer, or the relay's NATS user may not use it) is listed by Unchecked
-// until a lookup of the subject answers or a PubAck names its stream.
+// that the routes PubAcks taught. A lookup that fails because the API does
+// not answer (or the relay's NATS user may not use it) is listed by
+// Unchecked until a lookup of the subject answers. One that fails for the
+// subject's own sake (a subject the client refuses to send, such as
+// "a.b>c", which a publish may still carry) is not: no answer of the API
+// would change it, and the row's publish tells.
 func (g *Guard) lookUp(ctx context.Context, subject string) (string, error) {
 	name, err := g.js.StreamNameBySubject(ctx, subject)
 	switch {
+	case errors.Is(err, jetstream.ErrInvalidSubject):
+		g.lookupAnswered(subject)
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		g.lookupAnswered(subject)
 		if routed, ok := g.routes.Stream(subject); ok {
@@ -435,6 +439,14 @@ func (g *Guard) lookupAnswered(subject string) {
 	g.mu.Lock()
 	delete(g.lookups, subject)
 	g.mu.Unlock()
+}
+
+// lookupFailed reports whether subject's lookup is listed as failed.
+func (g *Guard) lookupFailed(subject string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, ok := g.lookups[subject]
+	return ok
 }
 
 // failedLookups returns the subjects whose stream could not be looked up.

@@ -137,7 +137,10 @@ func TestGuardReadinessFollowsAFixedStream(t *testing.T) {
 // not be looked up (the relay's NATS user may not use the JetStream API)
 // stops being reported once the API answers — here, once the user is
 // allowed it — within the recheck, though no row of the subject waits to
-// be admitted; and the stream found is inspected then.
+// be admitted; and the stream found is inspected then. A PubAck naming the
+// stream meanwhile does not clear it (the stream is not checked yet); a
+// subject the client refuses to send to the API is not reported, nor does
+// it keep the others from being looked up again.
 func TestGuardReadinessFollowsAnAnsweringAPI(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -167,14 +170,17 @@ func TestGuardReadinessFollowsAnAnsweringAPI(t *testing.T) {
 	require.NoError(t, err)
 
 	g := newGuard(t, js, dedup.NewRoutes())
-	for _, subject := range []string{"events.a", "events.b", "events.c", "events.d", "events.e"} {
+	for _, subject := range []string{"events.0 bad", "events.a", "events.b", "events.c", "events.d", "events.e"} {
 		require.NoError(t, g.Admit(ctx, subject), "a subject whose stream cannot be looked up is not held back")
 	}
 	unchecked := strings.Join(g.Unchecked(), "; ")
 	require.Contains(t, unchecked, "look up the stream of subject events.a: ")
 	require.NotContains(t, unchecked, "events.d", "at most three subjects are named")
 	require.Contains(t, unchecked, "and the lookups of 2 more subjects")
+	require.NotContains(t, unchecked, "bad", "no answer of the API would change an invalid subject")
 	require.Empty(t, g.Unsafe())
+	g.Published("events.a", "EVENTS")
+	require.Contains(t, strings.Join(g.Unchecked(), "; "), "subject events.a: ", "a PubAck cleared the finding with the stream unchecked")
 
 	reload := opts.Clone()
 	reload.Users = users(true)

@@ -218,6 +218,71 @@ func TestMySQLClaimPlanWithManyDoneRows(t *testing.T) {
 	}
 }
 
+// TestMySQLBinlogStatementsReadByPrimaryKey: the mysql-binlog source's
+// statements on a batch of rows read them by primary key, however small the
+// table. On a table of 400 rows MariaDB read every row for the status read
+// of a batch of 100 (type ALL), and its shared locks waited for the marks'
+// transaction (row locks on the rows it marks): a mark held up held every
+// batch behind it, the marker's queue notwithstanding (a saboteur).
+func TestMySQLBinlogStatementsReadByPrimaryKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t, "mysql")
+	db := s.DB().SQL
+	n, from := mysqlSeries()
+	_, err := db.ExecContext(ctx, `INSERT INTO `+s.Table()+` (idempotency_key, subject, payload)
+		SELECT CONCAT('k-', `+n+`), 'events.x', ''`+from+` WHERE `+n+` < 400`)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, "ANALYZE TABLE "+s.Table())
+	require.NoError(t, err)
+	var ids []int64
+	rows, err := db.QueryContext(ctx, "SELECT id FROM "+s.Table()+" ORDER BY id LIMIT 100 OFFSET 150")
+	require.NoError(t, err)
+	for rows.Next() {
+		var id int64
+		require.NoError(t, rows.Scan(&id))
+		ids = append(ids, id)
+	}
+	require.NoError(t, rows.Err())
+	q, ok := s.BinlogStatements()
+	require.True(t, ok)
+	idArgs := make([]any, len(ids))
+	for i, id := range ids {
+		idArgs[i] = id
+	}
+	arms := func(value any) []any {
+		var out []any
+		for _, id := range ids {
+			out = append(out, id, value)
+		}
+		return out
+	}
+	keys := func() []any {
+		var out []any
+		for _, id := range ids {
+			out = append(out, id, "k-"+strconv.FormatInt(id, 10))
+		}
+		return out
+	}
+	join := func(lists ...[]any) []any { return slices.Concat(lists...) }
+	for name, stmt := range map[string]struct {
+		query string
+		args  []any
+	}{
+		"status read": {q.Statuses, idArgs},
+		"reread":      {q.Reread, join([]any{1 << 20}, idArgs)},
+		"mark done":   {q.MarkDone, join(arms("EVENTS"), arms(1), arms(1), idArgs, keys())},
+		"mark failed": {q.MarkFailed, join(arms("failed"), arms("x"), arms(1), arms(1000), idArgs, keys())},
+		"delete done": {q.DeleteDone, join(idArgs, keys())},
+	} {
+		_, lines := mysqlExplain(t, db, outbox.ExpandMySQL(stmt.query, len(ids)), stmt.args...)
+		require.NotEmpty(t, lines, name)
+		for _, line := range lines {
+			require.Equal(t, "PRIMARY", line["key"], "%s: %v", name, line)
+		}
+	}
+}
+
 // TestMySQLRequeueSkipsALockedLease: in-flight recovery must not wait for
 // a stale row that another transaction holds (a relay paused in the middle
 // of its mark or claim), nor stop for it: it requeues the other stale rows

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -34,6 +35,11 @@ type markQueue struct {
 	jobs chan markJob
 	room *semaphore.Weighted
 	size int64
+	// queued counts the jobs put (the pipeline's goroutine alone);
+	// written is the count of the last job the marker wrote (or gave up
+	// on at shutdown).
+	queued  int64
+	written atomic.Int64
 }
 
 // markRoomBatches is how many full batches the marker may hold unwritten:
@@ -56,6 +62,8 @@ func newMarkQueue(maxInFlight int) *markQueue {
 func (q *markQueue) put(job markJob) {
 	job.weight = min(int64(len(job.rows)), q.size)
 	_ = q.room.Acquire(context.Background(), job.weight) // cannot fail: no deadline
+	q.queued++
+	job.seq = q.queued
 	q.jobs <- job
 }
 
@@ -78,6 +86,7 @@ func (q *markQueue) next() (markJob, bool) {
 			}
 			job.rows = append(job.rows, more.rows...)
 			job.weight += more.weight
+			job.seq = more.seq
 			if more.pos != nil {
 				job.pos = more.pos
 			}
@@ -98,6 +107,7 @@ func (s *Subscriber) marker(q *markQueue) {
 			return
 		}
 		s.writeMarks(job)
+		q.written.Store(job.seq)
 		q.room.Release(job.weight)
 	}
 }

@@ -64,6 +64,7 @@ type markJob struct {
 	rows   []*entry
 	pos    *Position
 	weight int64 // the rows it holds of the queue's room (markQueue.put)
+	seq    int64 // its count among the jobs put (of the last, merged)
 }
 
 // session reads the log from the stored position (or, the first time,
@@ -151,9 +152,21 @@ func (s *Subscriber) session(lock *sql.Conn, out chan<- *message.Message) error 
 	lockLost := s.keepLock(ctx, lock)
 	var sweepAt *Position // the sweep waits until the marks reach this position
 	var sweepCutoff time.Time
+	// Then until the marker has written every batch handed to it by then
+	// (sweepAfter, a markQueue sequence; -1: not yet known): the sweep reads
+	// the ordering keys set aside from the table, where a row set aside in
+	// a batch whose mark was still queued would not be, and the rows of its
+	// key after it would be published before it. Meanwhile the batches go
+	// on (the reader hands a position at least once a second while a sweep
+	// waits: the loop looks again).
+	sweepAfter := int64(-1)
 	defer s.wantPosition.Store(false) // a session that ends leaves no sweep waiting
 	for {
-		if sweepAt != nil && s.stored.Load().covers(*sweepAt, s.srv.Flavor) {
+		if sweepAt != nil && sweepAfter < 0 && s.stored.Load().covers(*sweepAt, s.srv.Flavor) {
+			sweepAfter = p.jobs.queued
+		}
+		if sweepAfter >= 0 && p.jobs.written.Load() >= sweepAfter {
+			sweepAfter = -1
 			if !p.sweep(sweepCutoff) {
 				return nil
 			}
@@ -371,8 +384,8 @@ type pipeline struct {
 	jobs   *markQueue
 	asides map[string]int64     // ordering key → the least id of its rows set aside
 	told   map[string]time.Time // subject → when a row of it set aside was last logged
-	// doubt is how many rows from the session's start may have been
-	// published by the previous run (see Config.Reconciler), since
+	// doubt is how many of the unsettled rows from the session's start
+	// may have been published by the previous run (see Config.Reconciler), since
 	// doubtSince (database clock); dbStart is the database clock at
 	// localStart.
 	doubt               int
@@ -584,14 +597,24 @@ func (p *pipeline) reread(ctx context.Context, rows []*entry, pending func(*entr
 // publish by the previous run may have left the duplicate window
 // (dedup.Reconciler.InDoubt), and marks relayed, without a publish, those
 // found.
+//
+// The zone counts the rows the table does not hold settled: the previous
+// run marked in log order, so the rows it published unmarked are the first
+// unsettled ones after the stored position, however many it marked past
+// that position without storing it (the parts of a large transaction, or
+// with relay.max_in_flight 1 each row, its position a job of its own).
+// Counting every row, rows marked already used the zone up and the ones
+// published unmarked after them were published again past the duplicate
+// window (a saboteur: 8 rows twice).
 func (p *pipeline) reconcile(rows []*entry) {
 	s := p.s
-	n := min(len(rows), p.doubt)
-	p.doubt -= n
 	claimed := p.dbStart.Add(time.Since(p.localStart))
 	var candidates []dedup.Candidate
 	byID := map[int64]*entry{}
-	for _, e := range rows[:n] {
+	for _, e := range rows {
+		if p.doubt == 0 {
+			break
+		}
 		if e.at.After(p.dbStart.Add(time.Second)) {
 			// Committed after this session began (its event's time,
 			// seconds): the run before could not have read it, nor any
@@ -599,10 +622,12 @@ func (p *pipeline) reconcile(rows []*entry) {
 			p.doubt = 0
 			break
 		}
-		if e.result == unsettled {
-			candidates = append(candidates, dedup.Candidate{ID: e.row.ID, IdempotencyKey: e.row.IdempotencyKey, Subject: e.row.Subject, FirstClaimedAt: p.doubtSince, ClaimedAt: claimed})
-			byID[e.row.ID] = e
+		if e.result != unsettled {
+			continue // settled: marked by the run before, or not the pipeline's
 		}
+		p.doubt--
+		candidates = append(candidates, dedup.Candidate{ID: e.row.ID, IdempotencyKey: e.row.IdempotencyKey, Subject: e.row.Subject, FirstClaimedAt: p.doubtSince, ClaimedAt: claimed})
+		byID[e.row.ID] = e
 	}
 	found, doubted := source.FindInDoubt(s.hardCtx, s.cfg.Reconciler, candidates, s.logger, "reconcile")
 	p.scanning = doubted > 0

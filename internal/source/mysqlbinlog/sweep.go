@@ -27,8 +27,13 @@ func (p *pipeline) sweep(cutoff time.Time) bool {
 	} else if n > 0 {
 		s.logger.Info("sweep: put back rows a source: table relay left in flight", slog.Int("rows", n))
 	}
-	clear(p.asides)
+	// The ordering keys set aside are read again from the table (the
+	// session's loop runs the sweep once the marker has written every
+	// batch handed to it before), kept as they were when the read fails.
+	held := p.asides
+	p.asides = map[string]int64{}
 	if err := p.loadAsides(ctx); err != nil {
+		p.asides = held
 		p.sweepFailed(ctx, "sweep: cannot read the rows set aside; trying again at the next sweep", err)
 		return true
 	}

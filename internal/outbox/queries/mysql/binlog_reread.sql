@@ -8,5 +8,5 @@ binlog_sweep_read.sql's.
 */ -}}
 SELECT id, idempotency_key, subject, CASE WHEN LENGTH(payload) <= ? THEN payload END, headers, ordering_key, status,
 	attempts, created_at, LENGTH(payload), last_error IS NULL
-FROM {{.Table}}
+FROM {{.Table}} FORCE INDEX (PRIMARY)
 WHERE id IN (/*ids*/)
