@@ -85,7 +85,7 @@ type Guard struct {
 	logged    map[string]bool     // stream + problem logged (and counted) once
 	verdicts  map[string]*verdict // stream name → last inspection
 	unchecked map[string]error    // stream name → why it cannot be checked now
-	lookups   map[string]error    // subject → why its stream could not be looked up (until a lookup or a PubAck answers)
+	lookups   map[string]error    // subject → why its stream could not be looked up (until a lookup answers)
 
 	subjects sync.Map // subject → resolution; cleared at every periodic check
 

@@ -264,16 +264,15 @@ func TestMySQLBinlogStatementsReadByPrimaryKey(t *testing.T) {
 		}
 		return out
 	}
-	join := func(lists ...[]any) []any { return slices.Concat(lists...) }
 	for name, stmt := range map[string]struct {
 		query string
 		args  []any
 	}{
 		"status read": {q.Statuses, idArgs},
-		"reread":      {q.Reread, join([]any{1 << 20}, idArgs)},
-		"mark done":   {q.MarkDone, join(arms("EVENTS"), arms(1), arms(1), idArgs, keys())},
-		"mark failed": {q.MarkFailed, join(arms("failed"), arms("x"), arms(1), arms(1000), idArgs, keys())},
-		"delete done": {q.DeleteDone, join(idArgs, keys())},
+		"reread":      {q.Reread, slices.Concat([]any{1 << 20}, idArgs)},
+		"mark done":   {q.MarkDone, slices.Concat(arms("EVENTS"), arms(1), arms(1), idArgs, keys())},
+		"mark failed": {q.MarkFailed, slices.Concat(arms("failed"), arms("x"), arms(1), arms(1000), idArgs, keys())},
+		"delete done": {q.DeleteDone, slices.Concat(idArgs, keys())},
 	} {
 		_, lines := mysqlExplain(t, db, outbox.ExpandMySQL(stmt.query, len(ids)), stmt.args...)
 		require.NotEmpty(t, lines, name)
