@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
+	"github.com/outbox-bridge/bridge/internal/broker"
 	"github.com/outbox-bridge/bridge/internal/forwarder"
 	"github.com/outbox-bridge/bridge/internal/outbox"
 	"github.com/outbox-bridge/bridge/internal/sink"
@@ -149,4 +150,38 @@ func TestRowsNotHandedOverByTheirDeadlineAreGivenBack(t *testing.T) {
 	for i := handedOver; i < rows; i++ {
 		require.Equal(t, 1, seen[fmt.Sprintf("row-%02d", i)], "row-%02d is stored once", i)
 	}
+}
+
+// TestDiagnosisEndsBeforeTheAckDeadline: a publish that fails is diagnosed
+// (the broker's outage or the row's own failure) by asking the JetStream
+// API, which in a cluster without quorum does not answer (up to 3 s a
+// request). The diagnosis ends before the message's ack deadline, so that
+// the outage's outcome (held, the attempt not counted) reaches the source
+// in time: with relay.ack_deadline 2s and relay.publish_timeout 1s the
+// source gave up first, counted the attempt, and rows of a stream without
+// quorum became dead letters (TestBinlogStreamLeaderLost, in CI).
+func TestDiagnosisEndsBeforeTheAckDeadline(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "sqlite")
+	_, err := b.prod.Exec(b.insertSQL(), "held", "nostream.held", []byte("x"), "{}", nil)
+	require.NoError(t, err)
+	var calls atomic.Int64
+	unanswered := func(ctx context.Context, _ string, err error) error {
+		calls.Add(1)
+		select { // an API that does not answer in the time given
+		case <-ctx.Done():
+		case <-time.After(time.Minute):
+		}
+		return &broker.StreamUnavailableError{Stream: "NOSTREAM", Why: "stream info not answered: " + context.Cause(ctx).Error(), Err: err}
+	}
+	b.startRelayWith(t, "relay-1", func(c *forwarder.Config) { c.Diagnose = unanswered }, func(c *table.SubscriberConfig) {
+		c.AckDeadline, c.InflightTimeout, c.MaxAttempts = 500*time.Millisecond, 10*time.Second, 2
+		c.HoldBack = 100 * time.Millisecond
+	})
+	b.untilMarked(t, 30*time.Second, func() bool { return calls.Load() >= 4 }, "the row was not tried again: its diagnosis outlived its deadline")
+	var status string
+	var attempts int
+	require.NoError(t, b.db.SQL.QueryRow("SELECT status, attempts FROM "+b.store.Table()).Scan(&status, &attempts))
+	require.NotEqual(t, string(outbox.StatusPermanentFailed), status, "a dead letter for the broker's outage")
+	require.Zero(t, attempts, "an attempt counted for the broker's outage")
 }

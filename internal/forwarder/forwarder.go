@@ -202,6 +202,28 @@ func (f *Forwarder) handle(msg *message.Message) (failed error) {
 	return failed
 }
 
+// diagnoseMargin is how long before a message's deadline the diagnosis of
+// its failed publish ends, so that its outcome reaches the source in time.
+const diagnoseMargin = 100 * time.Millisecond
+
+// diagnoseBefore diagnoses err (the broker's outage or the subject's own
+// failure) within d's deadline, less diagnoseMargin: the source stops
+// waiting at the deadline and counts a message without an outcome as an
+// attempt, where an outage is not counted. The diagnosis asks the
+// JetStream API (up to 3 s a request), which may be longer than an ack
+// deadline leaves after the publish timeout (relay.ack_deadline 2s,
+// relay.publish_timeout 1s: rows of a stream without quorum became dead
+// letters); an API that does not answer within the time left is the
+// outage's sign it is anyway.
+func (f *Forwarder) diagnoseBefore(ctx context.Context, d *source.Delivery, err error) error {
+	if !d.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Deadline.Add(-diagnoseMargin))
+		defer cancel()
+	}
+	return f.diagnose(ctx, d.Subject, err)
+}
+
 // report reports the outcome of d's publish: its PubAck, or err
 // classified. It returns the error as reported.
 func (f *Forwarder) report(d *source.Delivery, ack *jetstream.PubAck, err error, span trace.Span) error {
@@ -211,7 +233,7 @@ func (f *Forwarder) report(d *source.Delivery, ack *jetstream.PubAck, err error,
 			ctx = context.Background()
 		}
 		if f.diagnose != nil {
-			err = f.diagnose(ctx, d.Subject, err)
+			err = f.diagnoseBefore(ctx, d, err)
 		}
 		err = NoStream(d.Subject, err)
 		if f.missing != nil && errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, broker.ErrBrokerUnavailable) {
