@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-bridge/bridge/internal/bridgetest"
@@ -184,4 +186,75 @@ func TestDiagnosisEndsBeforeTheAckDeadline(t *testing.T) {
 	require.NoError(t, b.db.SQL.QueryRow("SELECT status, attempts FROM "+b.store.Table()).Scan(&status, &attempts))
 	require.NotEqual(t, string(outbox.StatusPermanentFailed), status, "a dead letter for the broker's outage")
 	require.Zero(t, attempts, "an attempt counted for the broker's outage")
+}
+
+// TestLateSentRowsGetTheirOutcomeBeforeTheAckDeadline: rows of one claimed
+// batch handed to the NATS client late (here 600 ms before their ack
+// deadline of 2 s, behind a row that stalled; a long batch of large
+// payloads on a slow link, or a turn that waited) to a stream that never
+// answers (an outage: the publish reaches a server, no PubAck comes). Their
+// PubAck is awaited only as long as their deadline leaves room to diagnose
+// the failure, so the outage's outcome (held, the attempt not counted)
+// reaches the source in time. With relay.publish_timeout 1s their wait
+// ended 400 ms after the deadline: the source counted "publish outcome
+// unknown", and with relay.max_attempts 1 they became dead letters of an
+// outage.
+func TestLateSentRowsGetTheirOutcomeBeforeTheAckDeadline(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "sqlite")
+	b.publishTimeout = time.Second
+	const rows, onTime = 12, 4
+	const ackDeadline, sentLate = 2 * time.Second, 1400 * time.Millisecond
+	// No stream captures silent.>; this subscriber takes every publish and
+	// answers none, as a stream that lost its quorum does.
+	nc, err := nats.Connect(b.nats.URL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	_, err = nc.Subscribe("silent.>", func(*nats.Msg) {})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	for i := range rows {
+		_, err := b.prod.Exec(b.insertSQL(), fmt.Sprintf("row-%02d", i), fmt.Sprintf("silent.%02d", i), []byte("x"), "{}", nil)
+		require.NoError(t, err)
+	}
+	var mu sync.Mutex
+	var first time.Time // the batch's first hand-over: about when it was emitted
+	stall := func(_ context.Context, subject string) error {
+		mu.Lock()
+		if subject == "silent.00" {
+			first = time.Now()
+		}
+		until := first.Add(sentLate)
+		mu.Unlock()
+		if subject == fmt.Sprintf("silent.%02d", onTime) {
+			time.Sleep(time.Until(until))
+		}
+		return nil
+	}
+	var diagnosed atomic.Int64
+	outage := func(ctx context.Context, _ string, err error) error {
+		diagnosed.Add(1)
+		return &broker.StreamUnavailableError{Stream: "SILENT", Why: "publish not acknowledged", Err: err}
+	}
+	r := b.startRelayWith(t, "relay-1", func(c *forwarder.Config) { c.Admit, c.Diagnose = stall, outage }, func(c *table.SubscriberConfig) {
+		c.BatchSize, c.MaxInFlight = rows, rows // one claim of every row
+		c.AckDeadline, c.InflightTimeout, c.MaxAttempts = ackDeadline, 10*time.Second, 1
+		c.HoldBack = time.Minute // one round: the rows held are not claimed again
+	})
+	c := &r.sub.Counters
+	b.untilMarked(t, 30*time.Second, func() bool { return c.Held.Load()+c.Released.Load()+c.Failed.Load()+c.Dead.Load() >= rows },
+		"every row settled")
+
+	res, err := b.db.SQL.Query("SELECT idempotency_key, status, attempts, coalesce(last_error, '') FROM " + b.store.Table() + " ORDER BY id")
+	require.NoError(t, err)
+	defer res.Close()
+	for res.Next() {
+		var key, status, lastError string
+		var attempts int
+		require.NoError(t, res.Scan(&key, &status, &attempts, &lastError))
+		require.NotEqual(t, string(outbox.StatusPermanentFailed), status, "%s: a dead letter of the broker's outage (%s)", key, lastError)
+		require.Zero(t, attempts, "%s: an attempt counted for the broker's outage (%s)", key, lastError)
+	}
+	require.NoError(t, res.Err())
+	require.GreaterOrEqual(t, diagnosed.Load(), int64(rows), "every row's failure was diagnosed")
 }

@@ -193,7 +193,7 @@ func (f *Forwarder) handle(msg *message.Message) (failed error) {
 					attribute.String("messaging.destination.name", d.Subject),
 					attribute.String("messaging.message.id", m.Header.Get(jetstream.MsgIDHeader))))
 		}
-		if err := batch.Send(ctx, i, m, d.Handover); err != nil {
+		if err := batch.Send(ctx, i, m, d.Handover, d.Deadline); err != nil {
 			f.observe(0)
 			failed = cmp.Or(failed, f.report(d, nil, err, spanAt(spans, i)))
 		}

@@ -51,6 +51,8 @@ type bundle struct {
 	// claims is signalled by every relay of the bundle after each claim
 	// (table.Signals.Claimed).
 	claims *source.TestSignal[int]
+	// publishTimeout, when set, is the relays' sink.Config.PublishTimeout.
+	publishTimeout time.Duration
 }
 
 func setup(t *testing.T, kind string) *bundle {
@@ -98,7 +100,7 @@ func (b *bundle) startRelayWith(t *testing.T, owner string, fwdOption func(*forw
 	require.NoError(t, err)
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(5*time.Second), jetstream.WithPublishAsyncMaxPending(1000))
 	require.NoError(t, err)
-	pub, err := sink.New(js, sink.Config{Marshaler: forwarder.NewPublisherMarshaler()})
+	pub, err := sink.New(js, sink.Config{Marshaler: forwarder.NewPublisherMarshaler(), PublishTimeout: b.publishTimeout})
 	require.NoError(t, err)
 	fcfg := forwarder.Config{CloseTimeout: 10 * time.Second, Connected: nc.IsConnected}
 	if fwdOption != nil {

@@ -283,7 +283,7 @@ func (c *Config) send(ctx context.Context, rows []outbox.ReplayRow, streams map[
 		errs := make([]error, len(items))
 		acks := make([]*jetstream.PubAck, len(items))
 		for i, it := range items {
-			errs[i] = b.Send(ctx, i, it.msg, nil)
+			errs[i] = b.Send(ctx, i, it.msg, nil, time.Time{})
 		}
 		b.Wait(func(i int, ack *jetstream.PubAck, err error, _ time.Duration) { acks[i], errs[i] = ack, err })
 		b.End()

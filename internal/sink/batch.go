@@ -36,6 +36,7 @@ type pending struct {
 	future  jetstream.PubAckFuture // nil: not sent, or its outcome is reported
 	subject string
 	began   time.Time
+	end     time.Time // when the wait for its PubAck ends (Publisher.waitEnd)
 	// late is the timeout of a message that got no PubAck in time, set
 	// until flushLate reports it with the other late ones.
 	late error
@@ -69,14 +70,16 @@ func (p *Publisher) Begin(ctx context.Context, n int) (*Batch, error) {
 // over only after the previous turn's message was, and its turn passes as
 // soon as it was (or as not sent, when Send fails first). check, when
 // set, is called last before the hand-over (the publish deadline); its
-// error stops the send.
+// error stops the send. by, when not zero, is when m's outcome is due
+// (its source's ack deadline): m's PubAck is awaited until then at most,
+// less time to diagnose a failure (Publisher.waitEnd).
 //
 // It never retries by itself (jetstream.WithRetryAttempts(0)): a retry
 // inside the client could land after later messages and break per-key
 // order. Errors: ErrTurnBroken, check's, ErrNotSent, the client's
 // (nats.ErrMaxPayload, nats.ErrBadSubject, …). Nothing was sent when Send
 // fails.
-func (b *Batch) Send(ctx context.Context, i int, m *nats.Msg, check func() error) (err error) {
+func (b *Batch) Send(ctx context.Context, i int, m *nats.Msg, check func() error, by time.Time) (err error) {
 	turn := turnFrom(ctx)
 	if turn != nil {
 		defer func() { turn.Pass(err == nil) }() // the next one may follow, or is refused
@@ -101,8 +104,34 @@ func (b *Batch) Send(ctx context.Context, i int, m *nats.Msg, check func() error
 		}
 		return fmt.Errorf("publish to %s: %w", m.Subject, err)
 	}
-	b.pend[i] = pending{future: future, subject: m.Subject, began: began}
+	b.pend[i] = pending{future: future, subject: m.Subject, began: began, end: p.waitEnd(began, by)}
 	return nil
+}
+
+// outcomeReserve is the most of the time before a message's outcome is
+// due that its PubAck wait leaves for a failure's diagnosis (the PING of
+// flushLate, up to answeredWait, and the forwarder's questions to the
+// JetStream API).
+const outcomeReserve = 500 * time.Millisecond
+
+// waitEnd is when the wait for the PubAck of a message sent at began ends:
+// PublishTimeout after the send, or earlier when its outcome is due by
+// (its source's ack deadline; zero: no such time) sooner: outcomeReserve
+// before by, or half the time left when less is left. A message handed
+// over late in a long batch (or after its turn waited) whose wait ran past
+// by had no outcome when its source gave up on it, and the source counted
+// the attempt as "outcome unknown" even while the broker was out, where an
+// outage's failure is not counted.
+func (p *Publisher) waitEnd(began, by time.Time) time.Time {
+	end := began.Add(p.cfg.PublishTimeout)
+	if by.IsZero() {
+		return end
+	}
+	reserve := max(0, min(outcomeReserve, by.Sub(began)/2))
+	if due := by.Add(-reserve); due.Before(end) {
+		return due
+	}
+	return end
 }
 
 // Wait waits for the PubAck of every message sent and calls done with
@@ -134,9 +163,13 @@ func (b *Batch) Wait(done func(i int, ack *jetstream.PubAck, err error, took tim
 		// One pass: report what is known, find the first and the last
 		// message still waiting.
 		last := -1
+		var end time.Time // the earliest end of a wait
 		for i := first; i < len(b.pend); i++ {
 			if !b.poll(i, done) {
 				last = i
+				if w := &b.pend[i]; end.IsZero() || w.end.Before(end) {
+					end = w.end
+				}
 			} else if i == first {
 				first++
 			}
@@ -159,8 +192,7 @@ func (b *Batch) Wait(done func(i int, ack *jetstream.PubAck, err error, took tim
 			}
 			sweeps = sweep.C
 		}
-		// The first message waiting was sent first: its timeout comes first.
-		timer.Reset(time.Until(b.pend[first].began.Add(p.cfg.PublishTimeout)))
+		timer.Reset(time.Until(end))
 		select {
 		case ack := <-w.future.Ok():
 			b.finish(last, ack, nil, done)
@@ -268,8 +300,8 @@ func (b *Batch) flushLate(done func(int, *jetstream.PubAck, error, time.Duration
 		if w.future == nil {
 			continue
 		}
-		if w.late == nil && !now.Before(w.began.Add(p.cfg.PublishTimeout)) && !b.poll(i, done) {
-			w.late = fmt.Errorf("no PubAck within %s: %w", p.cfg.PublishTimeout, jetstream.ErrAsyncPublishTimeout)
+		if w.late == nil && !now.Before(w.end) && !b.poll(i, done) {
+			w.late = p.noPubAck(w)
 		}
 		if w.late != nil {
 			late = append(late, i)
@@ -288,6 +320,16 @@ func (b *Batch) flushLate(done func(int, *jetstream.PubAck, error, time.Duration
 		}
 		b.finish(late[k], nil, err, done)
 	}
+}
+
+// noPubAck is the timeout of w, whose PubAck did not come by its wait's
+// end.
+func (p *Publisher) noPubAck(w *pending) error {
+	if waited := w.end.Sub(w.began); waited < p.cfg.PublishTimeout {
+		return fmt.Errorf("no PubAck within %s, what its ack deadline left of %s: %w",
+			waited.Round(time.Millisecond), p.cfg.PublishTimeout, jetstream.ErrAsyncPublishTimeout)
+	}
+	return fmt.Errorf("no PubAck within %s: %w", p.cfg.PublishTimeout, jetstream.ErrAsyncPublishTimeout)
 }
 
 // answered asks Config.Answered whether the server answered a PING sent
