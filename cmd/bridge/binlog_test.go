@@ -1179,12 +1179,16 @@ func (e *binlogEnv) holdMarks(t *testing.T) *sql.Tx {
 // of them are written in one go once the database answers. Before, two
 // batches queued for the marker held every one after them: at 1,000 rows/s
 // a mark commit held up 20–30 ms put that much on the latency of every row
-// behind it.
+// behind it. While the write waits longer than 5 s, /readyz answers 503
+// naming the marks and the rows not marked, and the gauges
+// bridge_binlog_rows_unmarked and bridge_binlog_mark_wait_seconds say so
+// (nothing told of it before, but a WARN once the write's deadline of 30 s
+// ended); both clear once the marks are written.
 func TestBinlogSlowMarksDoNotHoldPublishing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e := newBinlogEnv(t)
-	e.runReady(t, "BRIDGE_BINLOG_SWEEP_INTERVAL=1h")
+	_, http := e.runReady(t, "BRIDGE_BINLOG_SWEEP_INTERVAL=1h")
 	insert := func(key string) {
 		t.Helper()
 		_, err := e.db.Exec(`INSERT INTO `+e.table+` (idempotency_key, subject, payload) VALUES (?, 'events.x', ?)`, key, key)
@@ -1204,9 +1208,20 @@ func TestBinlogSlowMarksDoNotHoldPublishing(t *testing.T) {
 		return info.State.Msgs == rows+1
 	}, "the rows were not published while their marks waited")
 	require.Equal(t, 1, e.countDone(t), "marks written while the position row was locked")
+	poll(t, 30*time.Second, func() bool {
+		code, body := readyz(http)
+		return code == 503 && strings.Contains(body, "marks: a statement has waited") && strings.Contains(body, "rows published and not marked")
+	}, "/readyz never said that the marks wait")
+	m := metrics(t, http)
+	require.GreaterOrEqual(t, metricValue(m, "bridge_binlog_rows_unmarked"), float64(rows), "rows unmarked:\n%s", m)
+	require.Greater(t, metricValue(m, "bridge_binlog_mark_wait_seconds"), 5.0)
 
 	require.NoError(t, lock.Rollback())
 	poll(t, 30*time.Second, func() bool { return e.countDone(t) == rows+1 }, "the rows were not marked once the database answered")
+	poll(t, 30*time.Second, func() bool { code, _ := readyz(http); return code == 200 }, "/readyz still fails once the marks were written")
+	m = metrics(t, http)
+	require.Zero(t, metricValue(m, "bridge_binlog_rows_unmarked"))
+	require.Zero(t, metricValue(m, "bridge_binlog_mark_wait_seconds"))
 	seen := map[string]int{}
 	for _, m := range bridgetest.Messages(t, e.js, "EVENTS") {
 		seen[string(m.Data())]++

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -339,4 +341,49 @@ func (e *walEnv) verifyDeletedOnce(t *testing.T, total int) {
 	for i, m := range msgs {
 		require.Equal(t, "k-"+strconv.Itoa(i), m.Headers().Get(jetstream.MsgIDHeader), "stream position %d", i)
 	}
+}
+
+// TestWALMarksThatWaitAreNamed: while the write of marks waits for the
+// database (here rows locked FOR SHARE by another session, as a long
+// transaction of a report or a migration holds them), the slot's confirmed
+// position waits with it. Once the write has waited longer than 5 s,
+// /readyz answers 503 naming the marks, and bridge_wal_mark_wait_seconds
+// says how long; nothing told of it before (the write has no deadline). Both
+// clear once the lock goes, and every row is marked and in the stream once.
+func TestWALMarksThatWaitAreNamed(t *testing.T) {
+	t.Parallel()
+	e := newWALEnv(t)
+	p := e.run(t, "BRIDGE_LOG_LEVEL=info") // relayHTTPAddr reads the address from the log
+	base := "http://" + relayHTTPAddr(t, p)
+	e.insert(t, 0, 1)
+	poll(t, 30*time.Second, func() bool { return e.count(t, "done") == 1 }, "the first row was not relayed")
+
+	// The relay is stopped while the next rows are committed and locked,
+	// so that their marks are the ones that wait.
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGSTOP))
+	t.Cleanup(func() { _ = p.cmd.Process.Signal(syscall.SIGCONT) })
+	const total = 20
+	e.insert(t, 1, total)
+	lock, err := e.db.BeginTx(context.Background(), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lock.Rollback() })
+	_, err = lock.Exec(`SELECT id FROM ` + e.table + ` WHERE status = 'pending' FOR SHARE`)
+	require.NoError(t, err)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGCONT))
+
+	poll(t, 30*time.Second, func() bool { return e.inStream(t) == total }, "the rows were not published")
+	poll(t, 30*time.Second, func() bool {
+		code, body := httpGet(base + "/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "marks: a statement has waited")
+	}, "/readyz never said that the marks wait")
+	v, _ := metric(metricsText(t, base), "bridge_wal_mark_wait_seconds")
+	require.Greater(t, v, 5.0, "bridge_wal_mark_wait_seconds")
+	require.Equal(t, 1, e.count(t, "done"), "marks written through the lock")
+
+	require.NoError(t, lock.Rollback())
+	poll(t, 30*time.Second, func() bool { return e.count(t, "done") == total }, "the rows were not marked once the lock went")
+	poll(t, 30*time.Second, func() bool { code, _ := httpGet(base + "/readyz"); return code == http.StatusOK }, "/readyz still fails once the marks were written")
+	v, _ = metric(metricsText(t, base), "bridge_wal_mark_wait_seconds")
+	require.Zero(t, v)
+	e.verifyCommitOrder(t, total)
 }

@@ -40,6 +40,9 @@ type markQueue struct {
 	// on at shutdown).
 	queued  int64
 	written atomic.Int64
+	// unwritten counts the rows put and not written yet (the
+	// Subscriber's, for its probes).
+	unwritten *atomic.Int64
 }
 
 // markRoomBatches is how many full batches the marker may hold unwritten:
@@ -52,9 +55,9 @@ const markRoomBatches = 3
 // position alone holds none.
 const markJobsQueued = 1024
 
-func newMarkQueue(maxInFlight int) *markQueue {
+func newMarkQueue(maxInFlight int, unwritten *atomic.Int64) *markQueue {
 	size := int64(markRoomBatches * max(maxInFlight, 1))
-	return &markQueue{jobs: make(chan markJob, markJobsQueued), room: semaphore.NewWeighted(size), size: size}
+	return &markQueue{jobs: make(chan markJob, markJobsQueued), room: semaphore.NewWeighted(size), size: size, unwritten: unwritten}
 }
 
 // put queues job, after waiting for room for its rows while the marker is
@@ -62,9 +65,29 @@ func newMarkQueue(maxInFlight int) *markQueue {
 func (q *markQueue) put(job markJob) {
 	job.weight = min(int64(len(job.rows)), q.size)
 	_ = q.room.Acquire(context.Background(), job.weight) // cannot fail: no deadline
+	q.unwritten.Add(int64(len(job.rows)))
 	q.queued++
 	job.seq = q.queued
 	q.jobs <- job
+}
+
+// marksWaitReady is how long a write of marks may wait for the database
+// before readiness fails: a commit of marks takes milliseconds; one held
+// longer waits on a lock (a session holding rows of the table, or the
+// position row `<table>_binlog`), a slow disk or a server that stopped
+// answering, and publishing stops once the marker's room is full.
+const marksWaitReady = 5 * time.Second
+
+// marksHealth is the readiness of the marks: an error when a write has
+// waited longer than marksWaitReady or FailingAfter writes in a row failed,
+// with how many rows wait to be marked; nil otherwise.
+func (s *Subscriber) marksHealth() error {
+	err := s.marks.Check("marks", marksWaitReady)
+	if err == nil {
+		return nil
+	}
+	room := markRoomBatches * max(s.cfg.MaxInFlight, 1)
+	return fmt.Errorf("%w (%d rows published and not marked; publishing waits once %d are, and the stored binary log position with them)", err, s.unmarked.Load(), room)
 }
 
 // close ends the marker once it has written every job queued.
@@ -108,6 +131,7 @@ func (s *Subscriber) marker(q *markQueue) {
 		}
 		s.writeMarks(job)
 		q.written.Store(job.seq)
+		q.unwritten.Add(-int64(len(job.rows)))
 		q.room.Release(job.weight)
 	}
 }
@@ -116,7 +140,9 @@ func (s *Subscriber) marker(q *markQueue) {
 func (s *Subscriber) writeMarks(job markJob) {
 	var since time.Time
 	for attempt := 1; ; attempt++ {
+		s.marks.Begin()
 		err := s.mark(job)
+		s.marks.End(err)
 		if err == nil {
 			return
 		}

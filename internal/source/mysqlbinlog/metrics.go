@@ -15,9 +15,11 @@ import (
 // bridge_rows_dead_total. Its own: bridge_binlog_rows_read_total,
 // bridge_binlog_rows_swept_total, bridge_binlog_rows_skipped_total,
 // bridge_binlog_rows_set_aside_total, bridge_binlog_stream_restarts_total
-// and the gauges bridge_binlog_lag_seconds (LagSeconds) and
+// and the gauges bridge_binlog_lag_seconds (LagSeconds),
 // bridge_binlog_reading (1 while this relay reads the log, 0 as a standby
-// or while it cannot).
+// or while it cannot), bridge_binlog_rows_unmarked (rows published whose
+// marks are not written yet) and bridge_binlog_mark_wait_seconds (how
+// long the write of marks in progress has waited; 0 when none).
 func (s *Subscriber) Collectors() []prometheus.Collector {
 	counter := func(name, help string, f func() int64, labels prometheus.Labels) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels},
@@ -37,6 +39,10 @@ func (s *Subscriber) Collectors() []prometheus.Collector {
 		counter("bridge_binlog_rows_set_aside_total", "Rows set aside: failed for a reason of their own, or behind such a row of their ordering key; the sweep publishes them.", c.SetAside.Load, nil),
 		counter("bridge_binlog_stream_restarts_total", "Binary log sessions started again after an interruption.", c.Restarts.Load, nil),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bridge_binlog_lag_seconds", Help: "Age of the oldest row read from the binary log and not yet settled (its commit time); 0 when none."}, s.LagSeconds),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bridge_binlog_rows_unmarked", Help: "Rows published whose marks (and the binary log position past them) are not written yet; publishing waits once 3 × relay.max_in_flight are."},
+			func() float64 { return float64(s.unmarked.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bridge_binlog_mark_wait_seconds", Help: "How long the write of marks in progress has waited for the database; 0 when none."},
+			func() float64 { return s.marks.Running().Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bridge_binlog_reading", Help: "1 while this relay reads the binary log; 0 as a standby or while it cannot."}, func() float64 {
 			if s.state.Load().streaming {
 				return 1
@@ -64,14 +70,21 @@ func (s *Subscriber) Stalled(ctx context.Context, after time.Duration) (bool, st
 	case !st.streaming:
 		return true, fmt.Sprintf("rows wait and this relay cannot read the binary log: %v", st.err), nil
 	}
+	if err := s.marksHealth(); err != nil {
+		return true, fmt.Sprintf("rows wait while this relay's marks wait for the database: %v", err), nil
+	}
 	return true, "rows wait while this relay reads the binary log: nothing was settled", nil
 }
 
-// Excuse: a standby's stall is the holder's, which a restart of this
-// process does not change.
+// Excuse: a standby's stall is the holder's, and marks that wait for the
+// database wait for it (a lock held by another session, a slow disk): a
+// restart of this process changes neither.
 func (s *Subscriber) Excuse() string {
 	if st := s.state.Load(); st.standby != "" {
 		return "standby: " + st.standby + " reads the binary log"
+	}
+	if s.marksHealth() != nil {
+		return "marks wait for the database"
 	}
 	return ""
 }

@@ -88,7 +88,7 @@ func (s *Subscriber) session(lock *sql.Conn, out chan<- *message.Message) error 
 		s.logger.Info("no stored binary log position: reading from the server's current one; the sweep publishes the pending rows before it", slog.String("position", start.String()))
 	}
 	s.stored.Store(&start)
-	jobs := newMarkQueue(s.cfg.MaxInFlight)
+	jobs := newMarkQueue(s.cfg.MaxInFlight, &s.unmarked)
 	markerDone := make(chan struct{})
 	go func() {
 		defer close(markerDone)

@@ -94,6 +94,10 @@ type Subscriber struct {
 	// the relay's own writes too (read).
 	wantPosition atomic.Bool
 	progress     atomic.Int64 // unix ns: rows last settled (the stall watch)
+	// marks is the record of the marker's writes; unmarked counts the rows
+	// handed to it and not written yet (for readiness and metrics).
+	marks    source.LoopHealth
+	unmarked atomic.Int64
 
 	closing    chan struct{}
 	closeOnce  sync.Once
@@ -255,7 +259,9 @@ func (s *Subscriber) Close() error {
 
 func (s *Subscriber) beginClose() { s.closeOnce.Do(func() { close(s.closing) }) }
 
-// Ready is the readiness check: nil while the relay reads the binary log;
+// Ready is the readiness check: nil while the relay reads the binary log
+// and its marks are written (an error when a write of marks has waited for
+// the database longer than 5 s, or three failed in a row);
 // a health.Degraded error naming the lock's holder while it waits as a
 // standby, or the error of the last sweep while it failed; an error when
 // the last sweep found no outbox table; otherwise why it does not read (or
@@ -266,6 +272,9 @@ func (s *Subscriber) Ready(context.Context) error {
 	case st.fault != "":
 		return errors.New(st.fault)
 	case st.streaming:
+		if err := s.marksHealth(); err != nil {
+			return err
+		}
 		if err := s.swept.Err(); err != nil {
 			return err
 		}

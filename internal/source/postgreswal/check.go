@@ -102,7 +102,7 @@ type checker struct {
 func (s *Subscriber) checker() *checker {
 	return &checker{
 		db: s.db.SQL, q: s.q, cfg: s.cfg, logger: s.logger, checked: &s.Counters.Checked, clockOffset: &s.stream.clockOffset,
-		in: s.checks, out: s.checked, closing: s.closing, writes: s.dbRetry(),
+		in: s.checks, out: s.checked, closing: s.closing, writes: s.dbRetry(&s.checkReads),
 	}
 }
 

@@ -3,12 +3,12 @@ package postgreswal
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/outbox-bridge/bridge/internal/outbox"
@@ -99,14 +99,33 @@ type marker struct {
 func (s *Subscriber) marker() *marker {
 	return &marker{
 		db: s.db.SQL, q: s.q, deleteOnRelay: s.cfg.DeleteOnRelay, logger: s.logger, counters: &s.Counters,
-		marks: s.marks, settled: s.settled, writes: s.dbRetry(), marked: s.Signals.Marked,
+		marks: s.marks, settled: s.settled, writes: s.dbRetry(&s.markWrites), marked: s.Signals.Marked,
 		gone: func(ctx context.Context) bool { gone, _ := s.store.Gone(ctx); return gone },
 	}
 }
 
-// dbRetry is the Subscriber's retry of writes (marks, checks).
-func (s *Subscriber) dbRetry() dbRetry {
-	return dbRetry{ctx: s.hardCtx, logger: s.logger, failing: &s.marksFailing}
+// writesWaitReady is how long a write of marks (or a check of rows'
+// visibility) may wait for the database before readiness fails: it takes
+// milliseconds; one held longer waits on a lock (a session holding rows of
+// the table), a slow disk or a server that stopped answering, and the
+// slot's confirmed position waits with it, holding WAL on the server.
+const writesWaitReady = 5 * time.Second
+
+// writesHealth is the readiness of the marker's writes and the checker's
+// reads: an error when one has waited longer than writesWaitReady or
+// FailingAfter in a row failed; nil otherwise.
+func (s *Subscriber) writesHealth() error {
+	err := errors.Join(s.markWrites.Check("marks", writesWaitReady), s.checkReads.Check("visibility checks", writesWaitReady))
+	if err != nil {
+		return fmt.Errorf("%w; the slot's confirmed position waits", err)
+	}
+	return nil
+}
+
+// dbRetry is the Subscriber's retry of writes (marks, checks), each
+// loop's recorded in h.
+func (s *Subscriber) dbRetry(h *source.LoopHealth) dbRetry {
+	return dbRetry{ctx: s.hardCtx, logger: s.logger, health: h}
 }
 
 // run writes marks until the queue is closed and empty.
@@ -379,9 +398,9 @@ func (snap snapshot) visible(xid uint32) bool {
 // dbRetry runs the writes of the marker and the checker again while the
 // database is unreachable.
 type dbRetry struct {
-	ctx     context.Context // the Subscriber's hardCtx: ends when a drain gives up
-	logger  *slog.Logger
-	failing *atomic.Bool // the last write failed (the stall watch reads it)
+	ctx    context.Context // the Subscriber's hardCtx: ends when a drain gives up
+	logger *slog.Logger
+	health *source.LoopHealth // readiness and the stall watch read it
 }
 
 // retry runs write until it succeeds, waiting longer after each failure
@@ -390,8 +409,9 @@ type dbRetry struct {
 // and the next run publishes and marks them again.
 func (r dbRetry) retry(rows int, write func(context.Context) error) bool {
 	for wait := 100 * time.Millisecond; ; wait = min(wait*2, 5*time.Second) {
+		r.health.Begin()
 		err := write(r.ctx)
-		r.failing.Store(err != nil)
+		r.health.End(err)
 		if err == nil {
 			return true
 		}

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"io"
 	"log/slog"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,7 +66,7 @@ func (m *markerTable) startMarker(t *testing.T, deleteOnRelay bool, counters *Co
 	mk := &marker{
 		db: m.db.SQL, q: m.q, deleteOnRelay: deleteOnRelay, logger: slog.New(slog.NewTextHandler(io.Discard, nil)), counters: counters,
 		marks: newQueue[markItem](), settled: newQueue[*entry](), marked: source.NewTestSignal[int](),
-		writes: dbRetry{ctx: ctx, logger: slog.New(slog.NewTextHandler(io.Discard, nil)), failing: new(atomic.Bool)},
+		writes: dbRetry{ctx: ctx, logger: slog.New(slog.NewTextHandler(io.Discard, nil)), health: new(source.LoopHealth)},
 	}
 	done := goDone(mk.run)
 	t.Cleanup(func() {

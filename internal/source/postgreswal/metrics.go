@@ -20,8 +20,10 @@ import (
 // of the rows read and not yet settled that are held, bounded by
 // MaxInFlightBytes). Its own: bridge_wal_rows_read_total,
 // bridge_wal_rows_swept_total, bridge_wal_stream_restarts_total and the
-// gauges bridge_wal_slot_lag_seconds (see LagSeconds) and
-// bridge_wal_publication_ok (publication.go).
+// gauges bridge_wal_slot_lag_seconds (see LagSeconds),
+// bridge_wal_publication_ok (publication.go) and
+// bridge_wal_mark_wait_seconds (how long the write of marks in progress
+// has waited; 0 when none).
 func (s *Subscriber) Collectors() []prometheus.Collector {
 	counter := func(name, help string, v func() int64, labels prometheus.Labels) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels},
@@ -61,6 +63,8 @@ func (s *Subscriber) Collectors() []prometheus.Collector {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bridge_wal_slot_lag_seconds",
 			Help: "Age (commit time, database clock) of the oldest row read from the replication slot and not yet relayed; 0 when none waits."},
 			s.LagSeconds),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bridge_wal_mark_wait_seconds", Help: "How long the write of marks in progress has waited for the database; 0 when none."},
+			func() float64 { return s.markWrites.Running().Seconds() }),
 	}
 }
 

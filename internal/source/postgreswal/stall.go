@@ -111,8 +111,8 @@ func (w *stallSource) Excuse() string {
 		return "standby: another process holds the replication slot"
 	case !st.streaming:
 		return "the replication stream does not run"
-	case s.marksFailing.Load():
-		return "marks fail"
+	case s.writesHealth() != nil:
+		return "marks wait for the database"
 	}
 	return ""
 }

@@ -118,10 +118,13 @@ type Subscriber struct {
 	pubFault  atomic.Pointer[string] // the publication's fault with its fix (publication.go); nil or "": none
 
 	// What the stall watch reads (stall.go).
-	progress     atomic.Int64 // unix ns: a row last settled, or a hold of the queue ended (or NewSubscriber)
-	waitingNATS  atomic.Bool  // the held queue waits for NATS to be connected
-	marksFailing atomic.Bool  // the last write of marks failed
-	tableLag     atomic.Pointer[tableLag]
+	progress    atomic.Int64 // unix ns: a row last settled, or a hold of the queue ended (or NewSubscriber)
+	waitingNATS atomic.Bool  // the held queue waits for NATS to be connected
+	// markWrites and checkReads are the records of the marker's writes and
+	// the checker's reads (readiness, the stall watch, metrics).
+	markWrites source.LoopHealth
+	checkReads source.LoopHealth
+	tableLag   atomic.Pointer[tableLag]
 
 	closing      chan struct{}
 	drainExpired chan struct{}
@@ -358,6 +361,9 @@ func (s *Subscriber) Ready(context.Context) error {
 	st := s.stream.state.Load()
 	switch {
 	case st.streaming:
+		if err := s.writesHealth(); err != nil {
+			return err
+		}
 		if err := s.swept.Err(); err != nil {
 			return err
 		}

@@ -33,7 +33,7 @@ type claimer struct {
 	out chan<- *message.Message
 
 	// health is the recent record of the claims, for readiness.
-	health loopHealth
+	health source.LoopHealth
 	// lastClaim is the unix nanoseconds of the last claim that took rows
 	// (or of NewSubscriber).
 	lastClaim atomic.Int64

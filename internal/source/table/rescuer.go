@@ -46,7 +46,7 @@ type rescuer struct {
 	limit    time.Duration // the statement deadline: SubscriberConfig.statementTimeout
 	logger   *slog.Logger
 	requeued *atomic.Int64 // Counters.Requeued
-	health   loopHealth
+	health   source.LoopHealth
 	signals  *Signals // the Subscriber's: Rescued
 }
 

@@ -144,7 +144,7 @@ func (s *Subscriber) retry(rows int, write func() error) {
 			return
 		}
 		level := outbox.FailureLevel(err)
-		if outbox.IsLockTimeout(err) && attempt < failingAfter {
+		if outbox.IsLockTimeout(err) && attempt < source.FailingAfter {
 			// A mark waits on rows that another relay's claim holds
 			// locked for a moment; with a short lock_timeout (a database
 			// default) it gives up and the next try passes.

@@ -220,7 +220,7 @@ type Subscriber struct {
 
 	// marks is the recent record of the settlement writes, for readiness
 	// (the claims' is the claimer's).
-	marks loopHealth
+	marks source.LoopHealth
 
 	// claimer runs the claim loop; completer writes settlements;
 	// maintenance are the services that run while claims do: the rescuer,
