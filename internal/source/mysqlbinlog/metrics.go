@@ -76,15 +76,17 @@ func (s *Subscriber) Stalled(ctx context.Context, after time.Duration) (bool, st
 	return true, "rows wait while this relay reads the binary log: nothing was settled", nil
 }
 
-// Excuse: a standby's stall is the holder's, and marks that wait for the
-// database wait for it (a lock held by another session, a slow disk): a
-// restart of this process changes neither.
+// Excuse: a standby's stall is the holder's, and marks that fail (three in
+// a row: each try is bounded, so a lock held by another session fails
+// them too) fail for the database: a restart of this process changes
+// neither. A write that merely runs long is no excuse: a session whose
+// server stopped answering is healed by a restart.
 func (s *Subscriber) Excuse() string {
 	if st := s.state.Load(); st.standby != "" {
 		return "standby: " + st.standby + " reads the binary log"
 	}
-	if s.marksHealth() != nil {
-		return "marks wait for the database"
+	if s.marks.Failing() {
+		return "marks fail"
 	}
 	return ""
 }

@@ -1,6 +1,7 @@
 package postgreswal
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -401,16 +402,31 @@ type dbRetry struct {
 	ctx    context.Context // the Subscriber's hardCtx: ends when a drain gives up
 	logger *slog.Logger
 	health *source.LoopHealth // readiness and the stall watch read it
+	// timeout bounds one try; 0: writeTimeout.
+	timeout time.Duration
 }
 
-// retry runs write until it succeeds, waiting longer after each failure
-// (100 ms doubling to 5 s), and reports whether it did. It gives up only
-// when ctx ends (a drain that gave up): the rows are then not confirmed,
-// and the next run publishes and marks them again.
+// writeTimeout bounds one try of a write (or a check): one that waits
+// longer (a lock held, a server that stopped answering on a session whose
+// socket stays open) fails and is tried again, on a new session when the
+// old one is broken, rather than wait for ever.
+const writeTimeout = 30 * time.Second
+
+// retry runs write until it succeeds, each try bounded by writeTimeout,
+// waiting longer after each failure (100 ms doubling to 5 s), and reports
+// whether it did. It gives up only when ctx ends (a drain that gave up):
+// the rows are then not confirmed, and the next run publishes and marks
+// them again.
 func (r dbRetry) retry(rows int, write func(context.Context) error) bool {
 	for wait := 100 * time.Millisecond; ; wait = min(wait*2, 5*time.Second) {
 		r.health.Begin()
-		err := write(r.ctx)
+		timeout := cmp.Or(r.timeout, writeTimeout)
+		ctx, cancel := context.WithTimeout(r.ctx, timeout)
+		err := write(ctx)
+		if err != nil && ctx.Err() != nil && r.ctx.Err() == nil {
+			err = fmt.Errorf("no answer within %s: %w", timeout, err)
+		}
+		cancel()
 		r.health.End(err)
 		if err == nil {
 			return true

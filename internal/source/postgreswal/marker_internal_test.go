@@ -59,14 +59,18 @@ func (m *markerTable) row(t *testing.T, id int64) (status string, attempts int, 
 }
 
 // startMarker runs a marker over m until the test ends; it returns the
-// marker's input and output queues and its signal.
-func (m *markerTable) startMarker(t *testing.T, deleteOnRelay bool, counters *Counters) (*queue[markItem], *queue[*entry], *source.TestSignal[int]) {
+// marker's input and output queues and its signal. adjust, when given,
+// changes the marker before it runs.
+func (m *markerTable) startMarker(t *testing.T, deleteOnRelay bool, counters *Counters, adjust ...func(*marker)) (*queue[markItem], *queue[*entry], *source.TestSignal[int]) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	mk := &marker{
 		db: m.db.SQL, q: m.q, deleteOnRelay: deleteOnRelay, logger: slog.New(slog.NewTextHandler(io.Discard, nil)), counters: counters,
 		marks: newQueue[markItem](), settled: newQueue[*entry](), marked: source.NewTestSignal[int](),
 		writes: dbRetry{ctx: ctx, logger: slog.New(slog.NewTextHandler(io.Discard, nil)), health: new(source.LoopHealth)},
+	}
+	for _, f := range adjust {
+		f(mk)
 	}
 	done := goDone(mk.run)
 	t.Cleanup(func() {
@@ -165,4 +169,43 @@ func TestMarkerSettlesRowsOnceTheirTransactionIsVisible(t *testing.T) {
 		status, _, _, _ := m.row(t, id)
 		require.Empty(t, status, "the row is deleted at its PubAck")
 	})
+}
+
+// TestMarkerTriesAreBounded: a write of marks that waits for the database
+// (here the row locked FOR SHARE by another session; a server that stops
+// answering on a session whose socket stays open waits the same way) fails
+// at its deadline and is tried again, so that the marker's record says the
+// marks fail (readiness, and the stall watch's excuse) and a broken
+// session is replaced; once the lock goes the mark is written. Without a
+// deadline the write waited for ever, its failures never counted.
+func TestMarkerTriesAreBounded(t *testing.T) {
+	t.Parallel()
+	m := newMarkerTable(t, "postgres")
+	health := new(source.LoopHealth)
+	marks, settled, marked := m.startMarker(t, false, new(Counters), func(mk *marker) {
+		mk.writes.health, mk.writes.timeout = health, 300*time.Millisecond
+	})
+	id := m.insert(t, m.db.SQL, "a", "events.a")
+	lock, err := m.db.SQL.Begin()
+	require.NoError(t, err)
+	defer func() { _ = lock.Rollback() }()
+	_, err = lock.Exec(`SELECT id FROM `+m.table+` WHERE id = $1 FOR SHARE`, id)
+	require.NoError(t, err)
+
+	marks.push(markItem{e: &entry{}, kind: markDone, id: id, stream: "EVENTS", seq: 1})
+	deadline := time.Now().Add(30 * time.Second)
+	for !health.Failing() {
+		require.True(t, time.Now().Before(deadline), "the marker's tries did not fail while the row was locked: %v", health.Check("marks", time.Hour))
+		time.Sleep(50 * time.Millisecond)
+	}
+	err = health.Check("marks", time.Hour)
+	require.ErrorContains(t, err, "no answer within 300ms")
+	status, _, _, _ := m.row(t, id)
+	require.Equal(t, "pending", status)
+
+	require.NoError(t, lock.Rollback())
+	marked.WaitUntil(t, func() bool { return len(settled.take()) == 1 }, "the row settled once the lock went")
+	status, _, _, _ = m.row(t, id)
+	require.Equal(t, "done", status)
+	require.NoError(t, health.Check("marks", time.Hour), "the record clears with the write")
 }

@@ -111,8 +111,8 @@ func (w *stallSource) Excuse() string {
 		return "standby: another process holds the replication slot"
 	case !st.streaming:
 		return "the replication stream does not run"
-	case s.writesHealth() != nil:
-		return "marks wait for the database"
+	case s.markWrites.Failing() || s.checkReads.Failing():
+		return "marks fail"
 	}
 	return ""
 }
