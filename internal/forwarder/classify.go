@@ -50,7 +50,8 @@ var permanentCodes = map[jetstream.ErrorCode]bool{
 // (sink.ErrNotSent), held by the relay past its publish deadline and not
 // sent (source.ErrPublishDeadline), or not sent because an earlier message
 // of its turn chain was not (sink.ErrTurnBroken, postgres-wal), is
-// Unavailable.
+// Unavailable; so is one handed over so late that its ack deadline cut
+// its wait for the PubAck short (sink.ErrAckDeadline).
 //
 // Permanent: the payload is over the server's max_payload
 // (nats.ErrMaxPayload, checked by the client), an invalid subject or
@@ -90,6 +91,9 @@ func Classify(err error) source.FailureClass {
 	}
 	if errors.Is(err, sink.ErrClosedByAnother) || errors.Is(err, sink.ErrUnresponsive) || errors.Is(err, broker.ErrInboxDenied) {
 		return source.Unavailable // the connection's fault, not the row's
+	}
+	if errors.Is(err, sink.ErrAckDeadline) {
+		return source.Unavailable // handed over late: the relay's delay, not the row's fault
 	}
 	if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrBadHeaderMsg) ||
 		errors.Is(err, broker.ErrPublishDenied) || errors.Is(err, sink.ErrLineTooLong) {

@@ -189,72 +189,111 @@ func TestDiagnosisEndsBeforeTheAckDeadline(t *testing.T) {
 }
 
 // TestLateSentRowsGetTheirOutcomeBeforeTheAckDeadline: rows of one claimed
-// batch handed to the NATS client late (here 600 ms before their ack
-// deadline of 2 s, behind a row that stalled; a long batch of large
-// payloads on a slow link, or a turn that waited) to a stream that never
-// answers (an outage: the publish reaches a server, no PubAck comes). Their
-// PubAck is awaited only as long as their deadline leaves room to diagnose
-// the failure, so the outage's outcome (held, the attempt not counted)
-// reaches the source in time. With relay.publish_timeout 1s their wait
-// ended 400 ms after the deadline: the source counted "publish outcome
-// unknown", and with relay.max_attempts 1 they became dead letters of an
-// outage.
+// batch handed to the NATS client late (here 1.6 s before their ack
+// deadline of 4 s, behind a row that stalled; a long batch of large
+// payloads on a slow link, or a turn that waited). Their PubAck is awaited
+// until 200 ms before the deadline at most, and a wait cut short so is
+// given back (outcome unknown, the attempt not counted) without asking the
+// JetStream API about the stream, which had less than its publish timeout
+// (2 s) to answer:
+//   - to a stream that never answers (an outage: the publish reaches a
+//     server, no PubAck comes) their wait ran 400 ms past the deadline, the
+//     source counted "publish outcome unknown", and with relay.max_attempts
+//     1 they became dead letters of an outage;
+//   - to a slow but healthy stream (every PubAck 1.2 s after the publish)
+//     they are published; a wait cut 500 ms before the deadline made them
+//     an outage of the stream on /readyz, held and published again (a
+//     saboteur).
 func TestLateSentRowsGetTheirOutcomeBeforeTheAckDeadline(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "sqlite")
-	b.publishTimeout = time.Second
 	const rows, onTime = 12, 4
-	const ackDeadline, sentLate = 2 * time.Second, 1400 * time.Millisecond
-	// No stream captures silent.>; this subscriber takes every publish and
-	// answers none, as a stream that lost its quorum does.
-	nc, err := nats.Connect(b.nats.URL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	_, err = nc.Subscribe("silent.>", func(*nats.Msg) {})
-	require.NoError(t, err)
-	require.NoError(t, nc.Flush())
-	for i := range rows {
-		_, err := b.prod.Exec(b.insertSQL(), fmt.Sprintf("row-%02d", i), fmt.Sprintf("silent.%02d", i), []byte("x"), "{}", nil)
+	const ackDeadline, publishTimeout, sentLate = 4 * time.Second, 2 * time.Second, 2400 * time.Millisecond
+	// relay runs one claim of rows rows on subjects prefix.NN, whose
+	// publishes answer calls for each (no stream captures prefix.>, as a
+	// stream that lost its quorum or a slow one does), rows onTime and
+	// after handed over sentLate after the first; it returns the relay's
+	// counters and how often a failure was diagnosed, once every row was
+	// relayed, held or failed (a row given back is claimed again, on time).
+	relay := func(t *testing.T, prefix string, answer func(*nats.Conn, *nats.Msg)) (*table.Counters, *atomic.Int64, *bundle) {
+		b := setup(t, "sqlite")
+		b.publishTimeout = publishTimeout
+		nc, err := nats.Connect(b.nats.URL())
 		require.NoError(t, err)
-	}
-	var mu sync.Mutex
-	var first time.Time // the batch's first hand-over: about when it was emitted
-	stall := func(_ context.Context, subject string) error {
-		mu.Lock()
-		if subject == "silent.00" {
-			first = time.Now()
+		t.Cleanup(nc.Close)
+		_, err = nc.Subscribe(prefix+".>", func(m *nats.Msg) { answer(nc, m) })
+		require.NoError(t, err)
+		require.NoError(t, nc.Flush())
+		for i := range rows {
+			_, err := b.prod.Exec(b.insertSQL(), fmt.Sprintf("row-%02d", i), fmt.Sprintf("%s.%02d", prefix, i), []byte("x"), "{}", nil)
+			require.NoError(t, err)
 		}
-		until := first.Add(sentLate)
-		mu.Unlock()
-		if subject == fmt.Sprintf("silent.%02d", onTime) {
-			time.Sleep(time.Until(until))
+		var mu sync.Mutex
+		var first time.Time // the batch's first hand-over: about when it was emitted
+		stall := func(_ context.Context, subject string) error {
+			mu.Lock()
+			if first.IsZero() {
+				first = time.Now()
+			}
+			until := first.Add(sentLate)
+			mu.Unlock()
+			if subject == fmt.Sprintf("%s.%02d", prefix, onTime) {
+				time.Sleep(time.Until(until))
+			}
+			return nil
 		}
-		return nil
+		diagnosed := new(atomic.Int64)
+		outage := func(_ context.Context, _ string, err error) error {
+			diagnosed.Add(1)
+			return &broker.StreamUnavailableError{Stream: "SILENT", Why: "publish not acknowledged", Err: err}
+		}
+		r := b.startRelayWith(t, "relay-1", func(c *forwarder.Config) { c.Admit, c.Diagnose = stall, outage }, func(c *table.SubscriberConfig) {
+			c.BatchSize, c.MaxInFlight = rows, rows // one claim of every row
+			c.AckDeadline, c.InflightTimeout, c.MaxAttempts = ackDeadline, 20*time.Second, 1
+			c.HoldBack = time.Minute
+		})
+		c := &r.sub.Counters
+		b.untilMarked(t, 30*time.Second, func() bool { // a row given back is claimed again
+			return c.Relayed.Load()+c.Held.Load()+c.Failed.Load()+c.Dead.Load() >= rows
+		}, "every row settled")
+		return c, diagnosed, b
 	}
-	var diagnosed atomic.Int64
-	outage := func(ctx context.Context, _ string, err error) error {
-		diagnosed.Add(1)
-		return &broker.StreamUnavailableError{Stream: "SILENT", Why: "publish not acknowledged", Err: err}
+	rowsOf := func(t *testing.T, b *bundle, check func(key, status string, attempts int, lastError string)) {
+		res, err := b.db.SQL.Query("SELECT idempotency_key, status, attempts, coalesce(last_error, '') FROM " + b.store.Table() + " ORDER BY id")
+		require.NoError(t, err)
+		defer res.Close()
+		for res.Next() {
+			var key, status, lastError string
+			var attempts int
+			require.NoError(t, res.Scan(&key, &status, &attempts, &lastError))
+			check(key, status, attempts, lastError)
+		}
+		require.NoError(t, res.Err())
 	}
-	r := b.startRelayWith(t, "relay-1", func(c *forwarder.Config) { c.Admit, c.Diagnose = stall, outage }, func(c *table.SubscriberConfig) {
-		c.BatchSize, c.MaxInFlight = rows, rows // one claim of every row
-		c.AckDeadline, c.InflightTimeout, c.MaxAttempts = ackDeadline, 10*time.Second, 1
-		c.HoldBack = time.Minute // one round: the rows held are not claimed again
-	})
-	c := &r.sub.Counters
-	b.untilMarked(t, 30*time.Second, func() bool { return c.Held.Load()+c.Released.Load()+c.Failed.Load()+c.Dead.Load() >= rows },
-		"every row settled")
 
-	res, err := b.db.SQL.Query("SELECT idempotency_key, status, attempts, coalesce(last_error, '') FROM " + b.store.Table() + " ORDER BY id")
-	require.NoError(t, err)
-	defer res.Close()
-	for res.Next() {
-		var key, status, lastError string
-		var attempts int
-		require.NoError(t, res.Scan(&key, &status, &attempts, &lastError))
-		require.NotEqual(t, string(outbox.StatusPermanentFailed), status, "%s: a dead letter of the broker's outage (%s)", key, lastError)
-		require.Zero(t, attempts, "%s: an attempt counted for the broker's outage (%s)", key, lastError)
-	}
-	require.NoError(t, res.Err())
-	require.GreaterOrEqual(t, diagnosed.Load(), int64(rows), "every row's failure was diagnosed")
+	t.Run("a stream that does not answer", func(t *testing.T) {
+		t.Parallel()
+		c, diagnosed, b := relay(t, "silent", func(*nats.Conn, *nats.Msg) {})
+		rowsOf(t, b, func(key, status string, attempts int, lastError string) {
+			require.NotEqual(t, string(outbox.StatusPermanentFailed), status, "%s: a dead letter of the broker's outage (%s)", key, lastError)
+			if status == string(outbox.StatusInFlight) {
+				attempts-- // claimed again after its hold: this attempt is the claim's
+			}
+			require.Zero(t, attempts, "%s (%s): an attempt counted for the broker's outage (%s)", key, status, lastError)
+		})
+		require.GreaterOrEqual(t, c.Released.Load(), int64(rows-onTime), "the rows sent late given back at their cut wait")
+		require.GreaterOrEqual(t, diagnosed.Load(), int64(onTime), "the rows sent on time diagnosed")
+	})
+	t.Run("a slow stream", func(t *testing.T) {
+		t.Parallel()
+		var seq atomic.Int64
+		c, diagnosed, b := relay(t, "slow", func(nc *nats.Conn, m *nats.Msg) {
+			ack := fmt.Sprintf(`{"stream":"SLOW","seq":%d}`, seq.Add(1))
+			time.AfterFunc(1200*time.Millisecond, func() { _ = nc.Publish(m.Reply, []byte(ack)) })
+		})
+		rowsOf(t, b, func(key, status string, attempts int, lastError string) {
+			require.Equal(t, string(outbox.StatusDone), status, "%s: not published through a slow stream (%s)", key, lastError)
+		})
+		require.Zero(t, c.Held.Load()+c.Released.Load(), "rows held or given back")
+		require.Zero(t, diagnosed.Load(), "a slow stream's PubAcks diagnosed as failures")
+	})
 }

@@ -232,7 +232,7 @@ func (f *Forwarder) report(d *source.Delivery, ack *jetstream.PubAck, err error,
 		if ctx == nil {
 			ctx = context.Background()
 		}
-		if f.diagnose != nil {
+		if f.diagnose != nil && !errors.Is(err, sink.ErrAckDeadline) { // a wait cut short tells nothing of the stream
 			err = f.diagnoseBefore(ctx, d, err)
 		}
 		err = NoStream(d.Subject, err)

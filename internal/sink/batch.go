@@ -108,26 +108,25 @@ func (b *Batch) Send(ctx context.Context, i int, m *nats.Msg, check func() error
 	return nil
 }
 
-// outcomeReserve is the most of the time before a message's outcome is
-// due that its PubAck wait leaves for a failure's diagnosis (the PING of
-// flushLate, up to answeredWait, and the forwarder's questions to the
-// JetStream API).
-const outcomeReserve = 500 * time.Millisecond
+// deadlineReserve is the most of the time before a message's outcome is
+// due that its PubAck wait leaves for reporting it to its source.
+const deadlineReserve = 200 * time.Millisecond
 
 // waitEnd is when the wait for the PubAck of a message sent at began ends:
 // PublishTimeout after the send, or earlier when its outcome is due by
-// (its source's ack deadline; zero: no such time) sooner: outcomeReserve
-// before by, or half the time left when less is left. A message handed
-// over late in a long batch (or after its turn waited) whose wait ran past
-// by had no outcome when its source gave up on it, and the source counted
-// the attempt as "outcome unknown" even while the broker was out, where an
-// outage's failure is not counted.
+// (its source's ack deadline; zero: no such time) sooner: deadlineReserve
+// before by, or half the time left when less is left. Such a message,
+// handed over late in a long batch (or after its turn waited), fails with
+// ErrAckDeadline if its PubAck has not come by then. Its wait used to run
+// past by: its source gave up on it first and counted the attempt as
+// "outcome unknown", even while the broker was out, where an outage's
+// failure is not counted.
 func (p *Publisher) waitEnd(began, by time.Time) time.Time {
 	end := began.Add(p.cfg.PublishTimeout)
 	if by.IsZero() {
 		return end
 	}
-	reserve := max(0, min(outcomeReserve, by.Sub(began)/2))
+	reserve := max(0, min(deadlineReserve, by.Sub(began)/2))
 	if due := by.Add(-reserve); due.Before(end) {
 		return due
 	}
@@ -307,27 +306,35 @@ func (b *Batch) flushLate(done func(int, *jetstream.PubAck, error, time.Duration
 			late = append(late, i)
 		}
 	}
-	answered := true
+	answered, asked := true, false
 	for k := len(late) - 1; k >= 0; k-- {
 		w := &b.pend[late[k]]
 		var err error
-		if denied := p.denied(w.subject, w.began); denied != nil {
+		switch denied := p.denied(w.subject, w.began); {
+		case denied != nil:
 			err = fmt.Errorf("publish to %s: %w", w.subject, denied)
-		} else if answered = answered && p.answered(w.began, k == len(late)-1); !answered {
-			err = fmt.Errorf("publish to %s: %w (%v)", w.subject, ErrUnresponsive, w.late)
-		} else {
+		case errors.Is(w.late, ErrAckDeadline):
+			// Cut short: the server is not suspected, and no time is left
+			// to ask it.
 			err = fmt.Errorf("publish to %s: %w", w.subject, w.late)
+		default:
+			if answered = answered && p.answered(w.began, !asked); !answered {
+				err = fmt.Errorf("publish to %s: %w (%v)", w.subject, ErrUnresponsive, w.late)
+			} else {
+				err = fmt.Errorf("publish to %s: %w", w.subject, w.late)
+			}
+			asked = true
 		}
 		b.finish(late[k], nil, err, done)
 	}
 }
 
-// noPubAck is the timeout of w, whose PubAck did not come by its wait's
-// end.
+// noPubAck is the error of w, whose PubAck did not come by its wait's end:
+// ErrAckDeadline when its ack deadline cut the wait short, the timeout
+// otherwise.
 func (p *Publisher) noPubAck(w *pending) error {
 	if waited := w.end.Sub(w.began); waited < p.cfg.PublishTimeout {
-		return fmt.Errorf("no PubAck within %s, what its ack deadline left of %s: %w",
-			waited.Round(time.Millisecond), p.cfg.PublishTimeout, jetstream.ErrAsyncPublishTimeout)
+		return fmt.Errorf("%w (waited %s of %s; outcome unknown, attempt not counted)", ErrAckDeadline, waited.Round(time.Millisecond), p.cfg.PublishTimeout)
 	}
 	return fmt.Errorf("no PubAck within %s: %w", p.cfg.PublishTimeout, jetstream.ErrAsyncPublishTimeout)
 }

@@ -43,6 +43,14 @@ var ErrClosedByAnother = errors.New("the NATS connection was closed for good by 
 // the one that closed it. The same line would close every connection.
 var ErrLineTooLong = errors.New("the NATS server closed the connection: this message's publish line is longer than the server's max_control_line")
 
+// ErrAckDeadline is wrapped by the error of a message whose wait for its
+// PubAck its ack deadline ended short of PublishTimeout (Batch.Send's by):
+// it was handed over late, behind a long batch or its turn, and its
+// outcome must reach its source before the source stops waiting. Its
+// outcome is unknown; it says nothing about the message, nor about the
+// stream (which had less than its publish timeout to answer).
+var ErrAckDeadline = errors.New("no PubAck before the ack deadline ended the wait, short of the publish timeout: handed over late")
+
 // ErrUnresponsive is wrapped by the error of a publish that got no PubAck
 // in time while the server answered no PING sent after it (see
 // Config.Answered): the server (or the way to it) is frozen, which says
