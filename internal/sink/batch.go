@@ -71,8 +71,9 @@ func (p *Publisher) Begin(ctx context.Context, n int) (*Batch, error) {
 // soon as it was (or as not sent, when Send fails first). check, when
 // set, is called last before the hand-over (the publish deadline); its
 // error stops the send. by, when not zero, is when m's outcome is due
-// (its source's ack deadline): m's PubAck is awaited until then at most,
-// less time to diagnose a failure (Publisher.waitEnd).
+// (its source's ack deadline): m's PubAck is awaited until shortly before
+// it at most, and a wait so cut short fails with ErrAckDeadline
+// (Publisher.waitEnd).
 //
 // It never retries by itself (jetstream.WithRetryAttempts(0)): a retry
 // inside the client could land after later messages and break per-key
