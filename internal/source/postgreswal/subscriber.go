@@ -350,7 +350,10 @@ func (s *Subscriber) Close() error {
 	return nil
 }
 
-// Ready is the readiness check of the stream: nil while it streams; while
+// Ready is the readiness check of the stream: nil while it streams and its
+// marks are written (an error when a write of marks, or a visibility
+// check, has waited for the database longer than 5 s, or three in a row
+// failed); while
 // another process holds the slot (this relay is a standby), a
 // health.Degraded error naming the holder: the relay is ready to take
 // over, and /readyz says that it waits; otherwise why it does not stream.
