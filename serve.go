@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/outbox-bridge/bridge/internal/broker"
 	"github.com/outbox-bridge/bridge/internal/config"
 	"github.com/outbox-bridge/bridge/internal/console"
@@ -151,8 +153,11 @@ func serve(ctx context.Context, cfg *config.Config, logger *slog.Logger, hs *hea
 				return err
 			}
 			hs.Waiting(err)
-			logger.Warn("relay cannot start yet; trying again", slog.Int("attempt", attempt),
-				slog.Duration("retry_in", wait), slog.String("http", hs.Addr()), slog.Any("error", err))
+			attrs := []any{slog.Int("attempt", attempt), slog.Duration("retry_in", wait), slog.String("http", hs.Addr()), slog.Any("error", err)}
+			if outbox.IsCredentialsRefused(err) || errors.Is(err, nats.ErrAuthorization) {
+				attrs = append(attrs, slog.String("hint", "the server refused the user or password: tried again in case they are being rotated (a Kubernetes secret); if they are wrong, fix database.url or nats.url (or the files they are read from)"))
+			}
+			logger.Warn("relay cannot start yet; trying again", attrs...)
 			if !sleep(ctx, wait) {
 				logger.Info("relay stopped before it started")
 				return nil

@@ -1332,3 +1332,24 @@ func TestBinlogDoubtZoneCountsUnmarkedRows(t *testing.T) {
 		})
 	}
 }
+
+// TestBinlogServerIDTakenIsNamed: two relays of different tables given the
+// same binlog.server_id. The server refuses the second replica connection
+// with that id (MariaDB 4052); /readyz names the fix, as the log does, and
+// not the server's words alone (a newcomer's trial).
+func TestBinlogServerIDTakenIsNamed(t *testing.T) {
+	t.Parallel()
+	a, b := newBinlogEnv(t), newBinlogEnv(t)
+	id := fmt.Sprintf("BRIDGE_BINLOG_SERVER_ID=%d", 3_000_000_000+rand.IntN(1_000_000_000))
+	_, httpA := a.runReady(t, id)
+	httpB := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	start(t, b.dir, b.env(id, "BRIDGE_HTTP_LISTEN="+httpB), "run")
+	poll(t, 60*time.Second, func() bool {
+		for _, addr := range []string{httpA, httpB} {
+			if code, body := readyz(addr); code == 503 && strings.Contains(body, "set binlog.server_id to a value of its own") {
+				return true
+			}
+		}
+		return false
+	}, "/readyz never named binlog.server_id")
+}

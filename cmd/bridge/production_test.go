@@ -151,9 +151,9 @@ func TestCredsFile(t *testing.T) {
 
 	t.Run("without credentials", func(t *testing.T) {
 		// Credentials can be provisioned after the relay starts: it keeps
-		// trying, saying why.
+		// trying, saying why, and that it waits for them on purpose.
 		runWaiting(t, dir, append(db, "BRIDGE_NATS_URL="+natsURL), []string{"run", "--ensure-stream", "EVENTS:events.>", "--http-listen", "127.0.0.1:0"},
-			"connect to NATS", "uthorization")
+			"connect to NATS", "uthorization", "the server refused the user or password: tried again in case they are being rotated")
 	})
 
 	run := start(t, dir, append(db, "BRIDGE_NATS_URL="+natsURL, "BRIDGE_NATS_CREDS_FILE="+creds),

@@ -32,8 +32,9 @@ While the database or NATS cannot be reached (or the table is not migrated yet, 
 the replication slot is missing) it waits, trying again every 250ms to 5s and
 logging each attempt: /healthz answers 200 and /readyz 503 naming what it waits for.
 It exits for bad configuration (2), such as wal_level not logical with
-source: postgres-wal, or log_bin off, binlog_format not ROW, binlog_row_image not
-FULL or no REPLICATION SLAVE / CLIENT grant with source: mysql-binlog, and when a port or store it must own is taken (1):
+source: postgres-wal, or log_bin off, binlog_format not ROW, binlog_row_image or
+binlog_row_metadata not FULL, or no REPLICATION SLAVE / CLIENT grant with source:
+mysql-binlog, and when a port or store it must own is taken (1):
 http.listen, the embedded server's --nats-listen or its JetStream store (another
 relay on the same --data-dir).
 

@@ -148,6 +148,11 @@ const (
 	// ER_OPTION_PREVENTS_STATEMENT under read_only, 1792
 	// ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION).
 	errorReadOnly
+	// errorCredentials: the server refused the session's credentials
+	// (PostgreSQL 28P01 invalid_password, 28000
+	// invalid_authorization_specification; MySQL 1045
+	// ER_ACCESS_DENIED_ERROR, MariaDB 1698 for a user it does not know).
+	errorCredentials
 )
 
 func (c errorClass) String() string {
@@ -164,6 +169,8 @@ func (c errorClass) String() string {
 		return "lock timeout"
 	case errorReadOnly:
 		return "read-only"
+	case errorCredentials:
+		return "credentials refused"
 	}
 	return "other"
 }
@@ -203,6 +210,10 @@ func IsMissingTable(err error) bool {
 // IsLockTimeout reports whether err is a lock wait that gave up
 // (errorLockTimeout).
 func IsLockTimeout(err error) bool { return classify(err) == errorLockTimeout }
+
+// IsCredentialsRefused reports whether err is the server's refusal of the
+// session's user or password (errorCredentials).
+func IsCredentialsRefused(err error) bool { return classify(err) == errorCredentials }
 
 // executor runs the operations of one outbox table on one database: one
 // method per operation, each taking its parameters in a struct. Store wraps

@@ -97,6 +97,8 @@ func (mysqlDriver) classify(err error) errorClass {
 		return errorLockTimeout
 	case 1290, 1792: // ER_OPTION_PREVENTS_STATEMENT (read_only), ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION
 		return errorReadOnly
+	case 1045, 1698: // ER_ACCESS_DENIED_ERROR, ER_ACCESS_DENIED_NO_PASSWORD_ERROR (MariaDB, an unknown user): user or password refused
+		return errorCredentials
 	}
 	return errorOther
 }

@@ -63,6 +63,8 @@ func (postgresDriver) classify(err error) errorClass {
 		return errorLockTimeout
 	case "25006": // read_only_sql_transaction
 		return errorReadOnly
+	case "28P01", "28000": // invalid_password, invalid_authorization_specification
+		return errorCredentials
 	}
 	return errorOther
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -61,6 +62,7 @@ var suiteCases = []suiteCase{
 	{name: "NotifyOnInsert", run: suiteNotify},
 	{name: "ClassifiesMissingSchema", run: suiteClassifyMissing},
 	{name: "ClassifiesReadOnly", concurrent: true, run: suiteClassifyReadOnly},
+	{name: "ClassifiesRefusedCredentials", run: suiteClassifyCredentials},
 	{name: "ClassifiesLockTimeout", concurrent: true, run: suiteClassifyLockTimeout},
 	{name: "ClassifiesDeadlock", concurrent: true, run: suiteClassifyDeadlock},
 	{name: "MarksFenceALeaseTakenOverWhileTheyWait", concurrent: true, run: suiteFencingWhileWaiting},
@@ -785,6 +787,24 @@ func suiteClassifyReadOnly(t *testing.T, b *suiteBundle) {
 	_, err = tx.ExecContext(ctx, fmt.Sprintf("UPDATE %s SET attempts = attempts + 1 WHERE id = %d", b.table, id))
 	require.Error(t, err)
 	requireClass(t, b.driver, errorReadOnly, err)
+}
+
+// A user the server does not know, with a password: refused at connect.
+// SQLite has no users.
+func suiteClassifyCredentials(t *testing.T, b *suiteBundle) {
+	if b.driver.dialect() == DialectSQLite {
+		return
+	}
+	u, err := url.Parse(b.url)
+	require.NoError(t, err)
+	u.User = url.UserPassword("bridge_nobody_"+testdb.RandomHex(4), "not-the-password")
+	db, err := Open(context.Background(), u.String())
+	if err == nil {
+		defer db.Close()
+		err = db.SQL.PingContext(context.Background())
+	}
+	require.Error(t, err)
+	requireClass(t, b.driver, errorCredentials, err)
 }
 
 // suiteLockWait holds a short lock wait for the sessions of this database.

@@ -350,6 +350,9 @@ func (s *Subscriber) loop(out chan<- *message.Message) {
 		failures++
 		s.Counters.Restarts.Add(1)
 		wait := min(time.Duration(failures)*time.Second, 30*time.Second)
+		if sameServerID(err) { // readiness names the fix, as the log does
+			err = fmt.Errorf("another replica or reader of the binary log registered with this relay's server_id %d; set binlog.server_id to a value of its own: %w", s.cfg.ServerID, err)
+		}
 		st := &readState{err: err}
 		if prev := s.state.Load(); prev.fault != "" {
 			st.fault = prev.fault
@@ -360,7 +363,7 @@ func (s *Subscriber) loop(out chan<- *message.Message) {
 			// readFailed said it, and moved the position.
 			wait = time.Second
 		case sameServerID(err):
-			s.logger.Error("another replica or reader of the binary log registered with this relay's server_id; set binlog.server_id to a value of its own", slog.Uint64("server_id", uint64(s.cfg.ServerID)), slog.Any("error", err))
+			s.logger.Error("cannot read the binary log", slog.Uint64("server_id", uint64(s.cfg.ServerID)), slog.Any("error", err))
 			wait = 5 * time.Second
 		case isSettings(err):
 			s.logger.Error("cannot read the binary log; fix the server and the relay goes on by itself", slog.Any("error", err))

@@ -174,7 +174,11 @@ func (p *pipeline) missedByLog(n int) {
 		s.missed.Store(nil)
 		return
 	}
-	text := fmt.Sprintf("%d rows committed while the relay read the binary log were not in it, or not readable there (a session with sql_log_bin = 0, or binlog_format not ROW for it?): the sweep published them, in id order, not in commit order", n)
+	row, were := "rows", "were"
+	if n == 1 {
+		row, were = "row", "was"
+	}
+	text := fmt.Sprintf("%d %s committed while the relay read the binary log %s not in it, or not readable there (a session with sql_log_bin = 0, or binlog_format not ROW for it?): the sweep published them, in id order, not in commit order", n, row, were)
 	s.logger.Warn(text)
 	s.missed.Store(&text)
 }
