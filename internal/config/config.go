@@ -62,6 +62,15 @@ const (
 	EmbeddedStreamSubject = "events.>"
 )
 
+// PublishTimeoutMargin is how much shorter than relay.ack_deadline
+// relay.publish_timeout must be: a message whose PubAck does not come
+// within the publish timeout is then diagnosed (the broker's outage, or
+// the row's own fault) before its source gives up on it at the deadline.
+// The sink ends the wait of a message handed over later than that leaves
+// room for 200 ms before the deadline (sink.ErrAckDeadline): with this
+// margin, only a message handed over at least 300 ms late is.
+const PublishTimeoutMargin = 500 * time.Millisecond
+
 // Allowed values of the enumerated keys.
 const (
 	// NATSURLEmbedded as nats.url runs an in-process NATS server with JetStream.
@@ -271,12 +280,13 @@ type Relay struct {
 	// Must be longer than AckDeadline. Defaults to 30s.
 	InflightTimeout time.Duration `koanf:"inflight_timeout"`
 
-	// AckDeadline is the in-process settle deadline of one message. Must be longer than
-	// PublishTimeout and shorter than InflightTimeout. Defaults to 20s.
+	// AckDeadline is the in-process settle deadline of one message. Must be at least
+	// PublishTimeoutMargin longer than PublishTimeout and shorter than
+	// InflightTimeout. Defaults to 20s.
 	AckDeadline time.Duration `koanf:"ack_deadline"`
 
-	// PublishTimeout is the wait for one PubAck. Must be shorter than AckDeadline.
-	// Defaults to 5s.
+	// PublishTimeout is the wait for one PubAck. Must be at least
+	// PublishTimeoutMargin shorter than AckDeadline. Defaults to 5s.
 	PublishTimeout time.Duration `koanf:"publish_timeout"`
 
 	// MaxAttempts is the number of publish attempts before a row becomes

@@ -279,7 +279,13 @@ func TestTimeoutOrder(t *testing.T) {
 
 	_, err := load(t, "relay:\n  publish_timeout: 30s\n  inflight_timeout: 30s\n", nil)
 	e := requireConfigError(t, err, "relay.publish_timeout")
-	require.Equal(t, "must be shorter than relay.ack_deadline (20s)", e.Allowed)
+	require.Contains(t, e.Allowed, "must be at least 500ms shorter than relay.ack_deadline (20s)")
+	// Shorter, but not by enough to learn why a publish failed before the
+	// relay gives up on it: every row's wait would end at the deadline.
+	_, err = load(t, "relay:\n  publish_timeout: 19800ms\n", nil)
+	requireConfigError(t, err, "relay.publish_timeout")
+	_, err = load(t, "relay:\n  publish_timeout: 19500ms\n", nil)
+	require.NoError(t, err)
 
 	_, err = load(t, "relay:\n  ack_deadline: 40s\n", nil)
 	e = requireConfigError(t, err, "relay.ack_deadline")

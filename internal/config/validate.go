@@ -415,11 +415,12 @@ func (c *Config) validateRelay() error {
 	if strings.TrimSpace(r.Owner) == "" || len(r.Owner) > 200 || strings.ContainsFunc(r.Owner, unicode.IsControl) {
 		return &Error{Key: "relay.owner", Value: r.Owner, Allowed: "must be a non-empty name of at most 200 bytes without control characters (tab, newline, …), unique per replica, such as <hostname>-<pid>"}
 	}
-	if r.PublishTimeout >= r.AckDeadline {
+	if r.PublishTimeout > r.AckDeadline-PublishTimeoutMargin {
 		return &Error{
-			Key:     "relay.publish_timeout",
-			Value:   fmtDuration(r.PublishTimeout),
-			Allowed: "must be shorter than relay.ack_deadline (" + fmtDuration(r.AckDeadline) + ")",
+			Key:   "relay.publish_timeout",
+			Value: fmtDuration(r.PublishTimeout),
+			Allowed: "must be at least " + fmtDuration(PublishTimeoutMargin) + " shorter than relay.ack_deadline (" + fmtDuration(r.AckDeadline) +
+				"): the rest of the deadline is for learning why a publish got no PubAck (the broker's outage, whose rows are held, or the row's own fault)",
 		}
 	}
 	if r.AckDeadline >= r.InflightTimeout {
