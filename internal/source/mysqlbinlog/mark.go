@@ -87,7 +87,7 @@ func (s *Subscriber) marksHealth() error {
 		return nil
 	}
 	room := markRoomBatches * max(s.cfg.MaxInFlight, 1)
-	return fmt.Errorf("%w (%d rows published and not marked; publishing waits once %d are, and the stored binary log position with them)", err, s.unmarked.Load(), room)
+	return fmt.Errorf("%w (%s published and not marked; publishing waits once %d are, and the stored binary log position with them)", err, outbox.Count(int(s.unmarked.Load()), "row"), room)
 }
 
 // close ends the marker once it has written every job queued.

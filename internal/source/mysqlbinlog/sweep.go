@@ -174,11 +174,11 @@ func (p *pipeline) missedByLog(n int) {
 		s.missed.Store(nil)
 		return
 	}
-	row, were := "rows", "were"
+	were := "were"
 	if n == 1 {
-		row, were = "row", "was"
+		were = "was"
 	}
-	text := fmt.Sprintf("%d %s committed while the relay read the binary log %s not in it, or not readable there (a session with sql_log_bin = 0, or binlog_format not ROW for it?): the sweep published them, in id order, not in commit order", n, row, were)
+	text := fmt.Sprintf("%s committed while the relay read the binary log %s not in it, or not readable there (a session with sql_log_bin = 0, or binlog_format not ROW for it?): the sweep published them, in id order, not in commit order", outbox.Count(n, "row"), were)
 	s.logger.Warn(text)
 	s.missed.Store(&text)
 }
