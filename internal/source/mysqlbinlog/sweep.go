@@ -174,11 +174,11 @@ func (p *pipeline) missedByLog(n int) {
 		s.missed.Store(nil)
 		return
 	}
-	were := "were"
+	were, them := "were", "them"
 	if n == 1 {
-		were = "was"
+		were, them = "was", "it"
 	}
-	text := fmt.Sprintf("%s committed while the relay read the binary log %s not in it, or not readable there (a session with sql_log_bin = 0, or binlog_format not ROW for it?): the sweep published them, in id order, not in commit order", outbox.Count(n, "row"), were)
+	text := fmt.Sprintf("%s committed while the relay read the binary log %s not in it, or not readable there (a session with sql_log_bin = 0, or binlog_format not ROW for it?): the sweep published %s, in id order, not in commit order", outbox.Count(n, "row"), were, them)
 	s.logger.Warn(text)
 	s.missed.Store(&text)
 }
