@@ -235,7 +235,7 @@ func (g *Guard) lookUpAgain(ctx context.Context) []string {
 		lookup, cancel := context.WithTimeout(ctx, admitTimeout)
 		name, err := g.lookUp(lookup, subject)
 		cancel()
-		if err != nil && g.lookupFailed(subject) {
+		if apiFailed(err) {
 			break
 		}
 		if err != nil {
@@ -415,23 +415,32 @@ func (g *Guard) Admit(ctx context.Context, subject string) error {
 func (g *Guard) lookUp(ctx context.Context, subject string) (string, error) {
 	name, err := g.js.StreamNameBySubject(ctx, subject)
 	switch {
-	case errors.Is(err, jetstream.ErrInvalidSubject):
-		g.lookupAnswered(subject)
-	case errors.Is(err, jetstream.ErrStreamNotFound):
-		g.lookupAnswered(subject)
-		if routed, ok := g.routes.Stream(subject); ok {
-			return routed, nil
+	case apiFailed(err):
+		if errors.Is(err, context.Canceled) {
+			break // the guard stops: no finding
 		}
-	case err != nil && !errors.Is(err, context.Canceled):
 		g.mu.Lock()
 		if _, ok := g.lookups[subject]; ok || len(g.lookups) < maxLookups {
 			g.lookups[subject] = fmt.Errorf("look up the stream of subject %.80s: %w", subject, err)
 		}
 		g.mu.Unlock()
-	case err == nil:
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		g.lookupAnswered(subject)
+		if routed, ok := g.routes.Stream(subject); ok {
+			return routed, nil
+		}
+	default: // the stream, or the subject's own error
 		g.lookupAnswered(subject)
 	}
 	return name, err
+}
+
+// apiFailed reports whether err, a lookup's, is the JetStream API's failure
+// to answer it (or to allow it), not an answer about the subject: no
+// stream captures it (jetstream.ErrStreamNotFound), or the client refuses
+// to send it (jetstream.ErrInvalidSubject).
+func apiFailed(err error) bool {
+	return err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrInvalidSubject)
 }
 
 // lookupAnswered drops subject from the failed lookups.
@@ -439,14 +448,6 @@ func (g *Guard) lookupAnswered(subject string) {
 	g.mu.Lock()
 	delete(g.lookups, subject)
 	g.mu.Unlock()
-}
-
-// lookupFailed reports whether subject's lookup is listed as failed.
-func (g *Guard) lookupFailed(subject string) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	_, ok := g.lookups[subject]
-	return ok
 }
 
 // failedLookups returns the subjects whose stream could not be looked up.

@@ -55,8 +55,11 @@ const markRoomBatches = 3
 // position alone holds none.
 const markJobsQueued = 1024
 
+// markRoom is how many rows the marker may hold unwritten.
+func markRoom(maxInFlight int) int64 { return int64(markRoomBatches * max(maxInFlight, 1)) }
+
 func newMarkQueue(maxInFlight int, unwritten *atomic.Int64) *markQueue {
-	size := int64(markRoomBatches * max(maxInFlight, 1))
+	size := markRoom(maxInFlight)
 	return &markQueue{jobs: make(chan markJob, markJobsQueued), room: semaphore.NewWeighted(size), size: size, unwritten: unwritten}
 }
 
@@ -86,8 +89,7 @@ func (s *Subscriber) marksHealth() error {
 	if err == nil {
 		return nil
 	}
-	room := markRoomBatches * max(s.cfg.MaxInFlight, 1)
-	return fmt.Errorf("%w (%s published and not marked; publishing waits once %d are, and the stored binary log position with them)", err, outbox.Count(int(s.unmarked.Load()), "row"), room)
+	return fmt.Errorf("%w (%s published and not marked; publishing waits once %d are, and the stored binary log position with them)", err, outbox.Count(int(s.unmarked.Load()), "row"), markRoom(s.cfg.MaxInFlight))
 }
 
 // close ends the marker once it has written every job queued.
