@@ -443,17 +443,23 @@ func jumpKeyCursor(ctx context.Context, db querier, jump, from string, window in
 // idempotency_key, subject, payload (NULL when left out), headers,
 // ordering_key, attempts, created_at, claimed_at, first_claimed_at, the
 // payload's length, then one more column into each of extra (the same on
-// every row). A payload longer than maxPayload was left out. It returns the
-// rows in id order.
-func scanClaimed(rows *sql.Rows, maxPayload int64, extra ...any) ([]Row, error) {
+// every row). A payload longer than maxPayload was left out. size, when not
+// nil, holds the number of rows once the first is scanned (set by the
+// caller, or one of extra: a column of the claim), so that the result is
+// allocated once. It returns the rows in id order.
+//
+// A claim's scan is on the relay's hot path: every row is scanned into one
+// Row and copied out, so that a row costs the driver's values and no
+// allocation of its own (bridge-bench --memprofile).
+func scanClaimed(rows *sql.Rows, maxPayload int64, size *int64, extra ...any) ([]Row, error) {
 	defer rows.Close()
 	var out []Row
+	var r Row
+	var headers sql.NullString
+	dest := append([]any{&r.ID, &r.IdempotencyKey, &r.Subject, &r.Payload, &headers, &r.OrderingKey,
+		&r.Attempt, dbTime{&r.CreatedAt}, dbTime{&r.ClaimedAt}, dbTime{&r.FirstClaimedAt}, &r.PayloadSize}, extra...)
 	for rows.Next() {
-		var r Row
-		var headers sql.NullString
-		dest := []any{&r.ID, &r.IdempotencyKey, &r.Subject, &r.Payload, &headers, &r.OrderingKey,
-			&r.Attempt, dbTime{&r.CreatedAt}, dbTime{&r.ClaimedAt}, dbTime{&r.FirstClaimedAt}, &r.PayloadSize}
-		dest = append(dest, extra...)
+		r = Row{}
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("scan: %w", err)
 		}
@@ -464,6 +470,9 @@ func scanClaimed(rows *sql.Rows, maxPayload int64, extra ...any) ([]Row, error) 
 			r.Payload = []byte{}
 		}
 		r.Headers = []byte(headers.String)
+		if out == nil && size != nil {
+			out = make([]Row, 0, max(*size, 1))
+		}
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {

@@ -346,7 +346,8 @@ func (e *mysqlExecutor) Claim(ctx context.Context, p *claimRowsParams) (_ claimR
 			if err != nil {
 				return claimResult{}, err
 			}
-			if out, err = scanClaimed(rows, maxPayload); err != nil {
+			size := int64(len(locked))
+			if out, err = scanClaimed(rows, maxPayload, &size); err != nil {
 				return claimResult{}, err
 			}
 		}

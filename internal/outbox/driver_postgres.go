@@ -212,7 +212,8 @@ func (e *postgresExecutor) Claim(ctx context.Context, p *claimRowsParams) (claim
 		if err != nil {
 			return err
 		}
-		out, err = scanClaimed(rows, maxPayload, &next, &afterCursor, &keysAfter)
+		var size int64
+		out, err = scanClaimed(rows, maxPayload, &size, &next, &afterCursor, &keysAfter, &size)
 		return err
 	})
 	if err != nil {

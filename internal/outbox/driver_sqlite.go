@@ -140,7 +140,7 @@ func (e *sqliteExecutor) Claim(ctx context.Context, p *claimRowsParams) (claimRe
 	if err != nil {
 		return claimResult{}, err
 	}
-	out, err := scanClaimed(rows, maxPayload)
+	out, err := scanClaimed(rows, maxPayload, nil)
 	if err != nil {
 		return claimResult{}, err
 	}
