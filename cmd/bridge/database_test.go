@@ -454,3 +454,38 @@ func TestReadinessFollowsClaims(t *testing.T) {
 	code, health := httpGet(base + "/healthz")
 	require.Equal(t, http.StatusOK, code, "/healthz: %s", health)
 }
+
+// A database URL that names no database of its server is input the user
+// fixes (exit 2, as a mistyped SQLite path is), and the message says what to
+// create, with the password redacted. bridge migrate creates tables, never
+// the database. run waits instead: a database may be created after its
+// relay is deployed.
+func TestUnknownDatabaseIsNamed(t *testing.T) {
+	t.Parallel()
+	const password = "sekrit-3b8d"
+	missing := "bridge_missing_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	urls := map[string]string{}
+	pg, err := url.Parse(bridgetest.PostgresURL(t))
+	require.NoError(t, err)
+	pg.Path, pg.User = "/"+missing, url.UserPassword(pg.User.Username(), password)
+	urls["postgres"] = pg.String()
+	my, err := url.Parse(bridgetest.MySQLURL(t))
+	require.NoError(t, err)
+	my.Path = "/" + missing
+	urls["mysql"] = my.String()
+	want := map[string]string{
+		"postgres": `create it (CREATE DATABASE "` + missing + `")`,
+		"mysql":    "create it (CREATE DATABASE `" + missing + "`)",
+	}
+	for dialect, dbURL := range urls {
+		for _, command := range []string{"migrate", "status"} {
+			t.Run(dialect+"/"+command, func(t *testing.T) {
+				t.Parallel()
+				r := runBridge(t, t.TempDir(), environ("BRIDGE_DATABASE_URL="+dbURL), command)
+				require.Equal(t, 2, r.code, "bridge %s on a database that does not exist\n%s", command, r)
+				require.Contains(t, r.stderr, "the database does not exist: "+want[dialect], "%s", r)
+				require.NotContains(t, r.stderr+r.stdout, password, "the password was printed\n%s", r)
+			})
+		}
+	}
+}

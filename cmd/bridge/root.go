@@ -129,12 +129,14 @@ func newLogger(cfg *config.Config, w io.Writer, daemon bool) *slog.Logger {
 }
 
 // classify turns errors the user can fix by changing the input into usage
-// errors (exit 2).
+// errors (exit 2): bad configuration, and a database URL that names no
+// database of its server (run waits for that one instead: a database may be
+// created after its relay is deployed).
 func classify(err error) error {
 	if err == nil {
 		return nil
 	}
-	if bridge.IsConfigError(err) {
+	if bridge.IsConfigError(err) || errors.Is(err, outbox.ErrUnknownDatabase) {
 		return usageError{err}
 	}
 	return err

@@ -235,6 +235,10 @@ func openPostgres(ctx context.Context, rawURL string, s Session) (*DB, error) {
 	db.SQL.SetMaxIdleConns(SessionsMax) // see SessionsMax
 	if err := db.SQL.PingContext(ctx); err != nil {
 		db.SQL.Close()
+		if pgCode(err) == "3D000" { // invalid_catalog_name
+			return nil, fmt.Errorf("connect to postgres %s: %w: create it (CREATE DATABASE %s) or fix the name in the URL: %w",
+				db.Redacted, ErrUnknownDatabase, pgx.Identifier{cfg.Database}.Sanitize(), distinctLines{err})
+		}
 		return nil, fmt.Errorf("connect to postgres %s: %w", db.Redacted, distinctLines{err})
 	}
 	return db, nil
@@ -412,7 +416,7 @@ func openMySQL(ctx context.Context, rawURL string, s Session) (*DB, error) {
 	if _, set := cfg.Params["tx_isolation"]; !rc && !set {
 		name, err := mysqlIsolationVariable(ctx, cfg)
 		if err != nil {
-			return nil, fmt.Errorf("connect to mysql %s: %w", RedactURL(rawURL), err)
+			return nil, mysqlConnectFailed(RedactURL(rawURL), cfg.DBName, err)
 		}
 		cfg.Params[name] = "'READ-COMMITTED'"
 	}
@@ -435,9 +439,20 @@ func openMySQL(ctx context.Context, rawURL string, s Session) (*DB, error) {
 	db := &DB{SQL: sqlDB, driver: mysqlDriver{}, Redacted: RedactURL(rawURL), fence: fence}
 	if err := db.SQL.PingContext(ctx); err != nil {
 		sqlDB.Close()
-		return nil, fmt.Errorf("connect to mysql %s: %w", db.Redacted, err)
+		return nil, mysqlConnectFailed(db.Redacted, cfg.DBName, err)
 	}
 	return db, nil
+}
+
+// mysqlConnectFailed is the error of a session that could not be opened to
+// the database dbName of the URL redacted, naming ErrUnknownDatabase for
+// MySQL error 1049 (ER_BAD_DB_ERROR).
+func mysqlConnectFailed(redacted, dbName string, err error) error {
+	if mysqlCode(err) == 1049 {
+		return fmt.Errorf("connect to mysql %s: %w: create it (CREATE DATABASE `%s`) or fix the name in the URL: %w",
+			redacted, ErrUnknownDatabase, strings.ReplaceAll(dbName, "`", "``"), err)
+	}
+	return fmt.Errorf("connect to mysql %s: %w", redacted, err)
 }
 
 // mysqlIsolationVariable returns the name of the session variable that
@@ -559,6 +574,12 @@ func isMySQLDSN(s string) bool {
 // MySQL DSN after mysql://, and password= parameters) with "REDACTED"; see
 // secret.RedactURL.
 func RedactURL(raw string) string { return secret.RedactURL(raw) }
+
+// ErrUnknownDatabase is returned (wrapped) by Open when the server has no
+// database of the URL's name (PostgreSQL 3D000 invalid_catalog_name, MySQL
+// and MariaDB 1049 ER_BAD_DB_ERROR): a name mistyped, or a database not
+// created yet. bridge migrate creates tables, never the database.
+var ErrUnknownDatabase = errors.New("the database does not exist")
 
 // ErrReadOnly is returned (wrapped) by CheckWritable when the database
 // does not accept the relay's writes.
