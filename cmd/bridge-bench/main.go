@@ -63,16 +63,17 @@ type settings struct {
 	Source            string        `json:"source"`
 	// Relays is the relay count of the top-level bridge figures: the
 	// first of RelayCounts, the counts of --relays, one bridge phase each.
-	Relays           int           `json:"relays"`
-	RelayCounts      []int         `json:"relay_counts"`
-	ProducerWriters  []int         `json:"producer_writers,omitempty"`
-	ProducerRounds   int           `json:"producer_rounds,omitempty"`
-	ProducerDuration time.Duration `json:"-"`
-	IdleDuration     time.Duration `json:"-"`
-	TablesCount      int           `json:"tables_count,omitempty"`
-	TablesRounds     int           `json:"tables_rounds,omitempty"`
-	CPUProfile       string        `json:"-"`
-	MemProfile       string        `json:"-"`
+	Relays           int               `json:"relays"`
+	RelayCounts      []int             `json:"relay_counts"`
+	ProducerWriters  []int             `json:"producer_writers,omitempty"`
+	ProducerVariants []producerVariant `json:"producer_variants,omitempty"`
+	ProducerRounds   int               `json:"producer_rounds,omitempty"`
+	ProducerDuration time.Duration     `json:"-"`
+	IdleDuration     time.Duration     `json:"-"`
+	TablesCount      int               `json:"tables_count,omitempty"`
+	TablesRounds     int               `json:"tables_rounds,omitempty"`
+	CPUProfile       string            `json:"-"`
+	MemProfile       string            `json:"-"`
 }
 
 // results is what the JSON output holds; keys are fixed by the issue.
@@ -180,6 +181,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&s.MaxInFlight, "max-in-flight", 2000, "relay.max_in_flight of the relay")
 	fs.StringVar(&s.Phases, "phases", "limit,bridge,latency,baseline", "comma-separated phases to run: limit, bridge, database, latency, latency-high, baseline, producers, tables, idle")
 	writers := fs.String("producers-writers", "8,64", "comma-separated writer counts of the producers phase")
+	variants := fs.String("producers-variants", "", "comma-separated table kinds of the producers phase, minimal among them: minimal (primary key and unique idempotency key), bridge (as bridge migrate makes it), bridge+notify (with the opt-in NOTIFY trigger; PostgreSQL), bridge-columns (the bridge's columns with the minimal table's indexes), bridge-no-claim-index (the bridge's table without the index its claim reads); default minimal,bridge and on PostgreSQL bridge+notify")
 	fs.IntVar(&s.ProducerRounds, "producers-rounds", 3, "rounds of the producers phase (each round runs every table kind at every writer count, interleaved)")
 	fs.DurationVar(&s.ProducerDuration, "producers-duration", 5*time.Second, "length of each run of the producers phase")
 	fs.DurationVar(&s.IdleDuration, "idle-duration", 60*time.Second, "length of the idle phase's measurement")
@@ -233,6 +235,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		s.ProducerWriters = append(s.ProducerWriters, n)
+	}
+	if *variants != "" {
+		v, err := parseProducerVariants(*variants)
+		if err != nil {
+			fmt.Fprintf(stderr, "bridge-bench: %v\n", err)
+			return 2
+		}
+		s.ProducerVariants = v
 	}
 	if s.TablesCount < 2 || s.TablesRounds < 1 {
 		fmt.Fprintf(stderr, "bridge-bench: --tables-count %d, --tables-rounds %d: need 2 or more tables and 1 or more rounds\n", s.TablesCount, s.TablesRounds)
@@ -388,7 +398,7 @@ func printTable(w io.Writer, r *results) {
 	if len(r.Producers) > 0 {
 		fmt.Fprintf(w, "\nproducers (an order row + an outbox row per transaction, %d rounds of %s, interleaved):\n", s.ProducerRounds, s.ProducerDuration)
 		for _, p := range r.Producers {
-			fmt.Fprintf(w, "  %2d writers  %-14s median %7.0f tps  %.2f× minimal (rounds %.2f–%.2f)  runs %v\n",
+			fmt.Fprintf(w, "  %2d writers  %-21s median %7.0f tps  %.2f× minimal (rounds %.2f–%.2f)  runs %v\n",
 				p.Writers, p.Variant, p.MedianTPS, p.RatioToMinimal, p.RoundRatioRange[0], p.RoundRatioRange[1], roundAll(p.TPS))
 		}
 	}

@@ -190,3 +190,37 @@ func TestTablesPhase(t *testing.T) {
 		})
 	}
 }
+
+// The producers phase runs every table kind asked for, each against the
+// minimal table; the experiments' tables lose the indexes they are named
+// for (dropIndexes fails when it finds none to drop).
+func TestProducersPhaseVariants(t *testing.T) {
+	all := "minimal,bridge,bridge-columns,bridge-no-claim-index"
+	for kind, url := range map[string]string{"postgres": bridgetest.PostgresURL(t), "mysql": bridgetest.MySQLURL(t)} {
+		t.Run(kind, func(t *testing.T) {
+			code, stdout, stderr := runBench(t, "--database-url", url, "--phases", "producers", "--producers-writers", "2",
+				"--producers-rounds", "1", "--producers-duration", "300ms", "--producers-variants", all, "--json")
+			require.Equal(t, 0, code, stderr)
+			var r struct {
+				Producers []producerSummary `json:"producers"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(stdout), &r), stdout)
+			var got []string
+			for _, s := range r.Producers {
+				got = append(got, s.Variant)
+				assert.Positive(t, s.MedianTPS, s.Variant)
+				assert.Positive(t, s.RatioToMinimal, s.Variant)
+			}
+			assert.Equal(t, strings.Split(all, ","), got)
+		})
+	}
+	code, _, stderr := runBench(t, "--phases", "producers", "--producers-variants", "bridge,bridge-columns")
+	assert.Equal(t, 2, code, stderr)
+	assert.Contains(t, stderr, "must include minimal")
+	code, _, stderr = runBench(t, "--phases", "producers", "--producers-variants", "minimal,narrow")
+	assert.Equal(t, 2, code, stderr)
+	assert.Contains(t, stderr, `unknown table kind "narrow"; accepted: minimal, bridge, bridge+notify, bridge-columns, bridge-no-claim-index`)
+	code, _, stderr = runBench(t, "--database-url", bridgetest.MySQLURL(t), "--phases", "producers", "--producers-variants", "minimal,bridge+notify")
+	assert.Equal(t, 1, code, stderr)
+	assert.Contains(t, stderr, "bridge+notify table is PostgreSQL's only")
+}

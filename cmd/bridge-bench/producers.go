@@ -27,7 +27,47 @@ const (
 	// variantNotify is the bridge's table with the opt-in NOTIFY trigger
 	// (outbox.NotifyTriggerSQL; PostgreSQL only).
 	variantNotify producerVariant = "bridge+notify"
+	// variantColumns is the bridge's table with its columns, defaults and
+	// constraints but only the indexes of the minimal table (primary key,
+	// idempotency key): what the row itself costs. An experiment, not a
+	// layout a relay can run on.
+	variantColumns producerVariant = "bridge-columns"
+	// variantNoClaimIndex is the bridge's table without the index its
+	// claim reads rows without an ordering key from (PostgreSQL
+	// <table>_unordered_idx, MySQL claimable_idx): what that index costs.
+	// An experiment, not a layout a relay can run on.
+	variantNoClaimIndex producerVariant = "bridge-no-claim-index"
 )
+
+// producerVariants are the variants --producers-variants accepts, and
+// whether each runs on PostgreSQL only.
+var producerVariants = []struct {
+	v            producerVariant
+	postgresOnly bool
+}{{variantMinimal, false}, {variantBridge, false}, {variantNotify, true}, {variantColumns, false}, {variantNoClaimIndex, false}}
+
+// parseProducerVariants reads --producers-variants: variant names,
+// comma-separated, minimal among them (the ratios are to it).
+func parseProducerVariants(list string) ([]producerVariant, error) {
+	var names []string
+	for _, k := range producerVariants {
+		names = append(names, string(k.v))
+	}
+	var out []producerVariant
+	for _, name := range strings.Split(list, ",") {
+		v := producerVariant(strings.TrimSpace(name))
+		if !slices.Contains(names, string(v)) {
+			return nil, fmt.Errorf("--producers-variants %q: unknown table kind %q; accepted: %s", list, v, strings.Join(names, ", "))
+		}
+		if !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	if !slices.Contains(out, variantMinimal) {
+		return nil, fmt.Errorf("--producers-variants %q: must include minimal, the table every ratio is to", list)
+	}
+	return out, nil
+}
 
 // producerRun is one run of the producers phase: writers sessions
 // committing as fast as they can for the phase's duration, each
@@ -61,9 +101,17 @@ type producerSummary struct {
 // range of the ratio within each round (runs of one round are seconds
 // apart, so the load of the shared machine affects them alike).
 func (e *env) producers(ctx context.Context) ([]producerRun, []producerSummary, error) {
-	variants := []producerVariant{variantMinimal, variantBridge}
-	if e.db.Dialect() == outbox.DialectPostgres {
-		variants = append(variants, variantNotify)
+	variants := e.s.ProducerVariants
+	if variants == nil {
+		variants = []producerVariant{variantMinimal, variantBridge}
+		if e.db.Dialect() == outbox.DialectPostgres {
+			variants = append(variants, variantNotify)
+		}
+	}
+	for _, k := range producerVariants {
+		if k.postgresOnly && slices.Contains(variants, k.v) && e.db.Dialect() != outbox.DialectPostgres {
+			return nil, nil, fmt.Errorf("the producers phase's %s table is PostgreSQL's only, not %s's", k.v, e.db.Dialect())
+		}
 	}
 	if !e.db.Capabilities().ConcurrentWrites {
 		return nil, nil, fmt.Errorf("the producers phase needs a database with concurrent writers (PostgreSQL, MySQL, MariaDB), not %s", e.db.Dialect())
@@ -199,6 +247,11 @@ func (e *env) producerTables(ctx context.Context, v producerVariant, n int) (out
 	if err != nil {
 		return "", "", err
 	}
+	if v == variantColumns || v == variantNoClaimIndex {
+		if err := e.dropIndexes(ctx, store.Table(), v == variantColumns); err != nil {
+			return "", "", fmt.Errorf("drop indexes of %s: %w", store.Table(), err)
+		}
+	}
 	if v == variantNotify {
 		trigger, err := outbox.NotifyTriggerSQL(store.Table())
 		if err != nil {
@@ -209,6 +262,50 @@ func (e *env) producerTables(ctx context.Context, v producerVariant, n int) (out
 		}
 	}
 	return store.Table(), orders, nil
+}
+
+// dropIndexes drops indexes of the bridge table: every one but the
+// primary key and the unique idempotency key (all), or only the index the
+// claim reads rows without an ordering key from.
+func (e *env) dropIndexes(ctx context.Context, table string, all bool) error {
+	var list string
+	var args []any
+	if e.db.Dialect() == outbox.DialectMySQL {
+		list = `SELECT DISTINCT concat('ALTER TABLE ', table_name, ' DROP INDEX ', index_name) FROM information_schema.statistics
+			WHERE table_schema = DATABASE() AND table_name = ? AND non_unique = 1 AND (? OR index_name = 'claimable_idx')`
+		args = []any{table, all}
+	} else {
+		list = `SELECT format('DROP INDEX %I.%I', n.nspname, c.relname) FROM pg_index i
+			JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE i.indrelid = $1::regclass AND NOT i.indisunique AND ($2 OR c.relname LIKE '%\_unordered\_idx')`
+		args = []any{table, all}
+	}
+	rows, err := e.db.SQL.QueryContext(ctx, list, args...)
+	if err != nil {
+		return err
+	}
+	var drops []string
+	for rows.Next() {
+		var d string
+		if err := rows.Scan(&d); err != nil {
+			rows.Close()
+			return err
+		}
+		drops = append(drops, d)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(drops) == 0 {
+		return fmt.Errorf("no index to drop: the migrations changed the indexes' names")
+	}
+	for _, d := range drops {
+		if _, err := e.db.SQL.ExecContext(ctx, d); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // dropProducerTables drops a run's tables, so that the runs after it do
