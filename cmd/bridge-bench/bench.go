@@ -411,6 +411,14 @@ func (e *env) plainTable(ctx context.Context, phase string) (*outbox.Store, erro
 	if _, err := outbox.Migrate(ctx, e.db, name); err != nil {
 		return nil, err
 	}
+	if e.s.FillFactor > 0 {
+		if e.db.Dialect() != outbox.DialectPostgres {
+			return nil, fmt.Errorf("--fillfactor is PostgreSQL's, not %s's", e.db.Dialect())
+		}
+		if _, err := e.db.SQL.ExecContext(ctx, fmt.Sprintf("ALTER TABLE %s SET (fillfactor = %d)", name, e.s.FillFactor)); err != nil {
+			return nil, err
+		}
+	}
 	return outbox.NewStore(e.db, name)
 }
 

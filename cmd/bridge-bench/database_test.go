@@ -16,13 +16,18 @@ import (
 // databasePhase runs bench with the database phase alone over rows rows.
 func databasePhase(t *testing.T, dbURL string, rows, keys int, del bool) *results {
 	t.Helper()
+	return databasePhaseWith(t, settings{DatabaseURL: dbURL, Rows: rows, OrderingKeys: keys, DeleteOnRelay: del})
+}
+
+// databasePhaseWith runs the database phase with s, the phase's other
+// settings filled in.
+func databasePhaseWith(t *testing.T, s settings) *results {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	res, err := bench(ctx, settings{
-		DatabaseURL: dbURL, Rows: rows, PayloadBytes: 256, BatchSize: 500, MaxInFlight: 2000,
-		Phases: "database", Source: "table", Relays: 1, Rate: 1, HighRate: 1,
-		OrderingKeys: keys, DeleteOnRelay: del,
-	})
+	s.PayloadBytes, s.BatchSize, s.MaxInFlight = 256, 500, 2000
+	s.Phases, s.Source, s.Relays, s.Rate, s.HighRate = "database", "table", 1, 1, 1
+	res, err := bench(ctx, s)
 	require.NoError(t, err) // the phase fails unless every row was marked once
 	require.Positive(t, res.DatabasePhaseRowsPerS)
 	require.NotNil(t, res.DatabasePhaseClientCPUUsPerRow)
@@ -57,6 +62,30 @@ func TestDatabasePhasePostgres(t *testing.T) {
 		require.NotNil(t, res.DatabasePhaseCPUUsPerRow, res.databaseNotMeasured)
 		assert.Positive(t, *res.DatabasePhaseClaimUsPerRow)
 	})
+}
+
+// TestDatabasePhaseFillFactor: with room on each page (--fillfactor), the
+// claim's and the mark's new row versions stay on the row's page and
+// PostgreSQL logs only what changed, the payload not again: less WAL per
+// row than on the table as migrated. A checkpoint during a drain adds
+// full-page images to its WAL, so a pair of drains with one is run again.
+func TestDatabasePhaseFillFactor(t *testing.T) {
+	url := bridgetest.PostgresURL(t)
+	if localServerCommands(url) == nil {
+		skipUnlessCI(t, "the PostgreSQL test server is not on this machine: its WAL cannot be read")
+	}
+	for try := 1; ; try++ {
+		full := databasePhaseWith(t, settings{DatabaseURL: url, Rows: 2000})
+		roomy := databasePhaseWith(t, settings{DatabaseURL: url, Rows: 2000, FillFactor: 50})
+		require.NotNil(t, full.DatabasePhaseWALBytesPerRow, full.databaseNotMeasured)
+		require.NotNil(t, roomy.DatabasePhaseWALBytesPerRow, roomy.databaseNotMeasured)
+		if (*full.DatabasePhaseCheckpoints > 0 || *roomy.DatabasePhaseCheckpoints > 0) && try < 3 {
+			continue
+		}
+		assert.Less(t, *roomy.DatabasePhaseWALBytesPerRow, 0.8**full.DatabasePhaseWALBytesPerRow,
+			"WAL per row at fillfactor 50 against 100")
+		return
+	}
 }
 
 // TestDatabasePhaseMySQL: on MySQL or MariaDB the connection's thread is
