@@ -189,7 +189,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&s.TablesCount, "tables-count", 100, "tables of the tables phase's runs over many tables (the --n rows spread over them)")
 	fs.IntVar(&s.TablesRounds, "tables-rounds", 2, "rounds of the tables phase (each round: one table, then --tables-count tables)")
 	fs.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
-	fs.IntVar(&s.FillFactor, "fillfactor", 0, "PostgreSQL: ALTER TABLE … SET (fillfactor = N) on the bench's bridge tables before they are filled, 10 to 100 (room on each page for the claim's and the mark's new row versions; 0: the table as bridge migrate makes it)")
+	fs.IntVar(&s.FillFactor, "fillfactor", 0, "PostgreSQL: ALTER TABLE … SET (fillfactor = N) on the bench's bridge tables before they are filled, 10 to 100 (room on each page for the claim's and the mark's new row versions; 0: the table as bridge migrate makes it); in the producers phase the minimal table keeps the default, so its ratios include the fillfactor's own cost")
 	fs.BoolVar(&s.DeleteOnRelay, "delete-on-relay", false, "run the relay with relay.delete_on_relay: rows are deleted at their PubAck instead of marked done")
 	fs.IntVar(&s.OrderingKeys, "ordering-keys", 0, "spread the rows of the bridge phase over this many ordering keys (row i gets key o-<i mod K>; 0: no ordering key)")
 	fs.IntVar(&s.RowsPerCommit, "rows-per-commit", 0, "commit the bridge phase's rows in transactions of this many rows, by 4 writers, before the relay starts (1: a backlog as services write it, one row per transaction, which is what a log source reads transaction by transaction; 0: all in one statement per 100,000 rows, the fastest fill)")
@@ -240,6 +240,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if s.FillFactor != 0 && (s.FillFactor < 10 || s.FillFactor > 100) {
 		fmt.Fprintf(stderr, "bridge-bench: --fillfactor %d: must be 10 to 100 (PostgreSQL's range), or 0 for the table as migrate makes it\n", s.FillFactor)
+		return 2
+	}
+	if s.FillFactor != 0 && !strings.HasPrefix(s.DatabaseURL, "postgres://") && !strings.HasPrefix(s.DatabaseURL, "postgresql://") {
+		fmt.Fprintf(stderr, "bridge-bench: --fillfactor is PostgreSQL's: --database-url must be postgres://… (or $BRIDGE_TEST_POSTGRES_URL set)\n")
 		return 2
 	}
 	if *variants != "" {

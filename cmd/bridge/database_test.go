@@ -473,9 +473,18 @@ func TestUnknownDatabaseIsNamed(t *testing.T) {
 	require.NoError(t, err)
 	my.Path = "/" + missing
 	urls["mysql"] = my.String()
+	// A URL without a database: PostgreSQL takes the user's name for it.
+	admin := postgresAdmin(t)
+	_, err = admin.Exec("CREATE ROLE " + missing + " LOGIN")
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = admin.Exec("DROP ROLE " + missing) })
+	unnamed := *pg
+	unnamed.Path, unnamed.User = "/", url.User(missing)
+	urls["postgres-user"] = unnamed.String()
 	want := map[string]string{
-		"postgres": `create it (CREATE DATABASE "` + missing + `")`,
-		"mysql":    "create it (CREATE DATABASE `" + missing + "`)",
+		"postgres":      `create it (CREATE DATABASE "` + missing + `")`,
+		"postgres-user": `create it (CREATE DATABASE "` + missing + `")`,
+		"mysql":         "create it (CREATE DATABASE `" + missing + "`)",
 	}
 	for dialect, dbURL := range urls {
 		for _, command := range []string{"migrate", "status"} {

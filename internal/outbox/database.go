@@ -236,8 +236,12 @@ func openPostgres(ctx context.Context, rawURL string, s Session) (*DB, error) {
 	if err := db.SQL.PingContext(ctx); err != nil {
 		db.SQL.Close()
 		if pgCode(err) == "3D000" { // invalid_catalog_name
+			name := cfg.Database
+			if name == "" { // the server's default: the user's name
+				name = cfg.User
+			}
 			return nil, fmt.Errorf("connect to postgres %s: %w: create it (CREATE DATABASE %s) or fix the name in the URL: %w",
-				db.Redacted, ErrUnknownDatabase, pgx.Identifier{cfg.Database}.Sanitize(), distinctLines{err})
+				db.Redacted, ErrUnknownDatabase, pgx.Identifier{name}.Sanitize(), distinctLines{err})
 		}
 		return nil, fmt.Errorf("connect to postgres %s: %w", db.Redacted, distinctLines{err})
 	}
