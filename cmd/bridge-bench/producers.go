@@ -33,9 +33,10 @@ const (
 	// layout a relay can run on.
 	variantColumns producerVariant = "bridge-columns"
 	// variantNoClaimIndex is the bridge's table without the index its
-	// claim reads rows without an ordering key from (PostgreSQL
-	// <table>_unordered_idx, MySQL claimable_idx): what that index costs.
-	// An experiment, not a layout a relay can run on.
+	// claim reads rows without an ordering key from: PostgreSQL's
+	// <table>_unordered_idx, MySQL's claimable_idx (from which its claim
+	// reads keyed rows too). What that index costs the producers. An
+	// experiment, not a layout a relay can run on.
 	variantNoClaimIndex producerVariant = "bridge-no-claim-index"
 )
 
