@@ -24,7 +24,8 @@ func newMigrateCommand() *cobra.Command {
 		Use:   "migrate",
 		Short: "Create or upgrade the outbox table (--print: show the SQL instead)",
 		Long: `Create or upgrade the outbox table (--table) in the configured database
-(--database-url) with its indexes. No trigger is added: the relay finds new rows by
+(--database-url) with its indexes. The database itself must exist (exit 2 with the
+CREATE DATABASE to run otherwise; a SQLite file is created). No trigger is added: the relay finds new rows by
 polling (or in the log, with source: postgres-wal or mysql-binlog), and the
 producers' commits wait for nothing of it. Migrations are versioned
 and embedded; applied versions are recorded in the table <table>_migrations. Safe
