@@ -411,10 +411,7 @@ func (e *env) plainTable(ctx context.Context, phase string) (*outbox.Store, erro
 	if _, err := outbox.Migrate(ctx, e.db, name); err != nil {
 		return nil, err
 	}
-	if e.s.FillFactor > 0 {
-		if e.db.Dialect() != outbox.DialectPostgres {
-			return nil, fmt.Errorf("--fillfactor is PostgreSQL's, not %s's", e.db.Dialect())
-		}
+	if e.s.FillFactor > 0 { // a PostgreSQL URL (run checks it)
 		if _, err := e.db.SQL.ExecContext(ctx, fmt.Sprintf("ALTER TABLE %s SET (fillfactor = %d)", name, e.s.FillFactor)); err != nil {
 			return nil, err
 		}

@@ -269,19 +269,14 @@ func (e *env) producerTables(ctx context.Context, v producerVariant, n int) (out
 // primary key and the unique idempotency key (all), or only the index the
 // claim reads rows without an ordering key from.
 func (e *env) dropIndexes(ctx context.Context, table string, all bool) error {
-	var list string
-	var args []any
+	list := `SELECT format('DROP INDEX %I.%I', n.nspname, c.relname) FROM pg_index i
+		JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE i.indrelid = $1::regclass AND NOT i.indisunique AND ($2 OR c.relname LIKE '%\_unordered\_idx')`
 	if e.db.Dialect() == outbox.DialectMySQL {
 		list = `SELECT DISTINCT concat('ALTER TABLE ', table_name, ' DROP INDEX ', index_name) FROM information_schema.statistics
 			WHERE table_schema = DATABASE() AND table_name = ? AND non_unique = 1 AND (? OR index_name = 'claimable_idx')`
-		args = []any{table, all}
-	} else {
-		list = `SELECT format('DROP INDEX %I.%I', n.nspname, c.relname) FROM pg_index i
-			JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-			WHERE i.indrelid = $1::regclass AND NOT i.indisunique AND ($2 OR c.relname LIKE '%\_unordered\_idx')`
-		args = []any{table, all}
 	}
-	rows, err := e.db.SQL.QueryContext(ctx, list, args...)
+	rows, err := e.db.SQL.QueryContext(ctx, list, table, all)
 	if err != nil {
 		return err
 	}

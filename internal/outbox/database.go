@@ -235,15 +235,9 @@ func openPostgres(ctx context.Context, rawURL string, s Session) (*DB, error) {
 	db.SQL.SetMaxIdleConns(SessionsMax) // see SessionsMax
 	if err := db.SQL.PingContext(ctx); err != nil {
 		db.SQL.Close()
-		if pgCode(err) == "3D000" { // invalid_catalog_name
-			name := cfg.Database
-			if name == "" { // the server's default: the user's name
-				name = cfg.User
-			}
-			return nil, fmt.Errorf("connect to postgres %s: %w: create it (CREATE DATABASE %s) or fix the name in the URL: %w",
-				db.Redacted, ErrUnknownDatabase, pgx.Identifier{name}.Sanitize(), distinctLines{err})
-		}
-		return nil, fmt.Errorf("connect to postgres %s: %w", db.Redacted, distinctLines{err})
+		// Without a database in the URL the server takes the user's name.
+		name := pgx.Identifier{cmp.Or(cfg.Database, cfg.User)}.Sanitize()
+		return nil, connectFailed("postgres", db.Redacted, distinctLines{err}, pgCode(err) == "3D000", name) // invalid_catalog_name
 	}
 	return db, nil
 }
@@ -448,15 +442,21 @@ func openMySQL(ctx context.Context, rawURL string, s Session) (*DB, error) {
 	return db, nil
 }
 
-// mysqlConnectFailed is the error of a session that could not be opened to
-// the database dbName of the URL redacted, naming ErrUnknownDatabase for
-// MySQL error 1049 (ER_BAD_DB_ERROR).
+// mysqlConnectFailed is connectFailed for MySQL error 1049
+// (ER_BAD_DB_ERROR) on the database dbName.
 func mysqlConnectFailed(redacted, dbName string, err error) error {
-	if mysqlCode(err) == 1049 {
-		return fmt.Errorf("connect to mysql %s: %w: create it (CREATE DATABASE `%s`) or fix the name in the URL: %w",
-			redacted, ErrUnknownDatabase, strings.ReplaceAll(dbName, "`", "``"), err)
+	return connectFailed("mysql", redacted, err, mysqlCode(err) == 1049, "`"+strings.ReplaceAll(dbName, "`", "``")+"`")
+}
+
+// connectFailed is the error of a session to the dialect's URL redacted
+// that could not be opened. When the server has no database of the URL's
+// name (unknown) it wraps ErrUnknownDatabase and names the statement that
+// creates it (quoted: the name as the dialect quotes it).
+func connectFailed(dialect, redacted string, err error, unknown bool, quoted string) error {
+	if unknown {
+		return fmt.Errorf("connect to %s %s: %w: create it (CREATE DATABASE %s) or fix the name in the URL: %w", dialect, redacted, ErrUnknownDatabase, quoted, err)
 	}
-	return fmt.Errorf("connect to mysql %s: %w", redacted, err)
+	return fmt.Errorf("connect to %s %s: %w", dialect, redacted, err)
 }
 
 // mysqlIsolationVariable returns the name of the session variable that
