@@ -390,6 +390,17 @@ func openSQLite(ctx context.Context, path string) (*DB, error) {
 //   - clientFoundRows off and no multi-statements, whatever the URL says:
 //     affected-row counts are rows changed (Enqueue and the fenced marks
 //     count on it), and every statement is sent on its own;
+//   - interpolateParams on, unless the URL sets interpolateParams, charset
+//     or collation: the driver writes a statement's arguments into its
+//     text, escaped as the session's sql_mode asks (NO_BACKSLASH_ESCAPES
+//     included), and sends it in one packet. Without it, every statement
+//     with arguments is prepared on the server, executed and closed: the
+//     claim's and the mark's, which name up to 500 ids each, cost MariaDB
+//     10.11 a third more CPU per relayed row (bridge-bench's database
+//     phase, docs/BENCHMARKS.md). A URL that names a charset or collation
+//     keeps the driver's default, off: interpolation is unsafe under the
+//     multi-byte charsets whose bytes may contain a backslash (big5, gbk,
+//     sjis, cp932, gb18030), which the driver refuses;
 //   - the connection attribute program_name = s.Name (unless the URL's
 //     connectionAttributes sets it);
 //   - a session refused a write with error 1290 (the server runs with
@@ -490,7 +501,13 @@ const mysqlAccepted = "mysql://user:password@host:port/database?param=value, or 
 // mysql://user:pass@tcp(host:port)/db or @unix(/path) — is taken as it is.
 func mysqlConfig(rawURL string) (*mysql.Config, error) {
 	var cfg *mysql.Config
+	var query string // the URL's parameters, as written
 	if dsn := strings.TrimPrefix(rawURL, "mysql://"); isMySQLDSN(dsn) {
+		// The driver reads its parameters after the last "/" (the
+		// database's).
+		if _, params, ok := strings.Cut(dsn[strings.LastIndexByte(dsn, '/')+1:], "?"); ok {
+			query = params
+		}
 		// The driver's messages name its parameters, not the user or
 		// password; the password of a DSN is taken as it is written, so the
 		// driver must have read it where its text is (secret.Userinfo).
@@ -519,6 +536,7 @@ func mysqlConfig(rawURL string) (*mysql.Config, error) {
 		if u.Host == "" || u.Opaque != "" {
 			return nil, fmt.Errorf("%w: %q has no host; accepted: %s", ErrUnknownScheme, RedactURL(rawURL), mysqlAccepted)
 		}
+		query = u.RawQuery
 		base := mysql.NewConfig()
 		base.Net = "tcp"
 		base.Addr = u.Host
@@ -550,6 +568,9 @@ func mysqlConfig(rawURL string) (*mysql.Config, error) {
 	}
 	cfg.ClientFoundRows = false
 	cfg.MultiStatements = false
+	if params, err := url.ParseQuery(query); err == nil && !params.Has("interpolateParams") && !params.Has("charset") && !params.Has("collation") {
+		cfg.InterpolateParams = true
+	}
 	if cfg.Params == nil {
 		cfg.Params = map[string]string{}
 	}

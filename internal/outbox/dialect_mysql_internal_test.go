@@ -24,6 +24,7 @@ func TestMySQLURLBecomesDriverConfig(t *testing.T) {
 	require.Contains(t, cfg.Params["sql_mode"], "STRICT_ALL_TABLES")
 	require.False(t, cfg.ParseTime)
 	require.False(t, cfg.MultiStatements)
+	require.True(t, cfg.InterpolateParams, "arguments are written into the statement, not prepared")
 	// The DSN the driver would be given, password and all.
 	require.Contains(t, cfg.FormatDSN(), "app:p@ss:w/rd@tcp(db.example:3307)/shop?")
 
@@ -34,6 +35,22 @@ func TestMySQLURLBecomesDriverConfig(t *testing.T) {
 	require.Equal(t, "'+02:00'", cfg.Params["time_zone"], "the URL's time_zone wins")
 	require.False(t, cfg.ClientFoundRows, "affected rows must be changed rows")
 	require.False(t, cfg.MultiStatements)
+
+	// A URL that chooses the driver's interpolation, charset or collation
+	// keeps the driver's default: off (unsafe under gbk, big5, sjis…).
+	for rawURL, want := range map[string]bool{
+		"mysql://root@h/db?interpolateParams=false":                     false,
+		"mysql://root@h/db?charset=gbk":                                 false,
+		"mysql://root@h/db?collation=utf8mb4_unicode_ci":                false,
+		"mysql://root@tcp(h:3306)/db?charset=sjis":                      false,
+		"mysql://root@tcp(h:3306)/db?loc=UTC":                           true,
+		"mysql://root:a%3Fcharset=x@tcp(h:3306)/db":                     true,
+		"mysql://root@h/db?wait_timeout=600&time_zone=%27%2B02%3A00%27": true,
+	} {
+		cfg, err := mysqlConfig(rawURL)
+		require.NoError(t, err, rawURL)
+		require.Equal(t, want, cfg.InterpolateParams, rawURL)
+	}
 
 	for _, bad := range []string{"mysql:///db", "mysql://h/db?tls=maybe", "mysql://u:se/cret@h/db"} {
 		_, err := mysqlConfig(bad)

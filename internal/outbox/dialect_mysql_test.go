@@ -533,8 +533,9 @@ func handlerReads(t *testing.T, conn *sql.Conn) int {
 // TestMySQLCandidatesRunAgainAsAPreparedStatement: one form of the key walk
 // (a derived table of keys inside another) failed on MariaDB 10.11 from its
 // second execution as a prepared statement with "Unknown column 'w.k'".
-// The relay's driver prepares a statement per query today; this keeps the
-// query safe to prepare once.
+// The relay's sessions write arguments into the statement's text
+// (interpolateParams), but a URL that names a charset or collation has
+// them prepared again; this keeps the query safe to prepare once.
 func TestMySQLCandidatesRunAgainAsAPreparedStatement(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -584,4 +585,92 @@ func TestMySQLDriverLogsThroughSlog(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "component=mysql-driver") }, 5*time.Second, 50*time.Millisecond,
 		"no driver line came through: %q", logs.String())
 	require.Contains(t, logs.String(), "level=WARN")
+}
+
+// TestMySQLRelaySendsEachStatementOnce: the relay's sessions write a
+// statement's arguments into its text (interpolateParams), so that a claim
+// and a mark are one packet each, not a server-side prepare, an execute and
+// a close. Counted by the session's Com_stmt_prepare on a pool of one
+// session.
+func TestMySQLRelaySendsEachStatementOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t, "mysql")
+	s.DB().SQL.SetMaxOpenConns(1) // every statement below on one session
+	prepared := func() int64 {
+		var name string
+		var n int64
+		require.NoError(t, s.DB().SQL.QueryRowContext(ctx, "SHOW SESSION STATUS LIKE 'Com_stmt_prepare'").Scan(&name, &n))
+		return n
+	}
+	before := prepared()
+	enqueue(t, s, "a", "")
+	enqueue(t, s, "b", "key")
+	rows, err := s.Claim(ctx, "relay-1", 10)
+	require.NoError(t, err)
+	require.Len(t, rows, 2)
+	done := []outbox.Done{{ID: rows[0].ID, Attempt: rows[0].Attempt, Stream: "EVENTS", Seq: 1}, {ID: rows[1].ID, Attempt: rows[1].Attempt, Stream: "EVENTS", Seq: 2}}
+	changed, err := s.MarkDone(ctx, "relay-1", done, false)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), changed)
+	require.Equal(t, before, prepared(), "no statement was prepared on the server")
+}
+
+// TestMySQLArgumentsKeepEveryByte: with the arguments written into the
+// statement's text, a row comes back as it went in — quotes, backslashes,
+// placeholders and comment markers in its keys, header and owner, every
+// byte value (NUL and Ctrl-Z among them) in its payload — in the relay's
+// default sql_mode and under NO_BACKSLASH_ESCAPES, where a backslash is an
+// ordinary character.
+func TestMySQLArgumentsKeepEveryByte(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	hostile := "a'b\"c\\d?g-- h/*i*/#j k`l\\'m''n\\\\o _binary'p' é😀"
+	payload := make([]byte, 0, 512)
+	for i := range 512 {
+		payload = append(payload, byte(i))
+	}
+	for _, mode := range []string{"", "NO_BACKSLASH_ESCAPES,STRICT_ALL_TABLES"} {
+		t.Run("sql_mode="+mode, func(t *testing.T) {
+			t.Parallel()
+			url, table, _ := bridgetest.Outbox(t, "mysql")
+			if mode != "" {
+				sep := "?"
+				if strings.Contains(url, "?") {
+					sep = "&"
+				}
+				url += sep + "sql_mode=%27" + strings.ReplaceAll(mode, ",", "%2C") + "%27"
+			}
+			db, err := outbox.Open(ctx, url)
+			require.NoError(t, err)
+			t.Cleanup(func() { db.Close() })
+			s, err := outbox.NewStore(db, table)
+			require.NoError(t, err)
+			var got string
+			require.NoError(t, db.SQL.QueryRowContext(ctx, "SELECT @@SESSION.sql_mode").Scan(&got))
+			require.Equal(t, mode != "", strings.Contains(got, "NO_BACKSLASH_ESCAPES"), "session sql_mode %q", got)
+
+			headers := `{"X-Hostile":["` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(hostile) + `"]}`
+			id, err := s.Enqueue(ctx, outbox.Entry{IdempotencyKey: hostile, Subject: "events.t", Payload: payload, Headers: []byte(headers), OrderingKey: hostile})
+			require.NoError(t, err)
+			_, err = s.Enqueue(ctx, outbox.Entry{IdempotencyKey: hostile, Subject: "events.t"})
+			require.ErrorIs(t, err, outbox.ErrAlreadyEnqueued, "the key is found again byte for byte")
+			owner := "relay-" + hostile
+			rows, err := s.Claim(ctx, owner, 10)
+			require.NoError(t, err)
+			require.Len(t, rows, 1)
+			r := rows[0]
+			require.Equal(t, id, r.ID)
+			require.Equal(t, hostile, r.IdempotencyKey)
+			require.Equal(t, hostile, r.OrderingKey.String)
+			require.Equal(t, payload, r.Payload)
+			require.JSONEq(t, headers, string(r.Headers))
+			changed, err := s.MarkDone(ctx, owner, []outbox.Done{{ID: r.ID, Attempt: r.Attempt, Stream: "S'\\", Seq: 7}}, false)
+			require.NoError(t, err)
+			require.Equal(t, int64(1), changed, "the mark's fence matched the owner byte for byte")
+			var stream string
+			require.NoError(t, db.SQL.QueryRowContext(ctx, "SELECT stream FROM "+s.Table()+" WHERE id = ?", id).Scan(&stream))
+			require.Equal(t, "S'\\", stream)
+		})
+	}
 }
