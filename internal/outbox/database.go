@@ -44,6 +44,10 @@ type DB struct {
 	// isolation is stricter than READ COMMITTED: the relay's writes then
 	// run in READ COMMITTED transactions of their own (see write).
 	explicitIsolation atomic.Bool
+	// mysqlTxOptions begin the MySQL relay's transactions (claim, in-flight
+	// recovery): nil when openMySQL set the sessions to READ COMMITTED,
+	// READ COMMITTED when the URL chose another level.
+	mysqlTxOptions *sql.TxOptions
 	// fence retires the PostgreSQL and MySQL sessions older than the last
 	// one that could not serve the relay; nil on SQLite.
 	fence *sessionFence
@@ -386,7 +390,9 @@ func openSQLite(ctx context.Context, path string) (*DB, error) {
 //     back, and an UPDATE skips rows locked by another relay that it would
 //     not change instead of waiting for them. The variable is
 //     transaction_isolation on MySQL 8 and MariaDB 11.1+, tx_isolation on
-//     older MariaDB; openMySQL asks the server which one it knows;
+//     older MariaDB; openMySQL asks the server which one it knows. When
+//     the URL sets another level, the claim and the in-flight recovery
+//     begin their transactions at READ COMMITTED themselves;
 //   - clientFoundRows off and no multi-statements, whatever the URL says:
 //     affected-row counts are rows changed (Enqueue and the fenced marks
 //     count on it), and every statement is sent on its own;
@@ -422,7 +428,10 @@ func openMySQL(ctx context.Context, rawURL string, s Session) (*DB, error) {
 		cfg.ConnectionAttributes = strings.TrimPrefix(cfg.ConnectionAttributes+",program_name:"+name, ",")
 	}
 	_, rc := cfg.Params["transaction_isolation"]
-	if _, set := cfg.Params["tx_isolation"]; !rc && !set {
+	var txOptions *sql.TxOptions // the sessions run at READ COMMITTED
+	if _, set := cfg.Params["tx_isolation"]; rc || set {
+		txOptions = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	} else {
 		name, err := mysqlIsolationVariable(ctx, cfg)
 		if err != nil {
 			return nil, mysqlConnectFailed(RedactURL(rawURL), cfg.DBName, err)
@@ -445,7 +454,7 @@ func openMySQL(ctx context.Context, rawURL string, s Session) (*DB, error) {
 	sqlDB.SetConnMaxIdleTime(s.MaxIdleTime)
 	sqlDB.SetMaxOpenConns(SessionsMax)
 	sqlDB.SetMaxIdleConns(SessionsMax) // see SessionsMax
-	db := &DB{SQL: sqlDB, driver: mysqlDriver{}, Redacted: RedactURL(rawURL), fence: fence}
+	db := &DB{SQL: sqlDB, driver: mysqlDriver{}, Redacted: RedactURL(rawURL), fence: fence, mysqlTxOptions: txOptions}
 	if err := db.SQL.PingContext(ctx); err != nil {
 		sqlDB.Close()
 		return nil, mysqlConnectFailed(db.Redacted, cfg.DBName, err)

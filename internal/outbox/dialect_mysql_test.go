@@ -674,3 +674,41 @@ func TestMySQLArgumentsKeepEveryByte(t *testing.T) {
 		})
 	}
 }
+
+// TestMySQLIdleRelayStatements: on a table with nothing to claim or
+// requeue, a claim and an in-flight recovery are one statement each, not
+// a transaction of four (SET TRANSACTION, START TRANSACTION, the read,
+// COMMIT): an idle relay polls every table all day. Counted by the
+// session's Questions on a pool of one session.
+func TestMySQLIdleRelayStatements(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t, "mysql")
+	s.DB().SQL.SetMaxOpenConns(1)
+	questions := func() int64 {
+		var name string
+		var n int64
+		require.NoError(t, s.DB().SQL.QueryRowContext(ctx, "SHOW SESSION STATUS LIKE 'Questions'").Scan(&name, &n))
+		return n
+	}
+	before := questions()
+	require.Equal(t, before+1, questions(), "reading the count is one statement")
+	before = questions()
+	rows, err := s.Claim(ctx, "relay-1", 10)
+	require.NoError(t, err)
+	require.Empty(t, rows)
+	n, err := s.RequeueInflightOlderThan(ctx, time.Minute)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Equal(t, before+1+2, questions(), "one statement for the claim, one for the recovery")
+
+	// With work, they still claim and requeue.
+	enqueue(t, s, "a", "")
+	rows, err = s.Claim(ctx, "relay-1", 10)
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	n, err = s.RequeueInflightOlderThan(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, "failed", get(t, s, rows[0].ID).Status, "requeued: failed, claimable now")
+}

@@ -128,7 +128,12 @@ func mysqlCode(err error) uint16 {
 type mysqlExecutor struct {
 	readers
 	db *sql.DB
-	q  mysqlQueries
+	// txOptions begin the claim's and the in-flight recovery's
+	// transactions: nil when the sessions run at READ COMMITTED already
+	// (openMySQL set it), else READ COMMITTED, which costs a statement
+	// (SET TRANSACTION) per transaction.
+	txOptions *sql.TxOptions
+	q         mysqlQueries
 	// binlog are the mysql-binlog source's statements (Store.BinlogStatements).
 	binlog BinlogStatements
 }
@@ -175,7 +180,7 @@ func (d mysqlDriver) executor(db *DB, t tableName) (executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &mysqlExecutor{readers: takeReaders(db.SQL, f), db: db.SQL, q: mysqlQueries{
+	e := &mysqlExecutor{readers: takeReaders(db.SQL, f), db: db.SQL, txOptions: db.mysqlTxOptions, q: mysqlQueries{
 		claimCandidates: f.take("claim_candidates"), claimLock: f.take("claim_lock"), claimLease: f.take("claim_lease"), claimRead: f.take("claim_read"),
 		requeueStale: f.take("requeue_stale"), requeueLock: f.take("requeue_lock"), requeueMove: f.take("requeue_move"),
 		markDone: f.take("mark_done"), deleteDone: f.take("delete_done"), markFailed: f.take("mark_failed"),
@@ -218,10 +223,10 @@ type mysqlWalked struct {
 // order, not by id: the head of a key that got a row only now has a larger
 // id than the heads of keys around it that keep failing and coming back,
 // and by id it would lose to them on every claim.
-func readMySQLCandidates(ctx context.Context, tx *sql.Tx, query, cursor string, limit int) (mysqlCandidateSet, error) {
+func readMySQLCandidates(ctx context.Context, db *sql.DB, query, cursor string, limit int) (mysqlCandidateSet, error) {
 	var c mysqlCandidateSet
 	want := limit * mysqlOverfetch
-	rows, err := tx.QueryContext(ctx, query, mysqlCandidateArgs(cursor, want)...)
+	rows, err := db.QueryContext(ctx, query, mysqlCandidateArgs(cursor, want)...)
 	if err != nil {
 		return c, err
 	}
@@ -285,8 +290,9 @@ func (c mysqlCandidateSet) nextCursor(from string, claimed []Row) sql.NullString
 	return next
 }
 
-// Claim leases up to p.Limit rows to p.Owner in one READ COMMITTED
-// transaction, one statement file per step:
+// Claim leases up to p.Limit rows to p.Owner, one statement file per step,
+// steps 2 to 4 in one READ COMMITTED transaction that is begun only when
+// step 1 found candidates (an idle relay's claim is one statement):
 //
 //  1. candidates: a plain (non-locking) SELECT of the claimable rows,
 //     ordering condition included (claim_candidates.sql, readMySQLCandidates):
@@ -316,7 +322,17 @@ func (c mysqlCandidateSet) nextCursor(from string, claimed []Row) sql.NullString
 // SKIP LOCKED never waits, so two claims cannot deadlock.
 func (e *mysqlExecutor) Claim(ctx context.Context, p *claimRowsParams) (_ claimResult, err error) {
 	maxBytes, maxPayload := p.sizeParams()
-	tx, err := e.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	// A statement of its own: at READ COMMITTED it reads what it would read
+	// inside the transaction, the newest committed rows.
+	found, err := readMySQLCandidates(ctx, e.db, e.q.claimCandidates, p.Cursor, p.Limit)
+	if err != nil {
+		return claimResult{}, fmt.Errorf("select candidates: %w", err)
+	}
+	candidates := found.ids
+	if len(candidates) == 0 {
+		return claimResult{NextCursor: found.nextCursor(p.Cursor, nil)}, nil
+	}
+	tx, err := e.db.BeginTx(ctx, e.txOptions)
 	if err != nil {
 		return claimResult{}, err
 	}
@@ -325,31 +341,24 @@ func (e *mysqlExecutor) Claim(ctx context.Context, p *claimRowsParams) (_ claimR
 			_ = tx.Rollback()
 		}
 	}()
-	found, err := readMySQLCandidates(ctx, tx, e.q.claimCandidates, p.Cursor, p.Limit)
+	args := append(append([]any{maxPayload}, anys(candidates)...), p.Limit)
+	locked, err := mysqlFitting(ctx, tx, mysqlExpand(e.q.claimLock, len(candidates)), maxBytes, args...)
 	if err != nil {
-		return claimResult{}, fmt.Errorf("select candidates: %w", err)
+		return claimResult{}, fmt.Errorf("lock candidates: %w", err)
 	}
-	candidates := found.ids
 	var out []Row
-	if len(candidates) > 0 {
-		args := append(append([]any{maxPayload}, anys(candidates)...), p.Limit)
-		locked, err := mysqlFitting(ctx, tx, mysqlExpand(e.q.claimLock, len(candidates)), maxBytes, args...)
-		if err != nil {
-			return claimResult{}, fmt.Errorf("lock candidates: %w", err)
+	if len(locked) > 0 {
+		ids := anys(locked)
+		if _, err := tx.ExecContext(ctx, mysqlExpand(e.q.claimLease, len(locked)), append([]any{p.Owner}, ids...)...); err != nil {
+			return claimResult{}, fmt.Errorf("lease: %w", err)
 		}
-		if len(locked) > 0 {
-			ids := anys(locked)
-			if _, err := tx.ExecContext(ctx, mysqlExpand(e.q.claimLease, len(locked)), append([]any{p.Owner}, ids...)...); err != nil {
-				return claimResult{}, fmt.Errorf("lease: %w", err)
-			}
-			rows, err := tx.QueryContext(ctx, mysqlExpand(e.q.claimRead, len(locked)), append([]any{maxPayload}, ids...)...)
-			if err != nil {
-				return claimResult{}, err
-			}
-			size := int64(len(locked))
-			if out, err = scanClaimed(rows, maxPayload, &size); err != nil {
-				return claimResult{}, err
-			}
+		rows, err := tx.QueryContext(ctx, mysqlExpand(e.q.claimRead, len(locked)), append([]any{maxPayload}, ids...)...)
+		if err != nil {
+			return claimResult{}, err
+		}
+		size := int64(len(locked))
+		if out, err = scanClaimed(rows, maxPayload, &size); err != nil {
+			return claimResult{}, err
 		}
 	}
 	if err := tx.Commit(); err != nil {
@@ -384,13 +393,23 @@ func mysqlFitting(ctx context.Context, tx *sql.Tx, query string, maxBytes int64,
 }
 
 // Requeue runs the in-flight recovery (requeue_stale.sql, requeue_lock.sql,
-// requeue_move.sql) in one READ COMMITTED transaction, at most
-// mysqlBatchMax rows per call: a longer list is worked off over the next
-// calls. A stale row locked by another transaction (a relay paused in the
-// middle of a mark) is skipped, not waited for, and found again next time.
+// requeue_move.sql), at most mysqlBatchMax rows per call: a longer list is
+// worked off over the next calls. The stale leases are read by a statement
+// of its own (a non-locking read, as it would be inside the transaction);
+// only when there are some are they locked and moved, in one READ
+// COMMITTED transaction. A stale row locked by another transaction (a relay
+// paused in the middle of a mark) is skipped, not waited for, and found
+// again next time.
 func (e *mysqlExecutor) Requeue(ctx context.Context, p *requeueParams) (_ int, err error) {
 	ago := micros(p.OlderThan)
-	tx, err := e.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	stale, err := mysqlIDList(ctx, e.db, e.q.requeueStale, ago, mysqlBatchMax)
+	if err != nil {
+		return 0, fmt.Errorf("select stale leases: %w", err)
+	}
+	if len(stale) == 0 {
+		return 0, nil
+	}
+	tx, err := e.db.BeginTx(ctx, e.txOptions)
 	if err != nil {
 		return 0, err
 	}
@@ -399,20 +418,14 @@ func (e *mysqlExecutor) Requeue(ctx context.Context, p *requeueParams) (_ int, e
 			_ = tx.Rollback()
 		}
 	}()
-	stale, err := mysqlIDList(ctx, tx, e.q.requeueStale, ago, mysqlBatchMax)
-	if err != nil {
-		return 0, fmt.Errorf("select stale leases: %w", err)
-	}
 	var n int64
-	if len(stale) > 0 {
-		locked, err := mysqlIDList(ctx, tx, mysqlExpand(e.q.requeueLock, len(stale)), append(anys(stale), ago)...)
-		if err != nil {
-			return 0, fmt.Errorf("lock stale leases: %w", err)
-		}
-		if len(locked) > 0 {
-			if n, err = execCount(ctx, tx, mysqlExpand(e.q.requeueMove, len(locked)), anys(locked)...); err != nil {
-				return 0, fmt.Errorf("requeue: %w", err)
-			}
+	locked, err := mysqlIDList(ctx, tx, mysqlExpand(e.q.requeueLock, len(stale)), append(anys(stale), ago)...)
+	if err != nil {
+		return 0, fmt.Errorf("lock stale leases: %w", err)
+	}
+	if len(locked) > 0 {
+		if n, err = execCount(ctx, tx, mysqlExpand(e.q.requeueMove, len(locked)), anys(locked)...); err != nil {
+			return 0, fmt.Errorf("requeue: %w", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
@@ -421,8 +434,8 @@ func (e *mysqlExecutor) Requeue(ctx context.Context, p *requeueParams) (_ int, e
 	return int(n), nil
 }
 
-func mysqlIDList(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]int64, error) {
-	rows, err := tx.QueryContext(ctx, query, args...)
+func mysqlIDList(ctx context.Context, q querier, query string, args ...any) ([]int64, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
