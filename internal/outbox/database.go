@@ -402,7 +402,7 @@ func openSQLite(ctx context.Context, path string) (*DB, error) {
 //     included), and sends it in one packet. Without it, every statement
 //     with arguments is prepared on the server, executed and closed: the
 //     claim's and the mark's, which name up to 500 ids each, cost MariaDB
-//     10.11 a third more CPU per relayed row (bridge-bench's database
+//     10.11 15–35 % more CPU per relayed row (bridge-bench's database
 //     phase, docs/BENCHMARKS.md). A URL that names a charset or collation
 //     keeps the driver's default, off: interpolation is unsafe under the
 //     multi-byte charsets whose bytes may contain a backslash (big5, gbk,
