@@ -396,17 +396,21 @@ func openSQLite(ctx context.Context, path string) (*DB, error) {
 //   - clientFoundRows off and no multi-statements, whatever the URL says:
 //     affected-row counts are rows changed (Enqueue and the fenced marks
 //     count on it), and every statement is sent on its own;
-//   - interpolateParams on, unless the URL sets interpolateParams, charset
-//     or collation: the driver writes a statement's arguments into its
+//   - interpolateParams on, unless the URL sets interpolateParams, charset,
+//     collation or a character_set_* variable, or the server gives the
+//     session a client character set other than utf8mb4, utf8mb3, latin1,
+//     ascii or binary: the driver writes a statement's arguments into its
 //     text, escaped as the session's sql_mode asks (NO_BACKSLASH_ESCAPES
 //     included), and sends it in one packet. Without it, every statement
 //     with arguments is prepared on the server, executed and closed: the
 //     claim's and the mark's, which name up to 500 ids each, cost MariaDB
 //     10.11 15–35 % more CPU per relayed row (bridge-bench's database
-//     phase, docs/BENCHMARKS.md). A URL that names a charset or collation
-//     keeps the driver's default, off: interpolation is unsafe under the
-//     multi-byte charsets whose bytes may contain a backslash (big5, gbk,
-//     sjis, cp932, gb18030), which the driver refuses;
+//     phase, docs/BENCHMARKS.md). Otherwise the driver's default, off:
+//     interpolation is unsafe under the multi-byte charsets whose
+//     characters may contain a backslash's byte (big5, gbk, sjis, cp932,
+//     gb18030). With it, maxAllowedPacket is read from the server (unless
+//     the URL sets it), so that a statement whose escaped arguments would
+//     exceed it is prepared instead;
 //   - the connection attribute program_name = s.Name (unless the URL's
 //     connectionAttributes sets it);
 //   - a session refused a write with error 1290 (the server runs with
@@ -427,9 +431,9 @@ func openMySQL(ctx context.Context, rawURL string, s Session) (*DB, error) {
 		name := strings.NewReplacer(",", "_", ":", "_").Replace(s.Name)
 		cfg.ConnectionAttributes = strings.TrimPrefix(cfg.ConnectionAttributes+",program_name:"+name, ",")
 	}
-	_, rc := cfg.Params["transaction_isolation"]
 	var txOptions *sql.TxOptions // the sessions run at READ COMMITTED
-	if _, set := cfg.Params["tx_isolation"]; rc || set {
+	// The server reads variable names in any case.
+	if mysqlParamSet(cfg.Params, "transaction_isolation", "tx_isolation") {
 		txOptions = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	} else {
 		name, err := mysqlIsolationVariable(ctx, cfg)
@@ -441,6 +445,36 @@ func openMySQL(ctx context.Context, rawURL string, s Session) (*DB, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = s.ConnectTimeout // the driver's dial timeout
 	}
+	db, err := mysqlPool(ctx, rawURL, cfg, s, txOptions)
+	if err != nil || !cfg.InterpolateParams {
+		return db, err
+	}
+	// The server may set the client character set itself (init_connect,
+	// character-set-client-handshake off), which no URL shows: under big5,
+	// gbk, sjis, cp932 or gb18030 a backslash the driver writes to escape a
+	// quote can be read as part of the byte before it, and the quote would
+	// end the string. Then the statements are prepared, as by default.
+	var charset string
+	if err := db.SQL.QueryRowContext(ctx, "SELECT @@character_set_client").Scan(&charset); err != nil {
+		db.Close()
+		return nil, mysqlConnectFailed(db.Redacted, cfg.DBName, err)
+	}
+	if mysqlInterpolationSafe[strings.ToLower(charset)] {
+		return db, nil
+	}
+	db.Close()
+	cfg.InterpolateParams = false
+	return mysqlPool(ctx, rawURL, cfg, s, txOptions)
+}
+
+// mysqlInterpolationSafe are the client character sets under which the
+// driver's escaping of interpolated arguments is sound: none of their
+// multi-byte characters holds the byte of a backslash or a quote.
+var mysqlInterpolationSafe = map[string]bool{"utf8mb4": true, "utf8mb3": true, "utf8": true, "latin1": true, "ascii": true, "binary": true}
+
+// mysqlPool opens the relay's pool of sessions of cfg (see openMySQL) and
+// pings it.
+func mysqlPool(ctx context.Context, rawURL string, cfg *mysql.Config, s Session, txOptions *sql.TxOptions) (*DB, error) {
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open mysql %s: %w", RedactURL(rawURL), err)
@@ -577,8 +611,18 @@ func mysqlConfig(rawURL string) (*mysql.Config, error) {
 	}
 	cfg.ClientFoundRows = false
 	cfg.MultiStatements = false
-	if params, err := url.ParseQuery(query); err == nil && !params.Has("interpolateParams") && !params.Has("charset") && !params.Has("collation") {
-		cfg.InterpolateParams = true
+	// Interpolation (see openMySQL), unless the URL chooses it or a
+	// character set; the driver then learns the server's
+	// max_allowed_packet (one query per session) and prepares a statement
+	// whose escaped arguments would not fit in it, as a payload of NUL
+	// bytes escaped to twice its size.
+	if params, err := url.ParseQuery(query); err == nil {
+		if !mysqlParamSet(params, "interpolateParams", "charset", "collation", "character_set_client", "character_set_connection", "character_set_results") {
+			cfg.InterpolateParams = true
+			if !mysqlParamSet(params, "maxAllowedPacket") {
+				cfg.MaxAllowedPacket = 0
+			}
+		}
 	}
 	if cfg.Params == nil {
 		cfg.Params = map[string]string{}
@@ -590,6 +634,18 @@ func mysqlConfig(rawURL string) (*mysql.Config, error) {
 		cfg.Params["sql_mode"] = "CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'STRICT_ALL_TABLES')"
 	}
 	return cfg, nil
+}
+
+// mysqlParamSet reports whether params has one of names, in any case.
+func mysqlParamSet[V any](params map[string]V, names ...string) bool {
+	for have := range params {
+		for _, name := range names {
+			if strings.EqualFold(have, name) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // isMySQLDSN reports whether s (a MySQL URL without "mysql://") is a

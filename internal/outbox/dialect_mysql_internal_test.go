@@ -42,6 +42,9 @@ func TestMySQLURLBecomesDriverConfig(t *testing.T) {
 		"mysql://root@h/db?interpolateParams=false":                     false,
 		"mysql://root@h/db?charset=gbk":                                 false,
 		"mysql://root@h/db?collation=utf8mb4_unicode_ci":                false,
+		"mysql://root@h/db?character_set_client=gbk":                    false,
+		"mysql://root@h/db?CHARACTER_SET_CONNECTION=big5":               false,
+		"mysql://root@h/db?InterpolateParams=false":                     false,
 		"mysql://root@tcp(h:3306)/db?charset=sjis":                      false,
 		"mysql://root@tcp(h:3306)/db?loc=UTC":                           true,
 		"mysql://root:a%3Fcharset=x@tcp(h:3306)/db":                     true,
@@ -51,6 +54,16 @@ func TestMySQLURLBecomesDriverConfig(t *testing.T) {
 		require.NoError(t, err, rawURL)
 		require.Equal(t, want, cfg.InterpolateParams, rawURL)
 	}
+	// With interpolation the driver asks the server for its packet limit, so
+	// that a statement too long once escaped is prepared instead.
+	cfg, err = mysqlConfig("mysql://root@h/db")
+	require.NoError(t, err)
+	require.Zero(t, cfg.MaxAllowedPacket, "read from the server")
+	cfg, err = mysqlConfig("mysql://root@h/db?maxAllowedPacket=1000000")
+	require.NoError(t, err)
+	require.Equal(t, 1000000, cfg.MaxAllowedPacket, "the URL's")
+	require.True(t, mysqlParamSet(map[string]string{"TX_ISOLATION": "'REPEATABLE-READ'"}, "transaction_isolation", "tx_isolation"),
+		"the server reads variable names in any case")
 
 	for _, bad := range []string{"mysql:///db", "mysql://h/db?tls=maybe", "mysql://u:se/cret@h/db"} {
 		_, err := mysqlConfig(bad)

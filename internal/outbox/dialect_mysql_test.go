@@ -712,3 +712,22 @@ func TestMySQLIdleRelayStatements(t *testing.T) {
 	require.Equal(t, 1, n)
 	require.Equal(t, "failed", get(t, s, rows[0].ID).Status, "requeued: failed, claimable now")
 }
+
+// TestMySQLPayloadTwiceItsSizeEscaped: a payload of NUL bytes is escaped
+// to twice its size when written into the statement; one of 60 % of the
+// server's max_allowed_packet would not fit, and is sent as a prepared
+// statement's argument instead (the driver knows the server's limit).
+func TestMySQLPayloadTwiceItsSizeEscaped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t, "mysql")
+	var maxPacket int
+	require.NoError(t, s.DB().SQL.QueryRowContext(ctx, "SELECT @@max_allowed_packet").Scan(&maxPacket))
+	size := min(maxPacket*6/10, 64<<20)
+	payload := make([]byte, size) // NUL bytes: escaped as \0
+	id, err := s.Enqueue(ctx, outbox.Entry{IdempotencyKey: "big", Subject: "events.t", Payload: payload})
+	require.NoError(t, err, "a payload of %d bytes under max_allowed_packet %d", size, maxPacket)
+	var n int
+	require.NoError(t, s.DB().SQL.QueryRowContext(ctx, "SELECT LENGTH(payload) FROM "+s.Table()+" WHERE id = ? AND payload = REPEAT(CHAR(0), ?)", id, size).Scan(&n))
+	require.Equal(t, size, n)
+}
