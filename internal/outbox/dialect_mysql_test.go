@@ -597,12 +597,7 @@ func TestMySQLRelaySendsEachStatementOnce(t *testing.T) {
 	ctx := context.Background()
 	s := setup(t, "mysql")
 	s.DB().SQL.SetMaxOpenConns(1) // every statement below on one session
-	prepared := func() int64 {
-		var name string
-		var n int64
-		require.NoError(t, s.DB().SQL.QueryRowContext(ctx, "SHOW SESSION STATUS LIKE 'Com_stmt_prepare'").Scan(&name, &n))
-		return n
-	}
+	prepared := func() int64 { return sessionStatus(t, s, "Com_stmt_prepare") }
 	before := prepared()
 	enqueue(t, s, "a", "")
 	enqueue(t, s, "b", "key")
@@ -685,12 +680,7 @@ func TestMySQLIdleRelayStatements(t *testing.T) {
 	ctx := context.Background()
 	s := setup(t, "mysql")
 	s.DB().SQL.SetMaxOpenConns(1)
-	questions := func() int64 {
-		var name string
-		var n int64
-		require.NoError(t, s.DB().SQL.QueryRowContext(ctx, "SHOW SESSION STATUS LIKE 'Questions'").Scan(&name, &n))
-		return n
-	}
+	questions := func() int64 { return sessionStatus(t, s, "Questions") }
 	before := questions()
 	require.Equal(t, before+1, questions(), "reading the count is one statement")
 	before = questions()
@@ -730,4 +720,14 @@ func TestMySQLPayloadTwiceItsSizeEscaped(t *testing.T) {
 	var n int
 	require.NoError(t, s.DB().SQL.QueryRowContext(ctx, "SELECT LENGTH(payload) FROM "+s.Table()+" WHERE id = ? AND payload = REPEAT(CHAR(0), ?)", id, size).Scan(&n))
 	require.Equal(t, size, n)
+}
+
+// sessionStatus reads a counter of SHOW SESSION STATUS on a session of s's
+// pool (the tests above keep a pool of one session).
+func sessionStatus(t *testing.T, s *outbox.Store, variable string) int64 {
+	t.Helper()
+	var name string
+	var n int64
+	require.NoError(t, s.DB().SQL.QueryRow("SHOW SESSION STATUS LIKE ?", variable).Scan(&name, &n))
+	return n
 }
