@@ -51,6 +51,9 @@ type DB struct {
 	// fence retires the PostgreSQL and MySQL sessions older than the last
 	// one that could not serve the relay; nil on SQLite.
 	fence *sessionFence
+	// pgStatements chooses the PostgreSQL sessions' statement mode; nil
+	// when the URL names default_query_exec_mode, and on other databases.
+	pgStatements *pgStatements
 }
 
 // Dialect names the database kind: one of Dialects.
@@ -167,14 +170,16 @@ func OpenSession(ctx context.Context, rawURL string, s Session) (*DB, error) {
 
 // openPostgres opens a PostgreSQL pool with pgx's database/sql driver. On
 // top of the URL's parameters:
-//   - default_query_exec_mode=cache_describe unless the URL sets one: each
+//   - unless the URL sets default_query_exec_mode, the mode is chosen per
+//     session (pgStatements): named prepared statements (pgx's
+//     cache_statement) on a session connected to the server itself; behind
+//     a pooler, and on the pool's first session, cache_describe: each
 //     statement is parsed, bound and run in one round trip on the unnamed
-//     statement (pgx's default, cache_statement, keeps named prepared
-//     statements per session, which a pooler in transaction or statement
-//     mode — PgBouncer before 1.21, most hosted "pooled" endpoints — moves
-//     between server sessions: 42P05 "already exists", 26000 "does not
-//     exist"). pgx.QueryExecModeCacheDescribe's documentation: one round
-//     trip, no named prepared statement.
+//     statement, since a pooler in transaction or statement mode —
+//     PgBouncer before 1.21, most hosted "pooled" endpoints — moves named
+//     statements between server sessions (42P05 "already exists", 26000
+//     "does not exist"). pgx.QueryExecModeCacheDescribe's documentation:
+//     one round trip, no named prepared statement.
 //   - application_name = s.Name unless the URL (or PGAPPNAME) sets one.
 //   - a session that reports an error meaning it cannot serve the relay is
 //     closed at once (pgconn.Config.OnPgError: returning false closes the
@@ -212,8 +217,10 @@ func openPostgres(ctx context.Context, rawURL string, s Session) (*DB, error) {
 		}
 		return nil, fmt.Errorf("%w: %q: %v; %s", ErrUnknownScheme, RedactURL(rawURL), err, accepted)
 	}
+	var statements *pgStatements // nil: the URL chose the mode
 	if !strings.Contains(rawURL, "default_query_exec_mode=") {
 		cfg.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+		statements = &pgStatements{}
 	}
 	if _, set := cfg.RuntimeParams["application_name"]; !set {
 		cfg.RuntimeParams["application_name"] = s.Name
@@ -221,18 +228,26 @@ func openPostgres(ctx context.Context, rawURL string, s Session) (*DB, error) {
 	if !strings.Contains(rawURL, "connect_timeout=") {
 		cfg.ConnectTimeout = s.ConnectTimeout
 	}
-	db := &DB{driver: postgresDriver{}, Redacted: RedactURL(rawURL), pgConfig: cfg, fence: &sessionFence{}}
+	db := &DB{driver: postgresDriver{}, Redacted: RedactURL(rawURL), pgConfig: cfg, fence: &sessionFence{}, pgStatements: statements}
 	onError := cfg.OnPgError
 	cfg.OnPgError = func(c *pgconn.PgConn, e *pgconn.PgError) bool {
 		if pgSessionUnusable(e.Code) {
 			db.fence.raise()
 			return false
 		}
+		if statements != nil && statements.refused(e.Code) {
+			return false
+		}
 		return onError == nil || onError(c, e)
 	}
-	db.SQL = stdlib.OpenDB(*cfg,
+	options := []stdlib.OptionOpenDB{
 		stdlib.OptionAfterConnect(db.afterPostgresConnect),
-		stdlib.OptionResetSession(db.resetPostgresSession))
+		stdlib.OptionResetSession(db.resetPostgresSession),
+	}
+	if statements != nil {
+		options = append(options, stdlib.OptionBeforeConnect(statements.beforeConnect))
+	}
+	db.SQL = stdlib.OpenDB(*cfg, options...)
 	db.SQL.SetConnMaxLifetime(s.MaxLifetime)
 	db.SQL.SetConnMaxIdleTime(s.MaxIdleTime)
 	db.SQL.SetMaxOpenConns(SessionsMax)
@@ -242,6 +257,12 @@ func openPostgres(ctx context.Context, rawURL string, s Session) (*DB, error) {
 		// Without a database in the URL the server takes the user's name.
 		name := pgx.Identifier{cmp.Or(cfg.Database, cfg.User)}.Sanitize()
 		return nil, connectFailed("postgres", db.Redacted, distinctLines{err}, pgCode(err) == "3D000", name) // invalid_catalog_name
+	}
+	if statements.prepared() {
+		// The first session was opened before anyone knew: retire it, so
+		// that every session of the pool prepares its statements.
+		db.SQL.SetMaxIdleConns(0)
+		db.SQL.SetMaxIdleConns(SessionsMax)
 	}
 	return db, nil
 }
@@ -328,19 +349,26 @@ func (db *DB) Abandon() {
 	}
 }
 
-// afterPostgresConnect reads the new session's default isolation level:
-// anything stricter than READ COMMITTED (a database or role default of
-// REPEATABLE READ or SERIALIZABLE) makes the relay run its writes in READ
-// COMMITTED transactions of their own (see write). The setting is
+// afterPostgresConnect reads the new session's process id (for
+// pgStatements) and default isolation level: anything stricter than READ
+// COMMITTED (a database or role default of REPEATABLE READ or
+// SERIALIZABLE) makes the relay run its writes in READ COMMITTED
+// transactions of their own (see write). The setting is
 // read per session, not sent at connect: a pooler refuses unknown startup
 // parameters, and a SET would leak to the pooler's other clients.
 func (db *DB) afterPostgresConnect(ctx context.Context, conn *pgx.Conn) error {
 	conn.PgConn().CustomData()[connectedAtKey] = time.Now()
 	var level string
-	if err := conn.QueryRow(ctx, "SELECT current_setting('default_transaction_isolation')").Scan(&level); err != nil {
+	var pid uint32
+	// The simple protocol, whatever the session's mode: this statement
+	// tells whether the session may prepare (pgStatements.connected).
+	if err := conn.QueryRow(ctx, "SELECT current_setting('default_transaction_isolation'), pg_backend_pid()", pgx.QueryExecModeSimpleProtocol).Scan(&level, &pid); err != nil {
 		return fmt.Errorf("read default_transaction_isolation: %w", err)
 	}
 	db.explicitIsolation.Store(level != "read committed" && level != "read uncommitted")
+	if db.pgStatements != nil {
+		return db.pgStatements.connected(conn, pid)
+	}
 	return nil
 }
 

@@ -1,0 +1,85 @@
+package outbox
+
+import (
+	"context"
+	sqldriver "database/sql/driver"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// pgStatements chooses how a PostgreSQL pool runs its statements when the
+// URL does not name a default_query_exec_mode:
+//
+//   - on sessions connected to the server directly, as named prepared
+//     statements (pgx's cache_statement): each statement is parsed and
+//     planned once per session. The claim's plan alone costs about 1 ms of
+//     backend CPU (2-core machine, PostgreSQL 15), so this halves an idle
+//     relay's database CPU and the claim's time (BENCHMARKS.md, "Prepared
+//     statements on a direct connection");
+//   - behind a connection pooler, without a named prepared statement (pgx's
+//     cache_describe: parse, bind and run in one round trip), which a pooler
+//     in transaction or statement mode would otherwise move between server
+//     sessions (42P05 "prepared statement … already exists", 26000 "…
+//     does not exist").
+//
+// A pooler is told as ListenPostgres tells it: by the process id the
+// session announced at connect (BackendKeyData), which is the pooler's
+// own, against the server's pg_backend_pid(). A session is opened before
+// the first answer is known, so the pool's first session runs without
+// named statements (openPostgres then retires it). A pooler that passes the
+// server's process id on is caught by its first refusal: a 42P05 or 26000
+// error marks the pool as pooled for good and closes that session, and
+// every later session runs without named statements (the statement that
+// failed is retried by the relay, as any failed statement).
+type pgStatements struct {
+	state atomic.Int32
+}
+
+const (
+	pgSessionsUnknown int32 = iota // no session has answered yet
+	pgSessionsDirect               // connected to the server itself
+	pgSessionsPooled               // behind a pooler: never prepared again
+)
+
+// beforeConnect sets the new session's statement mode from what the
+// sessions before it answered.
+func (p *pgStatements) beforeConnect(_ context.Context, cfg *pgx.ConnConfig) error {
+	if p.state.Load() == pgSessionsDirect {
+		cfg.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
+	}
+	return nil
+}
+
+// connected records what the new session conn answered: serverPID is its
+// pg_backend_pid(). A session opened with named statements that turns out
+// to be behind a pooler is refused (driver.ErrBadConn: database/sql opens
+// another, now without them).
+func (p *pgStatements) connected(conn *pgx.Conn, serverPID uint32) error {
+	if announced := conn.PgConn().PID(); serverPID != announced {
+		p.state.Store(pgSessionsPooled)
+		if conn.Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
+			return fmt.Errorf("session reached the server through a pooler (process id %d, announced %d): reconnecting without named prepared statements: %w",
+				serverPID, announced, sqldriver.ErrBadConn)
+		}
+		return nil
+	}
+	p.state.CompareAndSwap(pgSessionsUnknown, pgSessionsDirect)
+	return nil
+}
+
+// refused reports whether SQLSTATE code is a pooler's refusal of a named
+// prepared statement (42P05 duplicate_prepared_statement, 26000
+// invalid_sql_statement_name), and if so marks the pool as pooled.
+func (p *pgStatements) refused(code string) bool {
+	if code != "42P05" && code != "26000" {
+		return false
+	}
+	p.state.Store(pgSessionsPooled)
+	return true
+}
+
+// prepared reports whether new sessions run named prepared statements;
+// false on a nil pgStatements (the URL chose the mode).
+func (p *pgStatements) prepared() bool { return p != nil && p.state.Load() == pgSessionsDirect }
