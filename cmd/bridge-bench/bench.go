@@ -126,14 +126,16 @@ func bench(ctx context.Context, s settings) (*results, error) {
 		if err != nil {
 			return nil, fmt.Errorf("latency: %w", err)
 		}
-		res.LatencyP50Ms, res.LatencyP90Ms, res.LatencyP99Ms, res.LatencyMaxMs = l.quantile(0.50), l.quantile(0.90), l.quantile(0.99), l.quantile(1)
+		res.LatencyP50Ms, res.LatencyP90Ms, res.LatencyP99Ms, res.LatencyMaxMs = l.all.quantile(0.50), l.all.quantile(0.90), l.all.quantile(0.99), l.all.quantile(1)
+		res.LatencySteadyP50Ms, res.LatencySteadyP99Ms, res.LatencyFirstMs = l.steady.quantile(0.50), l.steady.quantile(0.99), ms(l.first)
 	}
 	if slices.Contains(phases, "latency-high") {
 		l, err := e.latency(ctx, "lathigh", s.HighRate, s.HighRowsPerCommit)
 		if err != nil {
 			return nil, fmt.Errorf("latency-high: %w", err)
 		}
-		res.LatencyHighP50Ms, res.LatencyHighP90Ms, res.LatencyHighP99Ms, res.LatencyHighMaxMs = l.quantile(0.50), l.quantile(0.90), l.quantile(0.99), l.quantile(1)
+		res.LatencyHighP50Ms, res.LatencyHighP90Ms, res.LatencyHighP99Ms, res.LatencyHighMaxMs = l.all.quantile(0.50), l.all.quantile(0.90), l.all.quantile(0.99), l.all.quantile(1)
+		res.LatencyHighSteadyP50Ms, res.LatencyHighSteadyP99Ms, res.LatencyHighFirstMs = l.steady.quantile(0.50), l.steady.quantile(0.99), ms(l.first)
 	}
 	if slices.Contains(phases, "baseline") {
 		if e.db.Dialect() != outbox.DialectPostgres {

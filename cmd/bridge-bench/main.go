@@ -95,11 +95,20 @@ type results struct {
 	LatencyP90Ms              float64 `json:"latency_p90_ms"`
 	LatencyP99Ms              float64 `json:"latency_p99_ms"`
 	LatencyMaxMs              float64 `json:"latency_max_ms"`
-	LatencyHighP50Ms          float64 `json:"latency_high_p50_ms,omitempty"`
-	LatencyHighP90Ms          float64 `json:"latency_high_p90_ms,omitempty"`
-	LatencyHighP99Ms          float64 `json:"latency_high_p99_ms,omitempty"`
-	LatencyHighMaxMs          float64 `json:"latency_high_max_ms,omitempty"`
-	PeakRSSMiB                float64 `json:"peak_rss_mib"`
+	// The latency phase's rows committed from its second second on (the
+	// relay's polls follow the rows), and its first row, committed after
+	// a second without rows (an idle relay's wake-up); see latencyRun.
+	LatencySteadyP50Ms     float64 `json:"latency_steady_p50_ms,omitempty"`
+	LatencySteadyP99Ms     float64 `json:"latency_steady_p99_ms,omitempty"`
+	LatencyFirstMs         float64 `json:"latency_first_ms,omitempty"`
+	LatencyHighP50Ms       float64 `json:"latency_high_p50_ms,omitempty"`
+	LatencyHighP90Ms       float64 `json:"latency_high_p90_ms,omitempty"`
+	LatencyHighP99Ms       float64 `json:"latency_high_p99_ms,omitempty"`
+	LatencyHighMaxMs       float64 `json:"latency_high_max_ms,omitempty"`
+	LatencyHighSteadyP50Ms float64 `json:"latency_high_steady_p50_ms,omitempty"`
+	LatencyHighSteadyP99Ms float64 `json:"latency_high_steady_p99_ms,omitempty"`
+	LatencyHighFirstMs     float64 `json:"latency_high_first_ms,omitempty"`
+	PeakRSSMiB             float64 `json:"peak_rss_mib"`
 	// CPU time (user+system) per relayed row over the bridge phase: of the
 	// relay processes; of the database server's processes when it runs on
 	// this machine (absent otherwise; SQLite runs inside the relay); of
@@ -319,6 +328,12 @@ func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
+// printSteady prints a latency phase's second line: see latencyRun.
+func printSteady(w io.Writer, p50, p99, first float64) {
+	fmt.Fprintf(w, "%-10s after its first %s: p50 %.2f ms, p99 %.2f ms; its first row, after %s without rows: %.2f ms\n", "",
+		latencySettle, p50, p99, latencyQuiet, first)
+}
+
 func printTable(w io.Writer, r *results) {
 	s := r.Settings
 	fmt.Fprintf(w, "bridge-bench %s — %s, nats-server %s, %s\n", r.Date, r.Versions.Go, r.Versions.NATSServer, r.Versions.Database)
@@ -381,10 +396,12 @@ func printTable(w io.Writer, r *results) {
 	if r.LatencyMaxMs > 0 {
 		fmt.Fprintf(w, "%-10s p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms (commit to PubAck, %d rows/s)\n", "latency",
 			r.LatencyP50Ms, r.LatencyP90Ms, r.LatencyP99Ms, r.LatencyMaxMs, s.Rate)
+		printSteady(w, r.LatencySteadyP50Ms, r.LatencySteadyP99Ms, r.LatencyFirstMs)
 	}
 	if r.LatencyHighMaxMs > 0 {
 		fmt.Fprintf(w, "%-10s p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms (commit to PubAck, %d rows/s)\n", "lat-high",
 			r.LatencyHighP50Ms, r.LatencyHighP90Ms, r.LatencyHighP99Ms, r.LatencyHighMaxMs, s.HighRate)
+		printSteady(w, r.LatencyHighSteadyP50Ms, r.LatencyHighSteadyP99Ms, r.LatencyHighFirstMs)
 	}
 	fmt.Fprintln(w)
 	if r.RatioBridgeLimit > 0 && !multi {

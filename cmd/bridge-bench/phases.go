@@ -168,13 +168,41 @@ func (e *env) bridge(ctx context.Context, i, relays int) (bridgeResult, error) {
 
 type latencies []time.Duration
 
+// latencyRun is what a latency phase measured, each row's time from its
+// transaction's commit to JetStream storing its message.
+type latencyRun struct {
+	// all holds every row's, sorted.
+	all latencies
+	// steady holds, sorted, those of the rows committed latencySettle or
+	// more after the first: the relay's polls follow the rows by then.
+	steady latencies
+	// first is the first row's, committed after latencyQuiet without
+	// rows: the wake-up of an idle relay, which waits up to
+	// relay.poll_interval without notifications.
+	first time.Duration
+}
+
+// latencyQuiet is how long a latency phase leaves the relay without rows
+// before its first row (after the warm-up row is relayed): long enough for
+// the relay's polls to relax to relay.poll_interval (about 3 × 250 ms, see
+// table.nextPoll), so that every run starts from an idle relay.
+const latencyQuiet = time.Second
+
+// latencySettle is the start of a latency phase that its steady figures
+// leave out: the first row waits for the idle relay's next poll, and the
+// rows committed meanwhile wait with it.
+const latencySettle = time.Second
+
+// ms returns d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
 // quantile returns the q-quantile in milliseconds (nearest rank).
 func (l latencies) quantile(q float64) float64 {
 	if len(l) == 0 {
 		return 0
 	}
 	i := int(math.Ceil(q*float64(len(l)))) - 1
-	return float64(l[max(i, 0)]) / float64(time.Millisecond)
+	return ms(l[max(i, 0)])
 }
 
 // latency runs a relay while producers commit rate rows/s for Duration;
@@ -186,19 +214,25 @@ func (l latencies) quantile(q float64) float64 {
 // machine, running the relay, NATS and PostgreSQL, commits only ~1,600
 // single-row transactions per second from 20 producers, so latency-high
 // commits 10 rows per transaction (--high-rows-per-commit).
-func (e *env) latency(ctx context.Context, phase string, rate, perCommit int) (latencies, error) {
+//
+// The relay first relays a warm-up row and is then left latencyQuiet
+// without rows, so that every run starts as a service's first write after
+// a quiet second does, from an idle relay: latencyRun tells the rows that
+// waited for its wake-up from those that came after.
+func (e *env) latency(ctx context.Context, phase string, rate, perCommit int) (latencyRun, error) {
+	var run latencyRun
 	name, prefix, err := e.stream(ctx, phase)
 	if err != nil {
-		return nil, err
+		return run, err
 	}
 	defer e.deleteStream(name)
 	store, err := e.table(ctx, phase)
 	if err != nil {
-		return nil, err
+		return run, err
 	}
 	c, err := e.startRelay(store.Table())
 	if err != nil {
-		return nil, err
+		return run, err
 	}
 	defer func() { _, _ = c.stop() }()
 
@@ -208,7 +242,7 @@ func (e *env) latency(ctx context.Context, phase string, rate, perCommit int) (l
 	}
 	stmt, err := e.db.SQL.PrepareContext(ctx, insert)
 	if err != nil {
-		return nil, err
+		return run, err
 	}
 	defer stmt.Close()
 
@@ -216,10 +250,15 @@ func (e *env) latency(ctx context.Context, phase string, rate, perCommit int) (l
 	// once at its start (the log source's server finding its position in
 	// the binary log, a first claim) is not a latency of the rows.
 	if _, err := stmt.ExecContext(ctx, "warmup", prefix+".x", e.payload); err != nil {
-		return nil, err
+		return run, err
 	}
 	if err := waitDone(ctx, store, 1, phase+" warm-up", []*child{c}); err != nil {
-		return nil, err
+		return run, err
+	}
+	select {
+	case <-ctx.Done():
+		return run, ctx.Err()
+	case <-time.After(latencyQuiet):
 	}
 
 	total := int(float64(rate) * e.s.Duration.Seconds())
@@ -258,33 +297,34 @@ func (e *env) latency(ctx context.Context, phase string, rate, perCommit int) (l
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, err
+		return run, err
 	}
 	if achieved := float64(total) / time.Since(begin).Seconds(); achieved < 0.95*float64(rate) {
 		progress("%s: the producers committed only %.0f rows/s of %d", phase, achieved, rate)
 	}
 	if err := waitDone(ctx, store, total+1, phase, []*child{c}); err != nil {
-		return nil, err
+		return run, err
 	}
 
 	stream, err := e.js.Stream(ctx, name)
 	if err != nil {
-		return nil, err
+		return run, err
 	}
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
-		return nil, err
+		return run, err
 	}
 	out := make(latencies, 0, total)
+	settled := begin.Add(latencySettle)
 	for len(out) < total {
 		batch, err := cons.Fetch(min(1000, total-len(out)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			return nil, err
+			return run, err
 		}
 		for m := range batch.Messages() {
 			meta, err := m.Metadata()
 			if err != nil {
-				return nil, err
+				return run, err
 			}
 			key := m.Headers().Get("Outbox-Idempotency-Key")
 			if key == "warmup" {
@@ -292,17 +332,27 @@ func (e *env) latency(ctx context.Context, phase string, rate, perCommit int) (l
 			}
 			i, err := strconv.Atoi(strings.TrimPrefix(key, "l-"))
 			if err != nil || i < 0 || i >= total {
-				return nil, fmt.Errorf("message %s was not committed by the producer", m.Headers().Get(jetstream.MsgIDHeader))
+				return run, fmt.Errorf("message %s was not committed by the producer", m.Headers().Get(jetstream.MsgIDHeader))
 			}
-			out = append(out, meta.Timestamp.Sub(committed[i]))
+			l := meta.Timestamp.Sub(committed[i])
+			out = append(out, l)
+			if i == 0 {
+				run.first = l
+			}
+			if !committed[i].Before(settled) {
+				run.steady = append(run.steady, l)
+			}
 		}
 		if err := batch.Error(); err != nil {
-			return nil, err
+			return run, err
 		}
 	}
 	slices.Sort(out)
-	progress("%s: p50 %.2f ms, p99 %.2f ms", phase, out.quantile(0.5), out.quantile(0.99))
-	return out, nil
+	slices.Sort(run.steady)
+	run.all = out
+	progress("%s: p50 %.2f ms, p99 %.2f ms; after the first %s p50 %.2f ms, p99 %.2f ms; the first row %.2f ms", phase,
+		out.quantile(0.5), out.quantile(0.99), latencySettle, run.steady.quantile(0.5), run.steady.quantile(0.99), ms(run.first))
+	return run, nil
 }
 
 // commitRows inserts rows [first, end) with stmt: one autocommitted
