@@ -52,10 +52,10 @@
 // Sessions (OpenSession): named after the relay owner, bounded in age and
 // idle time, closed at once when they answer that they cannot serve the
 // relay (read-only, shutting down), so that after a failover the pool
-// reconnects to the new primary. PostgreSQL statements use no named
-// prepared statement (pgx's cache_describe mode), so the relay works
-// behind a connection pooler in transaction or statement mode, and run at
-// READ COMMITTED whatever the database's default isolation
-// (postgresExecutor.write).
+// reconnects to the new primary. PostgreSQL statements are named prepared
+// statements on a session connected to the server directly and use none
+// behind a connection pooler (pgStatements), so the relay works behind a
+// pooler in transaction or statement mode, and run at READ COMMITTED
+// whatever the database's default isolation (postgresExecutor.write).
 // DB.CheckWritable tells readiness whether the database accepts writes.
 package outbox

@@ -41,7 +41,9 @@ type Capabilities struct {
 	// ProbeBeforeClaim: the claim loop asks Store.MayClaim before claiming
 	// again after a claim that was not full, because an empty claim costs
 	// the database more than the probe (PostgreSQL 15: about 3.3 ms of
-	// backend CPU, claim.sql planned at each execution, against 0.4 ms;
+	// backend CPU behind a pooler, where claim.sql is planned at each
+	// execution, against 0.4 ms; prepared, on a direct connection, an
+	// empty claim cost 0.13–0.78 ms, BENCHMARKS-HISTORY.md 2026-12-01;
 	// MariaDB 10.11: the claim's six-branch candidate read against an
 	// index dive, or a read of the failed rows while many wait out their
 	// backoff; docs/BENCHMARKS.md). Not on SQLite, in process.
