@@ -7,6 +7,7 @@ import (
 	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -54,7 +55,35 @@ type DB struct {
 	// pgStatements chooses the PostgreSQL sessions' statement mode; nil
 	// when the URL names default_query_exec_mode, and on other databases.
 	pgStatements *pgStatements
+	// mysqlInterpolated: the MySQL sessions write a statement's arguments
+	// into its text (see openMySQL).
+	mysqlInterpolated bool
 }
+
+// Statements says how the relay's statements reach the server now, for
+// the "relay running" log line: on PostgreSQL "prepared" (named prepared
+// statements: connected directly), "unnamed" (behind a connection pooler,
+// or no session has answered yet) or pgx's name of the mode the URL set
+// ("cache describe", …); on MySQL "interpolated" or "prepared"; on SQLite
+// "in process".
+func (db *DB) Statements() string {
+	switch {
+	case db.pgConfig != nil && db.pgStatements == nil:
+		return db.pgConfig.DefaultQueryExecMode.String()
+	case db.pgConfig != nil && db.pgStatements.prepared():
+		return "prepared"
+	case db.pgConfig != nil:
+		return "unnamed"
+	case db.Dialect() == DialectMySQL && db.mysqlInterpolated:
+		return "interpolated"
+	case db.Dialect() == DialectMySQL:
+		return "prepared"
+	}
+	return "in process"
+}
+
+// StatementsAttr is Statements as the log attribute "statements".
+func (db *DB) StatementsAttr() slog.Attr { return slog.String("statements", db.Statements()) }
 
 // Dialect names the database kind: one of Dialects.
 func (db *DB) Dialect() Dialect { return db.driver.dialect() }
@@ -516,7 +545,7 @@ func mysqlPool(ctx context.Context, rawURL string, cfg *mysql.Config, s Session,
 	sqlDB.SetConnMaxIdleTime(s.MaxIdleTime)
 	sqlDB.SetMaxOpenConns(SessionsMax)
 	sqlDB.SetMaxIdleConns(SessionsMax) // see SessionsMax
-	db := &DB{SQL: sqlDB, driver: mysqlDriver{}, Redacted: RedactURL(rawURL), fence: fence, mysqlTxOptions: txOptions}
+	db := &DB{SQL: sqlDB, driver: mysqlDriver{}, Redacted: RedactURL(rawURL), fence: fence, mysqlTxOptions: txOptions, mysqlInterpolated: cfg.InterpolateParams}
 	if err := db.SQL.PingContext(ctx); err != nil {
 		sqlDB.Close()
 		return nil, mysqlConnectFailed(db.Redacted, cfg.DBName, err)

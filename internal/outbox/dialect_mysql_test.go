@@ -609,6 +609,7 @@ func TestMySQLRelaySendsEachStatementOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(2), changed)
 	require.Equal(t, before, prepared(), "no statement was prepared on the server")
+	require.Equal(t, "interpolated", s.DB().Statements())
 }
 
 // TestMySQLArgumentsKeepEveryByte: with the arguments written into the

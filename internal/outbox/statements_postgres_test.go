@@ -55,6 +55,7 @@ func TestPostgresStatementMode(t *testing.T) {
 	for i, c := range pinSessions(t, db, 3) {
 		require.Positive(t, preparedOn(t, c), "session %d of a direct connection has no prepared statement", i)
 	}
+	require.Equal(t, "prepared", db.Statements())
 
 	described, err := outbox.Open(ctx, withParams(t, url, "default_query_exec_mode", "cache_describe"))
 	require.NoError(t, err)
@@ -62,6 +63,7 @@ func TestPostgresStatementMode(t *testing.T) {
 	for i, c := range pinSessions(t, described, 2) {
 		require.Zero(t, preparedOn(t, c), "session %d: the URL's cache_describe was not kept", i)
 	}
+	require.Equal(t, "cache describe", described.Statements())
 }
 
 // TestPostgresPreparedStatementRefused: when the server session loses the
@@ -92,4 +94,5 @@ func TestPostgresPreparedStatementRefused(t *testing.T) {
 	for i, c := range pinSessions(t, db, 2) {
 		require.Zero(t, preparedOn(t, c), "session %d after a refused prepared statement", i)
 	}
+	require.Equal(t, "unnamed", db.Statements())
 }

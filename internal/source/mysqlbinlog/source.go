@@ -46,7 +46,7 @@ func (s *Source) Run(ctx context.Context) error { return s.Forwarder.Run(ctx) }
 // Describe names the database (redacted), the table and the server_id.
 func (s *Source) Describe() []slog.Attr {
 	return []slog.Attr{slog.String("outbox", s.Store.DB().Redacted), slog.String("table", s.Store.Table()),
-		slog.Uint64("server_id", uint64(s.Subscriber.cfg.ServerID))}
+		slog.Uint64("server_id", uint64(s.Subscriber.cfg.ServerID)), s.Store.DB().StatementsAttr()}
 }
 
 // Collectors are the subscriber's, the table's, the stall watch's and the

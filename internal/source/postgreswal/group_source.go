@@ -58,7 +58,7 @@ func (s *GroupSource) Run(ctx context.Context) error { return s.Forwarder.Run(ct
 // are relayed, the slot and the publication.
 func (s *GroupSource) Describe() []slog.Attr {
 	return []slog.Attr{slog.String("outbox", s.DB.Redacted), slog.String("tables", strings.Join(s.Config.Database.Tables, ",")),
-		slog.Int("tables_relayed", len(s.Group.Tables())), slog.String("slot", s.Config.WAL.Slot), slog.String("publication", s.Config.WAL.Publication)}
+		slog.Int("tables_relayed", len(s.Group.Tables())), slog.String("slot", s.Config.WAL.Slot), slog.String("publication", s.Config.WAL.Publication), s.DB.StatementsAttr()}
 }
 
 // Collectors: the slot's metrics and bridge_outbox_tables; each table's

@@ -38,7 +38,7 @@ func (s *Source) Run(ctx context.Context) error { return s.Forwarder.Run(ctx) }
 // publication.
 func (s *Source) Describe() []slog.Attr {
 	return []slog.Attr{slog.String("outbox", s.Store.DB().Redacted), slog.String("table", s.Store.Table()),
-		slog.String("slot", s.Config.WAL.Slot), slog.String("publication", s.Config.WAL.Publication)}
+		slog.String("slot", s.Config.WAL.Slot), slog.String("publication", s.Config.WAL.Publication), s.Store.DB().StatementsAttr()}
 }
 
 // Collectors are the subscriber's, the slot's, the table's, the stall

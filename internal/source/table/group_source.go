@@ -67,7 +67,7 @@ func (s *GroupSource) Run(ctx context.Context) error { return s.Forwarder.Run(ct
 // are relayed and the owner.
 func (s *GroupSource) Describe() []slog.Attr {
 	return []slog.Attr{slog.String("outbox", s.DB.Redacted), slog.String("tables", strings.Join(s.Config.Database.Tables, ",")),
-		slog.Int("tables_relayed", len(s.Group.Tables())), slog.String("owner", s.Config.Relay.Owner)}
+		slog.Int("tables_relayed", len(s.Group.Tables())), slog.String("owner", s.Config.Relay.Owner), s.DB.StatementsAttr()}
 }
 
 // Collectors: bridge_outbox_tables; each table's own metrics are

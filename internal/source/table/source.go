@@ -34,9 +34,10 @@ type Source struct {
 // progress finish or are released and marks are flushed.
 func (s *Source) Run(ctx context.Context) error { return s.Forwarder.Run(ctx) }
 
-// Describe names the database (redacted), the table and the owner.
+// Describe names the database (redacted), the table, the owner and how
+// the statements reach the server (outbox.DB.Statements).
 func (s *Source) Describe() []slog.Attr {
-	return []slog.Attr{slog.String("outbox", s.Store.DB().Redacted), slog.String("table", s.Store.Table()), slog.String("owner", s.Config.Relay.Owner)}
+	return []slog.Attr{slog.String("outbox", s.Store.DB().Redacted), slog.String("table", s.Store.Table()), slog.String("owner", s.Config.Relay.Owner), s.Store.DB().StatementsAttr()}
 }
 
 // Collectors are the subscriber's counters, the table's counts, the stall

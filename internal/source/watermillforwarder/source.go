@@ -41,7 +41,7 @@ func (s *Source) Run(ctx context.Context) error { return s.Forwarder.Run(ctx) }
 func (s *Source) Describe() []slog.Attr {
 	topic := s.Config.Watermill.ForwarderTopic
 	return []slog.Attr{slog.String("database", s.DB.Redacted), slog.String("table", MessagesTable(topic)),
-		slog.String("offsets_table", OffsetsTable(topic)), slog.String("consumer_group", ConsumerGroup)}
+		slog.String("offsets_table", OffsetsTable(topic)), slog.String("consumer_group", ConsumerGroup), s.DB.StatementsAttr()}
 }
 
 // Collectors are the forwarder's counters.
