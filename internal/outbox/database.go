@@ -265,6 +265,7 @@ func openPostgres(ctx context.Context, rawURL string, s Session) (*DB, error) {
 			return false
 		}
 		if statements != nil && statements.refused(e.Code) {
+			db.fence.raise() // the sessions that prepared: retired at their next use
 			return false
 		}
 		return onError == nil || onError(c, e)

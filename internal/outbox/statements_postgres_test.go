@@ -70,7 +70,8 @@ func TestPostgresStatementMode(t *testing.T) {
 // statements the client prepared — what a pooler that announces the
 // server's own process id does when it hands the session to another
 // client and resets it (PgBouncer's server_reset_query, DISCARD ALL) — the
-// statement fails once (26000), that session is closed, and every session
+// statement fails once (26000), that session is closed, the pool's other
+// sessions, which prepared too, are not used again, and every session
 // opened afterwards runs without named prepared statements.
 func TestPostgresPreparedStatementRefused(t *testing.T) {
 	t.Parallel()
@@ -82,6 +83,10 @@ func TestPostgresPreparedStatementRefused(t *testing.T) {
 	conn, err := db.SQL.Conn(ctx)
 	require.NoError(t, err)
 	require.Positive(t, preparedOn(t, conn))
+	other, err := db.SQL.Conn(ctx) // prepared too, back in the pool below
+	require.NoError(t, err)
+	require.Positive(t, preparedOn(t, other))
+	require.NoError(t, other.Close())
 	_, err = conn.ExecContext(ctx, "DISCARD ALL")
 	require.NoError(t, err)
 	var one int
