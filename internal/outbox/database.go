@@ -247,14 +247,14 @@ func openPostgres(ctx context.Context, rawURL string, s Session) (*DB, error) {
 		return nil, fmt.Errorf("%w: %q: %v; %s", ErrUnknownScheme, RedactURL(rawURL), err, accepted)
 	}
 	var statements *pgStatements // nil: the URL chose the mode
-	if !strings.Contains(rawURL, "default_query_exec_mode=") {
+	if !pgURLParamSet(rawURL, "default_query_exec_mode") {
 		cfg.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 		statements = &pgStatements{}
 	}
 	if _, set := cfg.RuntimeParams["application_name"]; !set {
 		cfg.RuntimeParams["application_name"] = s.Name
 	}
-	if !strings.Contains(rawURL, "connect_timeout=") {
+	if !pgURLParamSet(rawURL, "connect_timeout") {
 		cfg.ConnectTimeout = s.ConnectTimeout
 	}
 	db := &DB{driver: postgresDriver{}, Redacted: RedactURL(rawURL), pgConfig: cfg, fence: &sessionFence{}, pgStatements: statements}
@@ -295,6 +295,16 @@ func openPostgres(ctx context.Context, rawURL string, s Session) (*DB, error) {
 		db.SQL.SetMaxIdleConns(SessionsMax)
 	}
 	return db, nil
+}
+
+// pgURLParamSet reports whether the query of a PostgreSQL URL (which
+// pgx.ParseConfig has accepted) names the parameter name, whatever its
+// value: a password or a value that holds the name does not count, an
+// escaped name (default%5Fquery%5Fexec%5Fmode) does, as pgx reads it.
+func pgURLParamSet(rawURL, name string) bool {
+	_, query, _ := strings.Cut(rawURL, "?")
+	params, err := url.ParseQuery(query)
+	return err == nil && params.Has(name)
 }
 
 // distinctLines prints an error with each of its lines once. pgx's

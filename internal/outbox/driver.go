@@ -140,7 +140,9 @@ const (
 	errorUndefinedSchema
 	// errorConflict: a conflict between concurrent transactions, resolved
 	// by running again (PostgreSQL 40001 serialization_failure, 40P01
-	// deadlock_detected; MySQL 1213 ER_LOCK_DEADLOCK).
+	// deadlock_detected; MySQL 1213 ER_LOCK_DEADLOCK), and a prepared
+	// statement whose plan a schema change made stale, also resolved by
+	// running again (PostgreSQL 0A000, see planChanged).
 	errorConflict
 	// errorLockTimeout: a lock wait gave up (PostgreSQL 55P03
 	// lock_not_available; MySQL 1205 ER_LOCK_WAIT_TIMEOUT).

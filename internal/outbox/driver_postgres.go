@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -59,6 +60,10 @@ func (postgresDriver) classify(err error) errorClass {
 		return errorUndefinedSchema
 	case "40001", "40P01": // serialization_failure, deadlock_detected
 		return errorConflict
+	case "0A000": // feature_not_supported
+		if planChanged(err) {
+			return errorConflict
+		}
 	case "55P03": // lock_not_available
 		return errorLockTimeout
 	case "25006": // read_only_sql_transaction
@@ -67,6 +72,16 @@ func (postgresDriver) classify(err error) errorClass {
 		return errorCredentials
 	}
 	return errorOther
+}
+
+// planChanged reports whether err is PostgreSQL's refusal to run a
+// prepared statement whose result columns a schema change altered (0A000
+// "cached plan must not change result type", src/backend/utils/cache/
+// plancache.c): pgx forgets the statement on that error and prepares it
+// again at its next run, so running again resolves it.
+func planChanged(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Message, "cached plan must not change result type")
 }
 
 // writable: the session is not on a standby (pg_is_in_recovery()) and not

@@ -3,6 +3,9 @@ package outbox_test
 import (
 	"context"
 	"database/sql"
+	"log/slog"
+	neturl "net/url"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -64,6 +67,58 @@ func TestPostgresStatementMode(t *testing.T) {
 		require.Zero(t, preparedOn(t, c), "session %d: the URL's cache_describe was not kept", i)
 	}
 	require.Equal(t, "cache describe", described.Statements())
+
+	// The URL's own parameter, however written; a password that holds
+	// its name is no parameter.
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	escaped, err := outbox.Open(ctx, url+sep+"default%5Fquery%5Fexec%5Fmode=cache_describe")
+	require.NoError(t, err)
+	t.Cleanup(func() { escaped.Close() })
+	require.Equal(t, "cache describe", escaped.Statements())
+	u, err := neturl.Parse(url)
+	require.NoError(t, err)
+	u.User = neturl.UserPassword(u.User.Username(), "default_query_exec_mode=exec")
+	pw, err := outbox.Open(ctx, u.String())
+	if err == nil { // a server that checks passwords refuses this one
+		t.Cleanup(func() { pw.Close() })
+		require.Equal(t, "prepared", pw.Statements(), "a password that names the parameter")
+	}
+}
+
+// TestPostgresPlanChangedIsRetried: a schema change that alters a prepared
+// statement's result columns makes its next run fail once (0A000 "cached
+// plan must not change result type"); the relay logs that at WARN, as a
+// conflict that running again resolves, and the run after it succeeds.
+func TestPostgresPlanChangedIsRetried(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, table := bridgetest.PostgresTable(t)
+	schema, _, _ := strings.Cut(table, ".")
+	db, err := outbox.Open(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	_, err = db.SQL.ExecContext(ctx, "CREATE TABLE "+schema+".plan_t (id int PRIMARY KEY, v varchar(10))")
+	require.NoError(t, err)
+	_, err = db.SQL.ExecContext(ctx, "INSERT INTO "+schema+".plan_t VALUES (1, 'x')")
+	require.NoError(t, err)
+
+	conn, err := db.SQL.Conn(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	read := func() error {
+		var v string
+		return conn.QueryRowContext(ctx, "SELECT v FROM "+schema+".plan_t WHERE id = $1", 1).Scan(&v)
+	}
+	require.NoError(t, read())
+	_, err = db.SQL.ExecContext(ctx, "ALTER TABLE "+schema+".plan_t ALTER COLUMN v TYPE text")
+	require.NoError(t, err)
+	err = read()
+	require.ErrorContains(t, err, "0A000", "the prepared statement's plan outlived the schema change")
+	require.Equal(t, slog.LevelWarn, outbox.FailureLevel(err))
+	require.NoError(t, read(), "run again")
 }
 
 // TestPostgresPreparedStatementRefused: when the server session loses the
