@@ -45,8 +45,10 @@ func pinSessions(t *testing.T, db *outbox.DB, n int) []*sql.Conn {
 // of the pool plans each statement once (named prepared statements), the
 // pool's first session included, which was opened before the pool knew it
 // was not behind a pooler; a URL that names default_query_exec_mode keeps
-// its mode. Behind PgBouncer the relay keeps to unnamed statements:
-// cmd/bridge's TestPgBouncerTransactionMode.
+// its mode, also with the name escaped, and a password that holds the name
+// names no mode (on a server that lets the test's role in without a
+// password, as the test servers do). Behind PgBouncer the relay keeps to
+// unnamed statements: cmd/bridge's TestPgBouncerTransactionMode.
 func TestPostgresStatementMode(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
