@@ -78,7 +78,10 @@ func (postgresDriver) classify(err error) errorClass {
 // prepared statement whose result columns a schema change altered (0A000
 // "cached plan must not change result type", src/backend/utils/cache/
 // plancache.c): pgx forgets the statement on that error and prepares it
-// again at its next run, so running again resolves it.
+// again at its next run, so running again resolves it. 0A000 is
+// feature_not_supported at large, so the message is read too; a server
+// whose lc_messages is not English words it otherwise, and the error is
+// then classed errorOther (logged at ERROR, retried all the same).
 func planChanged(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Message, "cached plan must not change result type")
