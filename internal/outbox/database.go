@@ -67,16 +67,19 @@ type DB struct {
 // ("cache describe", …); on MySQL "interpolated" or "prepared"; on SQLite
 // "in process".
 func (db *DB) Statements() string {
-	switch {
-	case db.pgConfig != nil && db.pgStatements == nil:
-		return db.pgConfig.DefaultQueryExecMode.String()
-	case db.pgConfig != nil && db.pgStatements.prepared():
-		return "prepared"
-	case db.pgConfig != nil:
+	switch db.Dialect() {
+	case DialectPostgres:
+		if db.pgStatements == nil {
+			return db.pgConfig.DefaultQueryExecMode.String()
+		}
+		if db.pgStatements.prepared() {
+			return "prepared"
+		}
 		return "unnamed"
-	case db.Dialect() == DialectMySQL && db.mysqlInterpolated:
-		return "interpolated"
-	case db.Dialect() == DialectMySQL:
+	case DialectMySQL:
+		if db.mysqlInterpolated {
+			return "interpolated"
+		}
 		return "prepared"
 	}
 	return "in process"
@@ -289,10 +292,9 @@ func openPostgres(ctx context.Context, rawURL string, s Session) (*DB, error) {
 		return nil, connectFailed("postgres", db.Redacted, distinctLines{err}, pgCode(err) == "3D000", name) // invalid_catalog_name
 	}
 	if statements.prepared() {
-		// The first session was opened before anyone knew: retire it, so
-		// that every session of the pool prepares its statements.
-		db.SQL.SetMaxIdleConns(0)
-		db.SQL.SetMaxIdleConns(SessionsMax)
+		// The first session was opened before anyone knew: retired at its
+		// next use, so that every session of the pool prepares.
+		db.fence.raise()
 	}
 	return db, nil
 }

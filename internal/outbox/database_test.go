@@ -53,8 +53,8 @@ func TestPostgresReadOnlySessionIsClosed(t *testing.T) {
 	t.Cleanup(func() { db.Close() })
 	store, err := outbox.NewStore(db, table)
 	require.NoError(t, err)
-	// The session that opened the pool is retired at once (it was opened
-	// before the pool knew it could prepare statements), and the ping
+	// The session that opened the pool is retired at its next use (it was
+	// opened before the pool knew it could prepare statements): the ping
 	// opens another; the server lists a closed backend for a moment.
 	require.NoError(t, db.SQL.PingContext(ctx))
 	require.Eventually(t, func() bool { return sessions(t, admin, name) == 1 }, 5*time.Second, 10*time.Millisecond,
