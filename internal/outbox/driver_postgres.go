@@ -76,15 +76,20 @@ func (postgresDriver) classify(err error) errorClass {
 
 // planChanged reports whether err is PostgreSQL's refusal to run a
 // prepared statement whose result columns a schema change altered (0A000
-// "cached plan must not change result type", src/backend/utils/cache/
-// plancache.c): pgx forgets the statement on that error and prepares it
-// again at its next run, so running again resolves it. 0A000 is
-// feature_not_supported at large, so the message is read too; a server
-// whose lc_messages is not English words it otherwise, and the error is
-// then classed errorOther (logged at ERROR, retried all the same).
+// "cached plan must not change result type", raised by
+// RevalidateCachedQuery in src/backend/utils/cache/plancache.c, that
+// routine's only error): pgx forgets the statement on that error and
+// prepares it again at its next run, so running again resolves it. 0A000
+// is feature_not_supported at large, so the routine that raised it is read
+// too: it does not change with the server's lc_messages, where the message
+// does. The message is the fallback for a server that withholds the
+// routine.
 func planChanged(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Message, "cached plan must not change result type")
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	return pgErr.Routine == "RevalidateCachedQuery" || strings.HasPrefix(pgErr.Message, "cached plan must not change result type")
 }
 
 // writable: the session is not on a standby (pg_is_in_recovery()) and not

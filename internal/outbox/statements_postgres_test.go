@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"log/slog"
 	neturl "net/url"
 	"strings"
@@ -94,6 +95,8 @@ func TestPostgresStatementMode(t *testing.T) {
 // statement's result columns makes its next run fail once (0A000 "cached
 // plan must not change result type"); the relay logs that at WARN, as a
 // conflict that running again resolves, and the run after it succeeds.
+// The class holds under any lc_messages: it reads the routine that raised
+// the error, not the message.
 func TestPostgresPlanChangedIsRetried(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -120,6 +123,13 @@ func TestPostgresPlanChangedIsRetried(t *testing.T) {
 	err = read()
 	require.ErrorContains(t, err, "0A000", "the prepared statement's plan outlived the schema change")
 	require.Equal(t, slog.LevelWarn, outbox.FailureLevel(err))
+	// A server whose lc_messages is not English words the message
+	// otherwise; the class follows the routine that raised it.
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	translated := *pgErr
+	translated.Message = "gecachter Plan darf den Ergebnistyp nicht ändern"
+	require.Equal(t, slog.LevelWarn, outbox.FailureLevel(fmt.Errorf("claim: %w", &translated)), "the same refusal in German")
 	require.NoError(t, read(), "run again")
 }
 
