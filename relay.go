@@ -218,7 +218,7 @@ func OpenTableStore(ctx context.Context, db *outbox.DB, cfg *config.Config, tabl
 // enqueue`. The embedded default (no database.url) is migrated here; any
 // other database must be migrated with `bridge migrate`.
 func provideDB(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*outbox.DB, func(), error) {
-	db, cleanup, err := provideExistingDB(ctx, cfg)
+	db, cleanup, err := openDB(ctx, cfg, logger)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -240,7 +240,15 @@ func provideDB(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*o
 // requeue, purge, replay), where a table that is not there is a mistake
 // to name (outbox.ErrNoTable: exit 2), not one to create.
 func provideExistingDB(ctx context.Context, cfg *config.Config) (*outbox.DB, func(), error) {
-	db, err := outbox.OpenSession(ctx, cfg.DatabaseURL(), cfg.DatabaseSession())
+	return openDB(ctx, cfg, nil)
+}
+
+// openDB opens the configured database; logger (nil: none) receives the
+// lines the pool writes while it runs.
+func openDB(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*outbox.DB, func(), error) {
+	session := cfg.DatabaseSession()
+	session.Logger = logger
+	db, err := outbox.OpenSession(ctx, cfg.DatabaseURL(), session)
 	if err != nil {
 		return nil, nil, err
 	}

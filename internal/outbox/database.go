@@ -119,6 +119,9 @@ type Session struct {
 	// timeout unless the URL sets them) and OpenSession's first check of the
 	// database. Defaults to 10s (ConnectTimeoutDefault).
 	ConnectTimeout time.Duration
+	// Logger receives the lines the pool writes while it runs (a PostgreSQL
+	// pool that finds itself behind a connection pooler); nil: none.
+	Logger *slog.Logger
 }
 
 // Defaults of Session (database.conn_max_lifetime,
@@ -253,6 +256,9 @@ func openPostgres(ctx context.Context, rawURL string, s Session) (*DB, error) {
 	if !pgURLParamSet(rawURL, "default_query_exec_mode") {
 		cfg.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 		statements = &pgStatements{}
+		if s.Logger != nil {
+			statements.logger = s.Logger.With(slog.String("database", RedactURL(rawURL)))
+		}
 	}
 	if _, set := cfg.RuntimeParams["application_name"]; !set {
 		cfg.RuntimeParams["application_name"] = s.Name

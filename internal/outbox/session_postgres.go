@@ -4,6 +4,7 @@ import (
 	"context"
 	sqldriver "database/sql/driver"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -34,9 +35,12 @@ import (
 // error marks the pool as pooled for good, closes that session and retires
 // the others at their next use (sessionFence), and every later session
 // runs without named statements (the statement that failed is retried by
-// the relay, as any failed statement).
+// the relay, as any failed statement). A pool that turns from prepared to
+// unnamed statements while it runs says so once, at WARN, on logger (nil:
+// no line): the start-up line's statements=prepared no longer holds.
 type pgStatements struct {
-	state atomic.Int32
+	state  atomic.Int32
+	logger *slog.Logger
 }
 
 const (
@@ -60,7 +64,7 @@ func (p *pgStatements) beforeConnect(_ context.Context, cfg *pgx.ConnConfig) err
 // another, now without them).
 func (p *pgStatements) connected(conn *pgx.Conn, serverPID uint32) error {
 	if announced := conn.PgConn().PID(); serverPID != announced {
-		p.state.Store(pgSessionsPooled)
+		p.pooled(slog.String("reason", fmt.Sprintf("a new session's process id %d is not the one it announced, %d", serverPID, announced)))
 		if conn.Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
 			return fmt.Errorf("session reached the server through a pooler (process id %d, announced %d): reconnecting without named prepared statements: %w",
 				serverPID, announced, sqldriver.ErrBadConn)
@@ -78,8 +82,17 @@ func (p *pgStatements) refused(code string) bool {
 	if code != "42P05" && code != "26000" {
 		return false
 	}
-	p.state.Store(pgSessionsPooled)
+	p.pooled(slog.String("reason", "the server refused a named prepared statement"), slog.String("sqlstate", code))
 	return true
+}
+
+// pooled marks the pool as pooled for good and, when it was direct until
+// now, logs why.
+func (p *pgStatements) pooled(why ...any) {
+	if p.state.Swap(pgSessionsPooled) == pgSessionsDirect && p.logger != nil {
+		p.logger.Warn("PostgreSQL sessions reach the server through a connection pooler now: new sessions run without named prepared statements, the others are retired",
+			append([]any{slog.String("statements", "unnamed")}, why...)...)
+	}
 }
 
 // prepared reports whether new sessions run named prepared statements;

@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	neturl "net/url"
@@ -139,12 +140,15 @@ func TestPostgresPlanChangedIsRetried(t *testing.T) {
 // client and resets it (PgBouncer's server_reset_query, DISCARD ALL) — the
 // statement fails once (26000), that session is closed, the pool's other
 // sessions, which prepared too, are not used again, and every session
-// opened afterwards runs without named prepared statements.
+// opened afterwards runs without named prepared statements. The pool says
+// so once, at WARN: its start-up statements=prepared no longer holds.
 func TestPostgresPreparedStatementRefused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, err := outbox.Open(ctx, bridgetest.PostgresURL(t))
+	var logs bridgetest.SyncBuffer
+	db, err := outbox.OpenSession(ctx, bridgetest.PostgresURL(t), outbox.Session{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	require.NoError(t, err)
+	require.Equal(t, "prepared", db.Statements())
 	t.Cleanup(func() { db.Close() })
 
 	conn, err := db.SQL.Conn(ctx)
@@ -167,4 +171,14 @@ func TestPostgresPreparedStatementRefused(t *testing.T) {
 		require.Zero(t, preparedOn(t, c), "session %d after a refused prepared statement", i)
 	}
 	require.Equal(t, "unnamed", db.Statements())
+	_, err = db.SQL.ExecContext(ctx, "SELECT 1/0") // another error: no second line
+	require.Error(t, err)
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	require.Len(t, lines, 1, "one line for the switch: %q", logs.String())
+	var line struct{ Level, Msg, Statements, Sqlstate string }
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &line))
+	require.Equal(t, "WARN", line.Level)
+	require.Contains(t, line.Msg, "without named prepared statements")
+	require.Equal(t, "unnamed", line.Statements)
+	require.Equal(t, "26000", line.Sqlstate)
 }
