@@ -61,7 +61,49 @@ func RedactURL(raw string) string {
 	if !strings.HasPrefix(raw, "sqlite:") {
 		raw = redactUserinfo(raw, false)
 	}
-	return passwordParamRE.ReplaceAllString(raw, "${1}"+Redacted)
+	return redactParams(raw)
+}
+
+// redactParams hides the values of the password parameters of s: those
+// passwordParamRE finds, and URL query parameters whose name names a
+// password only once percent-decoded.
+func redactParams(s string) string {
+	return redactEncodedParams(passwordParamRE.ReplaceAllString(s, "${1}"+Redacted))
+}
+
+// redactEncodedParams hides the value of every query parameter of the URL
+// s whose name, percent-decoded, ends in "password" (case-insensitively):
+// "pass%77ord=…", "%70assword=…", or "password%3D…", whose '=' is encoded
+// too. URL parsers decode the names of a query's parameters (net/url's
+// Query, which pgx reads the URL with), so such a parameter is a password
+// to the driver while its text does not say so.
+func redactEncodedParams(s string) string {
+	q := strings.IndexByte(s, '?')
+	if q < 0 || !strings.Contains(s[q:], "%") {
+		return s
+	}
+	params := strings.Split(s[q+1:], "&")
+	for i, p := range params {
+		name, _, hasValue := strings.Cut(p, "=")
+		if !strings.Contains(name, "%") {
+			continue
+		}
+		decoded, err := url.QueryUnescape(name)
+		if err != nil {
+			continue // a parser refuses the URL, naming the escape, not a value
+		}
+		decodedName, _, encodedValue := strings.Cut(decoded, "=")
+		if !strings.HasSuffix(strings.ToLower(strings.TrimSpace(decodedName)), "password") {
+			continue
+		}
+		switch {
+		case hasValue:
+			params[i] = name + "=" + Redacted
+		case encodedValue:
+			params[i] = url.QueryEscape(decodedName) + "=" + Redacted
+		}
+	}
+	return s[:q+1] + strings.Join(params, "&")
 }
 
 // RedactNATSURLs returns the NATS URL list raw (comma-separated URLs) with
@@ -82,7 +124,7 @@ func RedactNATSURLs(raw string) string {
 		b.WriteString(raw[sepStart:sepEnd])
 		from = sepEnd
 	}
-	return passwordParamRE.ReplaceAllString(b.String(), "${1}"+Redacted)
+	return redactParams(b.String())
 }
 
 // urlStartRE matches the comma (and spaces) before the next URL of a list:
