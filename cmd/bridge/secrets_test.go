@@ -224,6 +224,13 @@ func secretCases() []secretCase {
 			u.User, u.RawQuery = url.User(u.User.Username()), q.Encode()
 			return append(sqliteFreeNATS(t), "BRIDGE_DATABASE_URL="+u.String(), "BRIDGE_DATABASE_TABLE="+table), works
 		}, nil},
+		// pgx decodes the names of the query's parameters too.
+		{"postgres, password in the query under a percent-encoded name", func(t *testing.T, pw string) ([]string, outcome) {
+			u, table := postgresWithPassword(t, pw)
+			u.User = url.User(u.User.Username())
+			u.RawQuery += "&pass%77ord=" + url.QueryEscape(pw)
+			return append(sqliteFreeNATS(t), "BRIDGE_DATABASE_URL="+u.String(), "BRIDGE_DATABASE_TABLE="+table), works
+		}, nil},
 		{"postgres, password percent-encoded, source watermill-forwarder", func(t *testing.T, pw string) ([]string, outcome) {
 			u, table := postgresWithPassword(t, pw)
 			return append(sqliteFreeNATS(t), "BRIDGE_DATABASE_URL="+u.String(), "BRIDGE_DATABASE_TABLE="+table,
