@@ -273,7 +273,7 @@ func openPostgres(ctx context.Context, rawURL string, s Session) (*DB, error) {
 			db.fence.raise()
 			return false
 		}
-		if statements != nil && statements.refused(e.Code) {
+		if statements != nil && statements.refused(e) {
 			db.fence.raise() // the sessions that prepared: retired at their next use
 			return false
 		}

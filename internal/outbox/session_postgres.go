@@ -5,9 +5,11 @@ import (
 	sqldriver "database/sql/driver"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // pgStatements chooses how a PostgreSQL pool runs its statements when the
@@ -75,14 +77,18 @@ func (p *pgStatements) connected(conn *pgx.Conn, serverPID uint32) error {
 	return nil
 }
 
-// refused reports whether SQLSTATE code is a pooler's refusal of a named
-// prepared statement (42P05 duplicate_prepared_statement, 26000
-// invalid_sql_statement_name), and if so marks the pool as pooled.
-func (p *pgStatements) refused(code string) bool {
-	if code != "42P05" && code != "26000" {
+// refused reports whether e is a pooler's refusal of one of the pool's
+// named prepared statements (42P05 duplicate_prepared_statement, 26000
+// invalid_sql_statement_name, naming a statement of pgx's cache, whose
+// names begin with "stmtcache_" and which the server's message quotes as
+// they are in any language), and if so marks the pool as pooled. The same
+// codes raised for anything else (a function's RAISE SQLSTATE '26000')
+// leave the pool as it is.
+func (p *pgStatements) refused(e *pgconn.PgError) bool {
+	if e.Code != "42P05" && e.Code != "26000" || !strings.Contains(e.Message, "stmtcache_") {
 		return false
 	}
-	p.pooled(slog.String("reason", "the server refused a named prepared statement"), slog.String("sqlstate", code))
+	p.pooled(slog.String("reason", "the server refused a named prepared statement"), slog.String("sqlstate", e.Code))
 	return true
 }
 

@@ -141,7 +141,9 @@ func TestPostgresPlanChangedIsRetried(t *testing.T) {
 // statement fails once (26000), that session is closed, the pool's other
 // sessions, which prepared too, are not used again, and every session
 // opened afterwards runs without named prepared statements. The pool says
-// so once, at WARN: its start-up statements=prepared no longer holds.
+// so once, at WARN: its start-up statements=prepared no longer holds. The
+// same SQLSTATEs raised for another reason (a function's RAISE) change
+// nothing.
 func TestPostgresPreparedStatementRefused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -154,6 +156,16 @@ func TestPostgresPreparedStatementRefused(t *testing.T) {
 	conn, err := db.SQL.Conn(ctx)
 	require.NoError(t, err)
 	require.Positive(t, preparedOn(t, conn))
+	// The same codes raised by anything but a lost statement of the pool
+	// change nothing.
+	for _, code := range []string{"26000", "42P05"} {
+		_, err = conn.ExecContext(ctx, "DO $$ BEGIN RAISE SQLSTATE '"+code+"'; END $$")
+		var raised *pgconn.PgError
+		require.ErrorAs(t, err, &raised)
+		require.Equal(t, code, raised.Code)
+	}
+	require.Equal(t, "prepared", db.Statements(), "after a function raised 26000 and 42P05")
+	require.Empty(t, logs.String())
 	other, err := db.SQL.Conn(ctx) // prepared too, back in the pool below
 	require.NoError(t, err)
 	require.Positive(t, preparedOn(t, other))
