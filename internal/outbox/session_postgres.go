@@ -35,10 +35,10 @@ import (
 // named statements (openPostgres then retires it). A pooler that passes the
 // server's process id on is caught by its first refusal: a 42P05 or 26000
 // error naming one of pgx's statements (refused) marks the pool as pooled
-// for good, closes that session and retires
-// the others at their next use (sessionFence), and every later session
-// runs without named statements (the statement that failed is retried by
-// the relay, as any failed statement). A pool that turns from prepared to
+// for good, closes that session and retires the others at their next use
+// (sessionFence), and every later session runs without named statements
+// (the statement that failed is retried by the relay, as any failed
+// statement). A pool that turns from prepared to
 // unnamed statements while it runs says so once, at WARN, on logger (nil:
 // no line): the start-up line's statements=prepared no longer holds.
 type pgStatements struct {
