@@ -38,9 +38,9 @@ import (
 // for good, closes that session and retires the others at their next use
 // (sessionFence), and every later session runs without named statements
 // (the statement that failed is retried by the relay, as any failed
-// statement). A pool that turns from prepared to
-// unnamed statements while it runs says so once, at WARN, on logger (nil:
-// no line): the start-up line's statements=prepared no longer holds.
+// statement). A pool that turns from prepared to unnamed statements while
+// it runs says so once, at WARN, on logger (nil: no line): the start-up
+// line's statements=prepared no longer holds.
 type pgStatements struct {
 	state  atomic.Int32
 	logger *slog.Logger

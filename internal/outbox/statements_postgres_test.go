@@ -150,8 +150,8 @@ func TestPostgresPreparedStatementRefused(t *testing.T) {
 	var logs bridgetest.SyncBuffer
 	db, err := outbox.OpenSession(ctx, bridgetest.PostgresURL(t), outbox.Session{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	require.NoError(t, err)
-	require.Equal(t, "prepared", db.Statements())
 	t.Cleanup(func() { db.Close() })
+	require.Equal(t, "prepared", db.Statements())
 
 	conn, err := db.SQL.Conn(ctx)
 	require.NoError(t, err)

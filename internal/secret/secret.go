@@ -120,11 +120,11 @@ func RedactNATSURLs(raw string) string {
 	from := 0
 	for _, m := range append(urlStartRE.FindAllStringSubmatchIndex(raw, -1), []int{0, 0, len(raw), len(raw)}) {
 		sepStart, sepEnd := m[2], m[3] // the comma and spaces
-		b.WriteString(redactUserinfo(raw[from:sepStart], true))
+		b.WriteString(redactEncodedParams(redactUserinfo(raw[from:sepStart], true)))
 		b.WriteString(raw[sepStart:sepEnd])
 		from = sepEnd
 	}
-	return redactParams(b.String())
+	return passwordParamRE.ReplaceAllString(b.String(), "${1}"+Redacted)
 }
 
 // urlStartRE matches the comma (and spaces) before the next URL of a list:

@@ -41,14 +41,15 @@ func TestRedactURL(t *testing.T) {
 func TestRedactNATSURLs(t *testing.T) {
 	t.Parallel()
 	for raw, want := range map[string]string{
-		"nats://tok@n1:4222":                             "nats://REDACTED@n1:4222",
-		"nats://app:pw@n1:4222,nats://app:pw@n2:4222":    "nats://REDACTED@n1:4222,nats://REDACTED@n2:4222",
-		"nats://n1:4222, tls://app:pw@n2:4222":           "nats://n1:4222, tls://REDACTED@n2:4222",
-		"nats://app:a,b@n1:4222":                         "nats://REDACTED@n1:4222",
-		"nats://to,k@n1:4222,nats://n2":                  "nats://REDACTED@n1:4222,nats://n2",
-		"nats://tok:en@n1:4222":                          "nats://REDACTED@n1:4222", // a token may hold a ':'
-		"nats://n1:4222?password=pw":                     "nats://n1:4222?password=REDACTED",
-		"embedded":                                       "embedded",
+		"nats://tok@n1:4222":                          "nats://REDACTED@n1:4222",
+		"nats://app:pw@n1:4222,nats://app:pw@n2:4222": "nats://REDACTED@n1:4222,nats://REDACTED@n2:4222",
+		"nats://n1:4222, tls://app:pw@n2:4222":        "nats://n1:4222, tls://REDACTED@n2:4222",
+		"nats://app:a,b@n1:4222":                      "nats://REDACTED@n1:4222",
+		"nats://to,k@n1:4222,nats://n2":               "nats://REDACTED@n1:4222,nats://n2",
+		"nats://tok:en@n1:4222":                       "nats://REDACTED@n1:4222", // a token may hold a ':'
+		"nats://n1:4222?password=pw":                  "nats://n1:4222?password=REDACTED",
+		"nats://n1:4222?x=1,nats://n2?pass%77ord=pw":  "nats://n1:4222?x=1,nats://n2?pass%77ord=REDACTED",
+		"embedded": "embedded",
 		"nats://app:pw@n1:4222,nats://n2:4222,nats://n3": "nats://REDACTED@n1:4222,nats://n2:4222,nats://n3",
 	} {
 		require.Equal(t, want, secret.RedactNATSURLs(raw), raw)
