@@ -49,8 +49,13 @@ func (postgresDriver) migrations() migrationSpec {
 	}
 }
 
-// classify reads the SQLSTATE (PostgreSQL, Appendix A "Error Codes").
+// classify reads the SQLSTATE (PostgreSQL, Appendix A "Error Codes"); a new
+// session refused for being behind a pooler (errSessionBehindPooler) is a
+// conflict.
 func (postgresDriver) classify(err error) errorClass {
+	if errors.Is(err, errSessionBehindPooler) {
+		return errorConflict
+	}
 	switch pgCode(err) {
 	case "42P01": // undefined_table
 		return errorUndefinedTable

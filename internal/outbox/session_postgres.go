@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	sqldriver "database/sql/driver"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -61,6 +62,13 @@ func (p *pgStatements) beforeConnect(_ context.Context, cfg *pgx.ConnConfig) err
 	return nil
 }
 
+// errSessionBehindPooler is the refusal of a new session that was opened with
+// named prepared statements and turned out to be behind a pooler. It ends
+// a statement only when database/sql's attempts run out before a session
+// without them is opened, and the next run finds one: a conflict that
+// running again resolves (logged at WARN, see FailureLevel).
+var errSessionBehindPooler = errors.New("session reached the server through a pooler")
+
 // connected records what the new session conn answered: serverPID is its
 // pg_backend_pid(). A session opened with named statements that turns out
 // to be behind a pooler is refused (driver.ErrBadConn: database/sql opens
@@ -69,8 +77,8 @@ func (p *pgStatements) connected(conn *pgx.Conn, serverPID uint32) error {
 	if announced := conn.PgConn().PID(); serverPID != announced {
 		p.pooled(slog.String("reason", fmt.Sprintf("a new session's process id %d is not the one it announced, %d", serverPID, announced)))
 		if conn.Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
-			return fmt.Errorf("session reached the server through a pooler (process id %d, announced %d): reconnecting without named prepared statements: %w",
-				serverPID, announced, sqldriver.ErrBadConn)
+			return fmt.Errorf("%w (process id %d, announced %d): reconnecting without named prepared statements: %w",
+				errSessionBehindPooler, serverPID, announced, sqldriver.ErrBadConn)
 		}
 		return nil
 	}
