@@ -432,13 +432,16 @@ func TestBacklogAndPoisonStayWithTheirTable(t *testing.T) {
 	require.NotEqual(t, outbox.StatusDone, st, "the poison row")
 }
 
-// TestBacklogsWeighTheirShares: two tenants with a backlog at once (12,000
-// and 1,200 rows): the relay counts their backlogs (table.Budget.Weigh,
+// TestBacklogsWeighTheirShares: two tenants with a backlog at once (30,000
+// and 6,000 rows): the relay counts their backlogs (table.Budget.Weigh,
 // outbox.DB.BacklogEach, up to outbox.BacklogCap) and weighs their shares
-// of relay.max_in_flight by them; every row is relayed once.
+// of relay.max_in_flight by them; every row is relayed once. The smaller
+// backlog is three times relay.max_in_flight: with 1,200 rows, a loaded
+// machine had them all in flight or relayed by the first count (CI: the
+// smaller table counted 0).
 func TestBacklogsWeighTheirShares(t *testing.T) {
 	t.Parallel()
-	const big, small = 12000, 1200
+	const big, small = 30000, 6000
 	tn := newTenants(t, "postgres", 2)
 	for i, rows := range []int{big, small} {
 		tn.exec(t, fmt.Sprintf(`INSERT INTO %s (idempotency_key, subject, payload, headers)
