@@ -256,9 +256,6 @@ func openPostgres(ctx context.Context, rawURL string, s Session) (*DB, error) {
 	if !pgURLParamSet(rawURL, "default_query_exec_mode") {
 		cfg.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 		statements = &pgStatements{}
-		if s.Logger != nil {
-			statements.logger = s.Logger.With(slog.String("database", RedactURL(rawURL)))
-		}
 	}
 	if _, set := cfg.RuntimeParams["application_name"]; !set {
 		cfg.RuntimeParams["application_name"] = s.Name
@@ -267,6 +264,9 @@ func openPostgres(ctx context.Context, rawURL string, s Session) (*DB, error) {
 		cfg.ConnectTimeout = s.ConnectTimeout
 	}
 	db := &DB{driver: postgresDriver{}, Redacted: RedactURL(rawURL), pgConfig: cfg, fence: &sessionFence{}, pgStatements: statements}
+	if statements != nil && s.Logger != nil {
+		statements.logger = s.Logger.With(slog.String("database", db.Redacted))
+	}
 	onError := cfg.OnPgError
 	cfg.OnPgError = func(c *pgconn.PgConn, e *pgconn.PgError) bool {
 		if pgSessionUnusable(e.Code) {

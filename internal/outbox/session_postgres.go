@@ -63,7 +63,9 @@ func (p *pgStatements) beforeConnect(_ context.Context, cfg *pgx.ConnConfig) err
 }
 
 // errSessionBehindPooler is the refusal of a new session that was opened with
-// named prepared statements and turned out to be behind a pooler. It ends
+// named prepared statements and turned out to be behind a pooler. It is
+// kept apart from errBehindPooler, the LISTEN session's: a statement of the
+// pool that fails with it does not make ListenPostgres stop listening. It ends
 // a statement only when database/sql's attempts run out before a session
 // without them is opened, and the next run finds one: a conflict that
 // running again resolves (logged at WARN, see FailureLevel).

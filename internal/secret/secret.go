@@ -61,14 +61,7 @@ func RedactURL(raw string) string {
 	if !strings.HasPrefix(raw, "sqlite:") {
 		raw = redactUserinfo(raw, false)
 	}
-	return redactParams(raw)
-}
-
-// redactParams hides the values of the password parameters of s: those
-// passwordParamRE finds, and URL query parameters whose name names a
-// password only once percent-decoded.
-func redactParams(s string) string {
-	return redactEncodedParams(passwordParamRE.ReplaceAllString(s, "${1}"+Redacted))
+	return redactEncodedParams(passwordParamRE.ReplaceAllString(raw, "${1}"+Redacted))
 }
 
 // redactEncodedParams hides the value of every query parameter of the URL
